@@ -1,0 +1,138 @@
+"""The `odradek` command.
+
+  odradek server server.properties [--override k=v ...]   run a broker
+  odradek zookeeper --port P --dir D                       run a private standalone ZooKeeper
+  odradek cluster up|down|status|kill|stop|cont|restart    a local cluster for development and tests
+  odradek topics --bootstrap-server H:P --create|--list|--describe|--delete
+
+Operator mistakes (bad config, unreachable ZooKeeper, port in use) print one line and exit 1; only a
+bug prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from odradek.errors import OperatorError
+
+log = logging.getLogger("odradek")
+
+
+def _fail(message: str) -> int:
+    print(f"odradek: error: {message}", file=sys.stderr)
+    return 1
+
+
+def configure_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+def _install_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency, but not on every platform
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def _run_broker(config: object) -> int:
+    from odradek.server.broker import Broker
+
+    broker = Broker(config)  # type: ignore[arg-type]
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await broker.startup()
+    except OperatorError:
+        await broker.shutdown()
+        raise
+    print(f"odradek broker {broker.broker_id} started", file=sys.stderr, flush=True)
+    await stop.wait()
+    await broker.shutdown()
+    return 0
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    from odradek.server.broker import configure_process_memory
+    from odradek.server.config import load_config
+
+    configure_process_memory()
+    try:
+        config = load_config(Path(args.config) if args.config else None, args.override or [])
+    except OperatorError as e:
+        return _fail(str(e))
+    configure_logging(args.log_level)
+    if args.state_change_log:
+        from odradek.controller.states import attach_state_change_log_file
+
+        attach_state_change_log_file(Path(args.state_change_log))
+    _install_uvloop()
+    try:
+        return asyncio.run(_run_broker(config))
+    except OperatorError as e:
+        return _fail(str(e))
+
+
+def cmd_zookeeper(args: argparse.Namespace) -> int:
+    from odradek.zk.server import run_foreground
+
+    try:
+        return run_foreground(args.port, Path(args.dir))
+    except OperatorError as e:
+        return _fail(str(e))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="odradek", description="Kafka's replicated log, in Python"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    server = sub.add_parser("server", help="run a broker")
+    server.add_argument("config", nargs="?", help="server.properties")
+    server.add_argument("--override", action="append", metavar="K=V", help="override a property")
+    server.add_argument("--log-level", default=os.environ.get("ODRADEK_LOG_LEVEL", "INFO"))
+    server.add_argument("--state-change-log", metavar="DIR", help="write state-change.log in DIR")
+    server.set_defaults(func=cmd_server)
+
+    zookeeper = sub.add_parser("zookeeper", help="run a private standalone ZooKeeper")
+    zookeeper.add_argument("--port", type=int, default=2181)
+    zookeeper.add_argument("--dir", required=True)
+    zookeeper.set_defaults(func=cmd_zookeeper)
+
+    try:
+        from odradek.cli import cluster as cluster_cli
+
+        cluster_cli.add_parser(sub)
+    except ImportError:
+        pass
+    try:
+        from odradek.cli import topics as topics_cli
+
+        topics_cli.add_parser(sub)
+    except ImportError:
+        pass
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,464 @@
+"""Replica fetchers: how a follower copies its leaders' logs (Kafka's ReplicaFetcherManager/Thread).
+
+There is one fetcher per (leader broker, fetcher index) pair — `num.replica.fetchers` per leader —
+and each batches every partition this broker follows from that leader into one Fetch request
+(`replica_id` = our broker id, so the leader reads up to its log end offset and learns our LEO from
+the fetch offsets). A partition enters a fetcher in the *truncating* state:
+
+1. Truncation by leader epoch (KIP-101, KIP-279). The fetcher asks the leader (OffsetForLeaderEpoch)
+   where our latest leader epoch ended in its log. If the leader knows that epoch, we truncate to
+   min(its end offset, our LEO). If it answers an older epoch, the logs diverged earlier: we look up
+   where *that* epoch ends in our log and truncate to the smaller of the two ends, asking again with
+   our previous epoch when we do not have the leader's epoch at all. Only the HW is not enough: a
+   follower that truncates to a stale HW and then becomes leader loses acknowledged records, and two
+   replicas that crash together can keep different records at one offset.
+2. Fetching from our LEO. Returned batches are appended as they are (CRC-checked, never re-encoded);
+   our HW becomes min(leader HW, our LEO); a leader log start offset above ours moves ours up.
+
+Errors back a partition off for `replica.fetch.backoff.ms` (NOT_LEADER_OR_FOLLOWER and friends: the
+controller will tell us the new leader), OFFSET_OUT_OF_RANGE truncates again (below the leader's log
+start: we start our log afresh at the leader's log start offset). A lost connection backs the whole
+fetcher off and reconnects.
+
+Concurrency: fetcher tasks run on the broker's event loop; partitions are added and removed by the
+replica manager on that same loop, so a response is applied only if the partition is still ours, in
+the same leader epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from odradek.errors import KafkaError, NetworkError
+from odradek.network.client import BrokerConnection
+from odradek.protocol.build import build
+from odradek.protocol.codec import ApiKey, request_class
+
+if TYPE_CHECKING:
+    from odradek.cluster.partition import Partition
+    from odradek.server.config import KafkaConfig
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 12
+OFFSET_FOR_LEADER_EPOCH_VERSION = 3
+LIST_OFFSETS_VERSION = 6
+EARLIEST_TIMESTAMP = -2
+MAX_TRUNCATION_ROUNDS = 16
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class FetchState:
+    partition: Partition
+    leader_epoch: int
+    truncating: bool = True
+    delayed_until: float = 0.0
+
+    @property
+    def key(self) -> TopicPartition:
+        return (self.partition.topic, self.partition.partition)
+
+
+class ReplicaFetcher:
+    """Fetches every partition this broker follows from one leader (one of its fetcher indexes)."""
+
+    def __init__(
+        self, manager: ReplicaFetcherManager, leader_id: int, address: tuple[str, int], index: int
+    ) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.address = address
+        self.index = index
+        self.partitions: dict[TopicPartition, FetchState] = {}
+        self._wakeup = asyncio.Event()
+        self._connection: BrokerConnection | None = None
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"replica-fetcher-{manager.broker_id}-{leader_id}-{index}"
+        )
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[(partition.topic, partition.partition)] = FetchState(
+            partition, partition.leader_epoch
+        )
+        self._wakeup.set()
+
+    def remove(self, key: TopicPartition) -> None:
+        self.partitions.pop(key, None)
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+        if self._connection is not None:
+            self._connection.close()
+
+    # the loop
+
+    async def _run(self) -> None:
+        config = self.manager.config
+        backoff = config["replica.fetch.backoff.ms"] / 1000
+        while True:
+            if not self.partitions:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            try:
+                connection = await self._connect()
+                truncating = [s for s in self.partitions.values() if s.truncating]
+                if truncating:
+                    await self._truncate(connection, truncating)
+                ready = [
+                    s
+                    for s in self.partitions.values()
+                    if not s.truncating and s.delayed_until <= time.monotonic()
+                ]
+                if not ready:
+                    await self._sleep_until_ready(backoff)
+                    continue
+                await self._fetch(connection, ready)
+            except asyncio.CancelledError:
+                raise
+            except NetworkError as e:
+                log.info("fetcher from broker %d: %s; backing off", self.leader_id, e)
+                if self._connection is not None:
+                    self._connection.close()
+                self._connection = None
+                await asyncio.sleep(backoff)
+            except Exception:
+                log.exception("fetcher from broker %d failed; backing off", self.leader_id)
+                await asyncio.sleep(backoff)
+
+    async def _sleep_until_ready(self, backoff: float) -> None:
+        now = time.monotonic()
+        pending = [s.delayed_until for s in self.partitions.values() if not s.truncating]
+        delay = min(pending) - now if pending else backoff
+        self._wakeup.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wakeup.wait(), max(0.01, min(delay, backoff)))
+
+    async def _connect(self) -> BrokerConnection:
+        if self._connection is None or self._connection.closed:
+            host, port = self.address
+            self._connection = await BrokerConnection.connect(
+                host,
+                port,
+                timeout=self.manager.config["replica.socket.timeout.ms"] / 1000,
+                client_id=f"replica-fetcher-{self.manager.broker_id}",
+            )
+        return self._connection
+
+    def _current(self, state: FetchState) -> bool:
+        """Is the partition still fetched by us, at the epoch this state was made for?"""
+        return (
+            self.partitions.get(state.key) is state
+            and state.partition.leader_epoch == state.leader_epoch
+        )
+
+    def _delay(self, state: FetchState) -> None:
+        state.delayed_until = (
+            time.monotonic() + self.manager.config["replica.fetch.backoff.ms"] / 1000
+        )
+
+    # truncation
+
+    async def _truncate(self, connection: BrokerConnection, states: list[FetchState]) -> None:
+        requested: dict[TopicPartition, int] = {}
+        for state in states:
+            epoch = state.partition.log.leader_epoch_cache.latest_epoch
+            if epoch is None or epoch < 0:
+                # Nothing to compare: an empty log (or one without epochs) keeps what is below the HW.
+                self._finish_truncation(
+                    state, min(state.partition.high_watermark, state.partition.log_end_offset)
+                )
+                continue
+            requested[state.key] = epoch
+        for _round in range(MAX_TRUNCATION_ROUNDS):
+            if not requested:
+                return
+            answers = await self._offsets_for_leader_epoch(connection, states, requested)
+            next_round: dict[TopicPartition, int] = {}
+            for key, (error, leader_epoch, end_offset) in answers.items():
+                state = self.partitions.get(key)
+                if state is None or not self._current(state):
+                    continue
+                if error != ErrorCode.none:
+                    self._delay(state)
+                    continue
+                log_ = state.partition.log
+                if leader_epoch < 0 or end_offset < 0:
+                    self._finish_truncation(
+                        state, min(state.partition.high_watermark, log_.log_end_offset)
+                    )
+                    continue
+                if leader_epoch == requested[key]:
+                    self._finish_truncation(state, min(end_offset, log_.log_end_offset))
+                    continue
+                # The leader's answer is an older epoch: where does that epoch end in our log?
+                our_epoch, our_end = log_.leader_epoch_cache.end_offset_for(
+                    leader_epoch, log_.log_end_offset
+                )
+                if our_epoch == leader_epoch:
+                    self._finish_truncation(state, min(end_offset, our_end, log_.log_end_offset))
+                elif our_epoch < 0:
+                    self._finish_truncation(state, min(end_offset, log_.log_end_offset))
+                else:
+                    next_round[key] = our_epoch
+            requested = next_round
+        for key in requested:
+            state = self.partitions.get(key)
+            if state is not None:
+                self._finish_truncation(
+                    state, min(state.partition.high_watermark, state.partition.log_end_offset)
+                )
+
+    def _finish_truncation(self, state: FetchState, offset: int) -> None:
+        partition = state.partition
+        if offset < partition.log_end_offset:
+            log.info(
+                "%s: truncating from %d to %d (leader %d, epoch %d)",
+                partition,
+                partition.log_end_offset,
+                offset,
+                self.leader_id,
+                state.leader_epoch,
+            )
+            partition.truncate_to(offset)
+        state.truncating = False
+
+    async def _offsets_for_leader_epoch(
+        self,
+        connection: BrokerConnection,
+        states: list[FetchState],
+        requested: dict[TopicPartition, int],
+    ) -> dict[TopicPartition, tuple[int, int, int]]:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        epochs = {s.key: s.leader_epoch for s in states}
+        for (topic, partition), epoch in requested.items():
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition": partition,
+                    "current_leader_epoch": epochs.get((topic, partition), -1),
+                    "leader_epoch": epoch,
+                }
+            )
+        cls = request_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION)
+        request = build(
+            cls,
+            {
+                "replica_id": self.manager.broker_id,
+                "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
+            },
+        )
+        response = await connection.send(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            OFFSET_FOR_LEADER_EPOCH_VERSION,
+            request,
+            timeout=self.manager.config["replica.socket.timeout.ms"] / 1000,
+        )
+        answers = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                answers[(topic.topic, p.partition)] = (
+                    p.error_code,
+                    int(p.leader_epoch),
+                    int(p.end_offset),
+                )
+        return answers
+
+    # fetching
+
+    async def _fetch(self, connection: BrokerConnection, states: list[FetchState]) -> None:
+        config = self.manager.config
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for state in states:
+            log_ = state.partition.log
+            latest = log_.leader_epoch_cache.latest_epoch
+            by_topic.setdefault(state.partition.topic, []).append(
+                {
+                    "partition": state.partition.partition,
+                    "current_leader_epoch": state.leader_epoch,
+                    "fetch_offset": log_.log_end_offset,
+                    "last_fetched_epoch": latest if latest is not None else -1,
+                    "log_start_offset": log_.log_start_offset,
+                    "partition_max_bytes": config["replica.fetch.max.bytes"],
+                }
+            )
+        request = build(
+            request_class(ApiKey.FETCH, FETCH_VERSION),
+            {
+                "cluster_id": None,
+                "replica_id": self.manager.broker_id,
+                "max_wait": datetime.timedelta(milliseconds=config["replica.fetch.wait.max.ms"]),
+                "min_bytes": config["replica.fetch.min.bytes"],
+                "max_bytes": config["replica.fetch.response.max.bytes"],
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
+                "forgotten_topics_data": (),
+                "rack_id": "",
+            },
+        )
+        sent = {s.key: s for s in states}
+        response = await connection.send(
+            ApiKey.FETCH,
+            FETCH_VERSION,
+            request,
+            timeout=(config["replica.socket.timeout.ms"] + config["replica.fetch.wait.max.ms"])
+            / 1000,
+        )
+        if response.error_code != ErrorCode.none:
+            log.info("fetch from broker %d failed with %s", self.leader_id, response.error_code)
+            for state in states:
+                self._delay(state)
+            return
+        for topic in response.responses:
+            for data in topic.partitions:
+                state = sent.get((topic.topic, data.partition_index))
+                if state is None or not self._current(state):
+                    continue
+                self._process_partition(state, data)
+
+    def _process_partition(self, state: FetchState, data: Any) -> None:
+        partition = state.partition
+        error = data.error_code
+        if error == ErrorCode.none:
+            records = data.records
+            if records:
+                try:
+                    partition.log.append_as_follower(records)
+                except KafkaError as e:
+                    log.error(
+                        "%s: cannot append what leader %d sent: %s", partition, self.leader_id, e
+                    )
+                    self._delay(state)
+                    return
+            partition.update_follower_high_watermark(int(data.high_watermark))
+            leader_log_start = int(data.log_start_offset)
+            if leader_log_start > partition.log.log_start_offset:
+                partition.log.maybe_increment_log_start_offset(
+                    min(leader_log_start, partition.log.log_end_offset)
+                )
+            return
+        if error == ErrorCode.offset_out_of_range:
+            state.truncating = True
+            self.manager.schedule_out_of_range(self, state)
+            return
+        log.debug(
+            "%s: fetch error %s from leader %d; backing off", partition, error, self.leader_id
+        )
+        self._delay(state)
+
+
+class ReplicaFetcherManager:
+    """Creates fetchers as leadership moves and removes idle ones. Broker event loop only."""
+
+    def __init__(self, broker: Any, config: KafkaConfig) -> None:
+        self.broker = broker
+        self.config = config
+        self.broker_id = config.broker_id
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+
+    def _fetcher_index(self, key: TopicPartition) -> int:
+        return hash(key) % self.config["num.replica.fetchers"]
+
+    def add_partitions(
+        self, partitions: list[Partition], live_leaders: dict[int, tuple[str, int]]
+    ) -> None:
+        for partition in partitions:
+            leader = partition.leader_id
+            address = live_leaders.get(leader)
+            if address is None:
+                endpoint = self.broker.metadata_cache.get_broker(leader)
+                if endpoint is None:
+                    log.warning(
+                        "%s: leader %d has no known address; not fetching", partition, leader
+                    )
+                    continue
+                address = (endpoint.host, endpoint.port)
+            key = (partition.topic, partition.partition)
+            fetcher_key = (leader, self._fetcher_index(key))
+            fetcher = self.fetchers.get(fetcher_key)
+            if fetcher is not None and fetcher.address != tuple(address):
+                self.fetchers.pop(fetcher_key)
+                asyncio.get_running_loop().create_task(fetcher.close())
+                fetcher = None
+            if fetcher is None:
+                fetcher = ReplicaFetcher(self, leader, tuple(address), fetcher_key[1])  # type: ignore[arg-type]
+                self.fetchers[fetcher_key] = fetcher
+            fetcher.add(partition)
+
+    def remove_partitions(self, keys: list[TopicPartition]) -> None:
+        for fetcher in self.fetchers.values():
+            for key in keys:
+                fetcher.remove(key)
+        self._shutdown_idle()
+
+    def _shutdown_idle(self) -> None:
+        for fetcher_key, fetcher in list(self.fetchers.items()):
+            if not fetcher.partitions:
+                del self.fetchers[fetcher_key]
+                asyncio.get_running_loop().create_task(fetcher.close())
+
+    def schedule_out_of_range(self, fetcher: ReplicaFetcher, state: FetchState) -> None:
+        """Our fetch offset is outside the leader's log: truncate back to its range."""
+        asyncio.get_running_loop().create_task(self._handle_out_of_range(fetcher, state))
+
+    async def _handle_out_of_range(self, fetcher: ReplicaFetcher, state: FetchState) -> None:
+        try:
+            connection = await fetcher._connect()
+            cls = request_class(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION)
+            request = build(
+                cls,
+                {
+                    "replica_id": self.broker_id,
+                    "isolation_level": 0,
+                    "topics": [
+                        {
+                            "name": state.partition.topic,
+                            "partitions": [
+                                {
+                                    "partition_index": state.partition.partition,
+                                    "current_leader_epoch": state.leader_epoch,
+                                    "timestamp": EARLIEST_TIMESTAMP,
+                                }
+                            ],
+                        }
+                    ],
+                },
+            )
+            response = await connection.send(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, request)
+            item = response.topics[0].partitions[0]
+            if item.error_code != ErrorCode.none or not fetcher._current(state):
+                fetcher._delay(state)
+                return
+            leader_start = int(item.offset)
+            partition = state.partition
+            if partition.log_end_offset < leader_start:
+                log.info(
+                    "%s: our log ends before the leader's starts (%d); starting over",
+                    partition,
+                    leader_start,
+                )
+                partition.log.truncate_fully_and_start_at(leader_start)
+                partition.high_watermark = leader_start
+                state.truncating = False
+        except Exception as e:
+            log.info("%s: handling OFFSET_OUT_OF_RANGE failed: %s", state.partition, e)
+            fetcher._delay(state)
+
+    async def shutdown(self) -> None:
+        fetchers = list(self.fetchers.values())
+        self.fetchers.clear()
+        for fetcher in fetchers:
+            await fetcher.close()

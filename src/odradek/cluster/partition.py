@@ -1,0 +1,463 @@
+"""One topic partition on this broker: its role (leader or follower), ISR, high watermark and waiters.
+
+The controller decides roles with LeaderAndIsr; `make_leader` / `make_follower` apply a partition state
+only if its leader epoch is newer than the one this broker holds (the replica manager checks that before
+calling). As leader the partition:
+
+- appends produce requests to its log (`append_records_to_leader`), refusing acks=all writes when the
+  committed ISR is smaller than `min.insync.replicas` (NOT_ENOUGH_REPLICAS);
+- tracks each follower's log end offset and last caught-up time from its fetches
+  (`update_follower_fetch_state`), expands the ISR when a follower reaches the high watermark and the
+  start of the current leader epoch, and shrinks it when a follower has not caught up for
+  `replica.lag.time.max.ms` (`maybe_shrink_isr`);
+- writes each ISR change to the partition state znode *conditionally on the znode version* the
+  controller gave it. If that write fails because the znode changed, this broker is a zombie leader
+  (the controller has moved on): it stops accepting writes for the partition (`fenced`) until the next
+  LeaderAndIsr tells it its role;
+- keeps the high watermark (see `odradek.cluster.isr`) and wakes delayed produce requests waiting for
+  acks=all and delayed fetches waiting for data.
+
+As follower it only holds its log; the replica fetcher appends what the leader sends and moves the
+follower's HW to min(leader HW, own LEO).
+
+Concurrency: owned by the broker's event loop thread; no locks. Calls that write to ZooKeeper start a
+task and record the change as pending in the ISR state, so no other change starts meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from odradek.cluster.isr import CommittedIsr, IsrState, PendingExpandIsr, PendingShrinkIsr
+from odradek.errors import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
+)
+
+log = logging.getLogger(__name__)
+
+NO_LEADER = -1
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows about one follower, from its fetch requests."""
+
+    log_end_offset: int = -1
+    last_caught_up_time: float = 0.0
+    last_fetch_leader_log_end_offset: int = -1
+    last_fetch_time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateInfo:
+    """The part of a LeaderAndIsr partition state that the broker applies."""
+
+    controller_epoch: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    zk_version: int
+    replicas: tuple[int, ...]
+    is_new: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IsrUpdate:
+    """An ISR write the leader asks ZooKeeper for (conditional on `zk_version`)."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int
+
+
+IsrWriter = Callable[[IsrUpdate], Awaitable[int | None]]
+"""Writes an ISR update; returns the new znode version, or None if the conditional write failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class Partition:
+    """A partition replica hosted by this broker. Event-loop thread only."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        local_broker_id: int,
+        log: Any,
+        isr_writer: IsrWriter,
+        on_isr_change: Callable[[str, int], None],
+        min_insync_replicas: Callable[[], int],
+        replica_lag_time_max_ms: int,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.local_broker_id = local_broker_id
+        self.log = log
+        self._isr_writer = isr_writer
+        self._on_isr_change = on_isr_change
+        self._min_insync_replicas = min_insync_replicas
+        self.replica_lag_time_max = replica_lag_time_max_ms / 1000.0
+
+        self.leader_id = NO_LEADER
+        self.leader_epoch = -1
+        self.leader_epoch_start_offset = -1
+        self.partition_epoch = -1  # version of the partition state znode
+        self.controller_epoch = -1
+        self.assignment: tuple[int, ...] = ()
+        self.isr_state: IsrState = CommittedIsr(frozenset())
+        self.followers: dict[int, FollowerState] = {}
+        self.high_watermark = 0
+        self.fenced = False
+        self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._data_waiters: set[asyncio.Future[None]] = set()
+        self._isr_task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic}-{self.partition})"
+
+    # role
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.local_broker_id
+
+    @property
+    def isr(self) -> frozenset[int]:
+        return self.isr_state.isr
+
+    @property
+    def log_end_offset(self) -> int:
+        return int(self.log.log_end_offset)
+
+    @property
+    def log_start_offset(self) -> int:
+        return int(self.log.log_start_offset)
+
+    def make_leader(self, state: PartitionStateInfo, now: float | None = None) -> bool:
+        """Become (or stay) leader with the controller's state; returns True if newly leader.
+
+        Steps: (1) take assignment, ISR, leader epoch and znode version from the request; (2) record
+        the new epoch's start offset (our LEO) in the leader epoch cache, so followers can truncate to
+        it; (3) reset follower tracking, counting ISR members as caught up now so they are not dropped
+        before they have had a chance to fetch; (4) re-evaluate the HW.
+        """
+        now = time.monotonic() if now is None else now
+        was_leader = self.is_leader
+        self.controller_epoch = state.controller_epoch
+        self.assignment = tuple(state.replicas)
+        self.isr_state = CommittedIsr(frozenset(state.isr))
+        self.partition_epoch = state.zk_version
+        self.fenced = False
+        if state.leader_epoch != self.leader_epoch or not was_leader:
+            self.log.leader_epoch_cache.assign(state.leader_epoch, self.log_end_offset)
+            self.leader_epoch_start_offset = self.log_end_offset
+        self.leader_epoch = state.leader_epoch
+        self.leader_id = self.local_broker_id
+        followers = {}
+        for replica in self.assignment:
+            if replica == self.local_broker_id:
+                continue
+            previous = self.followers.get(replica) if was_leader else None
+            followers[replica] = previous or FollowerState(
+                last_caught_up_time=now if replica in state.isr else 0.0
+            )
+        self.followers = followers
+        if self.high_watermark > self.log_end_offset:
+            self.high_watermark = self.log_end_offset
+        self._maybe_increment_high_watermark()
+        self._wake_data_waiters()
+        return not was_leader
+
+    def make_follower(self, state: PartitionStateInfo) -> bool:
+        """Become follower of `state.leader`; returns True if the leader changed (refetch needed)."""
+        leader_changed = self.leader_id != state.leader or self.leader_epoch != state.leader_epoch
+        self.controller_epoch = state.controller_epoch
+        self.assignment = tuple(state.replicas)
+        self.isr_state = CommittedIsr(frozenset(state.isr))
+        self.partition_epoch = state.zk_version
+        self.leader_epoch = state.leader_epoch
+        self.leader_epoch_start_offset = -1
+        self.leader_id = state.leader
+        self.followers = {}
+        self.fenced = False
+        self._fail_hw_waiters(NotLeaderOrFollowerError(f"{self} is no longer the leader"))
+        self._wake_data_waiters()
+        return leader_changed
+
+    def make_offline(self) -> None:
+        """Stop serving (StopReplica or deletion): fail every waiter."""
+        self.leader_id = NO_LEADER
+        self._fail_hw_waiters(NotLeaderOrFollowerError(f"{self} was stopped"))
+        self._wake_data_waiters()
+
+    # leader: appends
+
+    def check_leader_epoch(self, current_leader_epoch: int | None) -> None:
+        """Fencing of clients and followers that carry a leader epoch (KIP-320)."""
+        if current_leader_epoch is None or current_leader_epoch < 0:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpochError(
+                f"{self}: leader epoch {current_leader_epoch} is older than {self.leader_epoch}"
+            )
+        if current_leader_epoch > self.leader_epoch:
+            raise UnknownLeaderEpochError(
+                f"{self}: leader epoch {current_leader_epoch} is newer than {self.leader_epoch}"
+            )
+
+    def append_records_to_leader(self, records: bytes, required_acks: int, now_ms: int) -> Any:
+        """Validate and append a produce request's records; returns the log's LogAppendInfo."""
+        if not self.is_leader or self.fenced:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.local_broker_id} is not the leader of {self}"
+            )
+        min_isr = self._min_insync_replicas()
+        if required_acks == -1 and len(self.isr) < min_isr:
+            raise NotEnoughReplicasError(
+                f"{self}: ISR {sorted(self.isr)} is smaller than min.insync.replicas={min_isr}"
+            )
+        info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+        self._maybe_increment_high_watermark()
+        self._wake_data_waiters()
+        return info
+
+    def wait_for_high_watermark(self, required_offset: int) -> asyncio.Future[None]:
+        """A future resolved when the HW reaches `required_offset` (acks=all).
+
+        It fails with NOT_LEADER_OR_FOLLOWER if leadership is lost first, and with
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND if, when the HW gets there, the ISR is below
+        min.insync.replicas (the write is committed but not as durable as asked).
+        """
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.high_watermark >= required_offset:
+            self._complete_hw_waiter(future)
+        else:
+            self._hw_waiters.append((required_offset, future))
+        return future
+
+    def _complete_hw_waiter(self, future: asyncio.Future[None]) -> None:
+        if future.done():
+            return
+        min_isr = self._min_insync_replicas()
+        if len(self.isr) < min_isr:
+            future.set_exception(
+                NotEnoughReplicasAfterAppendError(
+                    f"{self}: ISR {sorted(self.isr)} shrank below min.insync.replicas={min_isr}"
+                )
+            )
+        else:
+            future.set_result(None)
+
+    def _fail_hw_waiters(self, error: Exception) -> None:
+        waiters, self._hw_waiters = self._hw_waiters, []
+        for _offset, future in waiters:
+            if not future.done():
+                future.set_exception(error)
+
+    # reads
+
+    def read_records(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        from_follower: bool,
+        current_leader_epoch: int | None = None,
+        min_one_batch: bool = True,
+    ) -> ReadResult:
+        """Read for a consumer (up to the HW) or a follower (up to the LEO)."""
+        if not self.is_leader:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.local_broker_id} is not the leader of {self}"
+            )
+        self.check_leader_epoch(current_leader_epoch)
+        log_end_offset = self.log_end_offset
+        high_watermark = self.high_watermark
+        if fetch_offset > log_end_offset or fetch_offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"{self}: offset {fetch_offset} is outside [{self.log_start_offset}, {log_end_offset}]"
+            )
+        max_offset = None if from_follower else high_watermark
+        records = self.log.read(fetch_offset, max_bytes, max_offset, min_one_batch)
+        return ReadResult(bytes(records), high_watermark, self.log_start_offset, log_end_offset)
+
+    def register_data_waiter(self, future: asyncio.Future[None]) -> None:
+        self._data_waiters.add(future)
+
+    def unregister_data_waiter(self, future: asyncio.Future[None]) -> None:
+        self._data_waiters.discard(future)
+
+    def _wake_data_waiters(self) -> None:
+        if not self._data_waiters:
+            return
+        waiters, self._data_waiters = self._data_waiters, set()
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    # leader: followers, ISR and HW
+
+    def update_follower_fetch_state(self, follower_id: int, fetch_offset: int, now: float) -> None:
+        """Record a follower's fetch: its LEO is the offset it asks for.
+
+        A follower is caught up at time t if it has fetched everything the leader had at t: either this
+        fetch reaches the leader's current LEO, or it reaches the LEO the leader had at the follower's
+        previous fetch (then it was caught up as of that previous fetch).
+        """
+        follower = self.followers.get(follower_id)
+        if follower is None:
+            return
+        leader_log_end_offset = self.log_end_offset
+        if fetch_offset >= leader_log_end_offset:
+            follower.last_caught_up_time = max(follower.last_caught_up_time, now)
+        elif fetch_offset >= follower.last_fetch_leader_log_end_offset:
+            follower.last_caught_up_time = max(
+                follower.last_caught_up_time, follower.last_fetch_time
+            )
+        follower.log_end_offset = fetch_offset
+        follower.last_fetch_leader_log_end_offset = leader_log_end_offset
+        follower.last_fetch_time = now
+        self._maybe_expand_isr(follower_id, follower)
+        self._maybe_increment_high_watermark()
+
+    def _maybe_expand_isr(self, follower_id: int, follower: FollowerState) -> None:
+        if self.isr_state.is_pending or self.fenced or follower_id in self.isr:
+            return
+        if follower_id not in self.assignment:
+            return
+        if (
+            follower.log_end_offset >= self.high_watermark
+            and follower.log_end_offset >= self.leader_epoch_start_offset
+        ):
+            self._submit_isr_change(PendingExpandIsr(self.isr, follower_id))
+
+    def out_of_sync_replicas(self, now: float) -> frozenset[int]:
+        return frozenset(
+            replica
+            for replica in self.isr
+            if replica != self.local_broker_id
+            and replica in self.followers
+            and now - self.followers[replica].last_caught_up_time > self.replica_lag_time_max
+        )
+
+    def maybe_shrink_isr(self, now: float) -> None:
+        """Drop followers that have not caught up for replica.lag.time.max.ms (called periodically)."""
+        if not self.is_leader or self.isr_state.is_pending or self.fenced:
+            return
+        out_of_sync = self.out_of_sync_replicas(now)
+        if out_of_sync:
+            log.info(
+                "%s: shrinking ISR from %s to %s (out of sync: %s)",
+                self,
+                sorted(self.isr),
+                sorted(self.isr - out_of_sync),
+                sorted(out_of_sync),
+            )
+            self._submit_isr_change(PendingShrinkIsr(self.isr, out_of_sync))
+
+    def _submit_isr_change(self, pending: PendingExpandIsr | PendingShrinkIsr) -> None:
+        if isinstance(pending, PendingExpandIsr):
+            new_isr = pending.isr | {pending.new_in_sync_replica}
+        else:
+            new_isr = pending.isr - pending.out_of_sync_replicas
+        self.isr_state = pending
+        update = IsrUpdate(
+            topic=self.topic,
+            partition=self.partition,
+            leader=self.local_broker_id,
+            leader_epoch=self.leader_epoch,
+            isr=tuple(r for r in self.assignment if r in new_isr),
+            controller_epoch=self.controller_epoch,
+            zk_version=self.partition_epoch,
+        )
+        self._isr_task = asyncio.get_running_loop().create_task(self._write_isr(update, pending))
+
+    async def _write_isr(
+        self, update: IsrUpdate, pending: PendingExpandIsr | PendingShrinkIsr
+    ) -> None:
+        try:
+            new_version = await self._isr_writer(update)
+        except Exception as e:  # ZooKeeper unavailable: keep the old ISR, retry on the next trigger
+            log.warning("%s: ISR write failed (%s); keeping %s", self, e, sorted(pending.isr))
+            if self.isr_state is pending:
+                self.isr_state = CommittedIsr(pending.isr)
+            return
+        if self.isr_state is not pending or self.leader_epoch != update.leader_epoch:
+            return  # a LeaderAndIsr superseded this change while it was in flight
+        if new_version is None:
+            log.warning(
+                "%s: ISR write with znode version %d was rejected: the controller has changed the "
+                "partition state; not accepting writes until it tells us our role",
+                self,
+                update.zk_version,
+            )
+            self.isr_state = CommittedIsr(pending.isr)
+            self.fenced = True
+            self._fail_hw_waiters(NotLeaderOrFollowerError(f"{self}: leadership is being moved"))
+            return
+        self.isr_state = CommittedIsr(frozenset(update.isr))
+        self.partition_epoch = new_version
+        log.info("%s: ISR is now %s (znode version %d)", self, list(update.isr), new_version)
+        self._on_isr_change(self.topic, self.partition)
+        self._maybe_increment_high_watermark()
+
+    def _maybe_increment_high_watermark(self) -> None:
+        if not self.is_leader:
+            return
+        new_high_watermark = self.log_end_offset
+        for replica in self.isr_state.maximal_isr:
+            if replica == self.local_broker_id:
+                continue
+            follower = self.followers.get(replica)
+            if follower is None or follower.log_end_offset < 0:
+                return  # an ISR member we have not heard from yet holds the HW where it is
+            new_high_watermark = min(new_high_watermark, follower.log_end_offset)
+        if new_high_watermark > self.high_watermark:
+            self.high_watermark = new_high_watermark
+            self._on_high_watermark_increased()
+
+    def _on_high_watermark_increased(self) -> None:
+        high_watermark = self.high_watermark
+        if self._hw_waiters:
+            remaining = []
+            for required_offset, future in self._hw_waiters:
+                if required_offset <= high_watermark:
+                    self._complete_hw_waiter(future)
+                elif not future.done():
+                    remaining.append((required_offset, future))
+            self._hw_waiters = remaining
+        self._wake_data_waiters()
+
+    # follower
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """As follower: HW = min(leader's HW, own LEO); never decreases."""
+        new_high_watermark = min(leader_high_watermark, self.log_end_offset)
+        if new_high_watermark > self.high_watermark:
+            self.high_watermark = new_high_watermark
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        if self.high_watermark > self.log_end_offset:
+            self.high_watermark = self.log_end_offset

@@ -1,0 +1,487 @@
+"""The replica manager: every partition this broker hosts, and the operations on them.
+
+It applies the controller's LeaderAndIsr and StopReplica requests (who leads, who follows, what to
+delete), appends produce requests (waiting for acks=all in the delayed-produce "purgatory": futures on
+each partition's high watermark), serves fetches from consumers and followers (long-polling in the
+delayed-fetch purgatory: futures woken by appends and HW moves, never by polling), moves partitions
+between replica fetchers when leadership moves, and runs the periodic work Kafka's ReplicaManager does:
+ISR shrink checks, ISR change notifications for the controller, and the high watermark checkpoint.
+
+Concurrency: every method runs on the broker's event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from odradek.cluster.partition import IsrWriter, Partition, PartitionStateInfo, ReadResult
+from odradek.errors import (
+    KafkaError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    StaleControllerEpochError,
+    UnknownTopicOrPartitionError,
+)
+from odradek.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+
+log = logging.getLogger(__name__)
+
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
+ISR_CHANGE_PROPAGATION_INTERVAL = 0.25  # seconds between checks for ISR changes to publish
+ISR_CHANGE_PROPAGATION_BLACKOUT = 0.5  # wait this long after the last change to batch more changes
+ISR_CHANGE_PROPAGATION_MAX_DELAY = 5.0
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class ProduceResult:
+    error: KafkaError | None = None
+    base_offset: int = -1
+    log_append_time: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass(slots=True)
+class FetchPartitionRequest:
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int | None = None
+
+
+@dataclass(slots=True)
+class FetchPartitionResult:
+    error: KafkaError | None = None
+    read: ReadResult | None = None
+
+
+@dataclass(slots=True)
+class LeaderAndIsrPartition:
+    topic: str
+    partition: int
+    state: PartitionStateInfo
+
+
+@dataclass(slots=True)
+class _IsrChanges:
+    partitions: set[TopicPartition] = field(default_factory=set)
+    last_change: float = 0.0
+    last_propagation: float = 0.0
+
+
+class ReplicaManager:
+    """All partitions hosted here. Event-loop thread only."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: Any,
+        metadata_cache: Any,
+        log_config_for: Callable[[str], Any],
+        min_insync_replicas_for: Callable[[str], int],
+        isr_writer: IsrWriter,
+        publish_isr_changes: Callable[[list[TopicPartition]], Awaitable[None]],
+        replica_lag_time_max_ms: int,
+        fetcher_manager: Any = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.metadata_cache = metadata_cache
+        self._log_config_for = log_config_for
+        self._min_insync_replicas_for = min_insync_replicas_for
+        self._isr_writer = isr_writer
+        self._publish_isr_changes = publish_isr_changes
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.fetcher_manager = fetcher_manager
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.controller_epoch = -1
+        self._isr_changes = _IsrChanges()
+        self._high_watermarks: dict[TopicPartition, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # start-up and shutdown
+
+    def load_high_watermarks(self, log_dirs: Iterable[Path]) -> None:
+        for log_dir in log_dirs:
+            path = Path(log_dir) / HIGH_WATERMARK_CHECKPOINT
+            if path.exists():
+                self._high_watermarks.update(read_offset_checkpoint(path))
+
+    def start_background_tasks(self, high_watermark_checkpoint_interval_ms: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._isr_expiration_loop()))
+        self._tasks.append(loop.create_task(self._isr_change_propagation_loop()))
+        self._tasks.append(
+            loop.create_task(self._checkpoint_loop(high_watermark_checkpoint_interval_ms / 1000))
+        )
+
+    async def shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self.fetcher_manager is not None:
+            await self.fetcher_manager.shutdown()
+        for partition in self.partitions.values():
+            partition.make_offline()
+        self.checkpoint_high_watermarks()
+
+    # partitions
+
+    def get_partition(self, topic: str, partition: int) -> Partition | None:
+        return self.partitions.get((topic, partition))
+
+    def _partition_or_error(self, topic: str, partition: int) -> Partition:
+        hosted = self.partitions.get((topic, partition))
+        if hosted is not None and hosted.log is not None:
+            return hosted
+        if self.metadata_cache.get_partition(topic, partition) is not None:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} does not host {topic}-{partition}"
+            )
+        raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+
+    def leader_partition(self, topic: str, partition: int) -> Partition:
+        hosted = self._partition_or_error(topic, partition)
+        if not hosted.is_leader:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is not the leader of {topic}-{partition}"
+            )
+        return hosted
+
+    def _get_or_create_partition(self, topic: str, partition: int) -> Partition:
+        key = (topic, partition)
+        hosted = self.partitions.get(key)
+        if hosted is None:
+            log_ = self.log_manager.get_or_create_log(topic, partition, self._log_config_for(topic))
+            hosted = Partition(
+                topic,
+                partition,
+                self.broker_id,
+                log_,
+                self._isr_writer,
+                self._record_isr_change,
+                lambda: self._min_insync_replicas_for(topic),
+                self.replica_lag_time_max_ms,
+            )
+            checkpointed = self._high_watermarks.get(key, 0)
+            hosted.high_watermark = max(0, min(checkpointed, hosted.log_end_offset))
+            self.partitions[key] = hosted
+        return hosted
+
+    # LeaderAndIsr
+
+    def become_leader_or_follower(
+        self,
+        controller_id: int,
+        controller_epoch: int,
+        partition_states: list[LeaderAndIsrPartition],
+        live_leaders: dict[int, tuple[str, int]],
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Apply a LeaderAndIsr request; returns an error (or None) per partition.
+
+        1. Refuse the whole request if it comes from an older controller (STALE_CONTROLLER_EPOCH).
+        2. Per partition: ignore a state whose leader epoch is older than ours, or equal with no newer
+           znode version (STALE_CONTROLLER_EPOCH for that partition, as Kafka answers); refuse one
+           that does not list this broker as a replica (UNKNOWN_TOPIC_OR_PARTITION).
+        3. Make leaders first (they stop fetching and start serving), then followers (they stop
+           serving, and their fetchers truncate by leader epoch and fetch from the new leader).
+        """
+        if controller_epoch < self.controller_epoch:
+            raise StaleControllerEpochError(
+                f"LeaderAndIsr from controller {controller_id} with epoch {controller_epoch} is older"
+                f" than the latest epoch {self.controller_epoch}"
+            )
+        self.controller_epoch = controller_epoch
+        results: dict[TopicPartition, KafkaError | None] = {}
+        to_lead: list[tuple[Partition, PartitionStateInfo]] = []
+        to_follow: list[tuple[Partition, PartitionStateInfo]] = []
+        for item in partition_states:
+            key = (item.topic, item.partition)
+            state = item.state
+            if self.broker_id not in state.replicas:
+                results[key] = UnknownTopicOrPartitionError(
+                    f"broker {self.broker_id} is not a replica"
+                )
+                continue
+            existing = self.partitions.get(key)
+            if existing is not None and (
+                state.leader_epoch < existing.leader_epoch
+                or (
+                    state.leader_epoch == existing.leader_epoch
+                    and state.zk_version <= existing.partition_epoch
+                )
+            ):
+                results[key] = StaleControllerEpochError(
+                    f"{item.topic}-{item.partition}: leader epoch {state.leader_epoch} is not newer"
+                    f" than {existing.leader_epoch}"
+                )
+                continue
+            try:
+                partition = self._get_or_create_partition(item.topic, item.partition)
+            except KafkaError as e:
+                results[key] = e
+                continue
+            (to_lead if state.leader == self.broker_id else to_follow).append((partition, state))
+            results[key] = None
+        if to_lead:
+            if self.fetcher_manager is not None:
+                self.fetcher_manager.remove_partitions([(p.topic, p.partition) for p, _ in to_lead])
+            for partition, state in to_lead:
+                partition.make_leader(state)
+                log.info(
+                    "%s: leader at epoch %d, ISR %s, LEO %d, HW %d",
+                    partition,
+                    state.leader_epoch,
+                    list(state.isr),
+                    partition.log_end_offset,
+                    partition.high_watermark,
+                )
+        if to_follow:
+            changed = []
+            for partition, state in to_follow:
+                partition.make_follower(state)
+                changed.append(partition)
+                log.info(
+                    "%s: follower of %d at epoch %d", partition, state.leader, state.leader_epoch
+                )
+            if self.fetcher_manager is not None:
+                self.fetcher_manager.remove_partitions([(p.topic, p.partition) for p in changed])
+                self.fetcher_manager.add_partitions(
+                    [p for p in changed if p.leader_id >= 0], live_leaders
+                )
+        return results
+
+    def stop_replicas(
+        self, controller_epoch: int, partitions: list[tuple[str, int, bool]]
+    ) -> dict[TopicPartition, KafkaError | None]:
+        """Apply StopReplica: stop fetching/serving, and delete the log when asked."""
+        if controller_epoch < self.controller_epoch:
+            raise StaleControllerEpochError(
+                f"StopReplica with controller epoch {controller_epoch} is older than {self.controller_epoch}"
+            )
+        self.controller_epoch = controller_epoch
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partitions([(t, p) for t, p, _ in partitions])
+        results: dict[TopicPartition, KafkaError | None] = {}
+        for topic, partition_id, delete in partitions:
+            key = (topic, partition_id)
+            hosted = self.partitions.get(key)
+            if hosted is not None:
+                hosted.make_offline()
+            if delete:
+                self.partitions.pop(key, None)
+                self._high_watermarks.pop(key, None)
+                self.log_manager.delete_log(topic, partition_id)
+            results[key] = None
+        return results
+
+    # produce
+
+    def append_records(
+        self,
+        entries: dict[TopicPartition, bytes],
+        required_acks: int,
+        timeout_ms: int,
+    ) -> dict[TopicPartition, ProduceResult] | Awaitable[dict[TopicPartition, ProduceResult]]:
+        """Append each partition's records; with acks=all, return an awaitable of the results.
+
+        The appends happen synchronously, in the order the requests arrived; only the wait for the
+        high watermark is asynchronous.
+        """
+        now_ms = int(time.time() * 1000)
+        results: dict[TopicPartition, ProduceResult] = {}
+        waits: dict[TopicPartition, asyncio.Future[None]] = {}
+        for key, records in entries.items():
+            try:
+                partition = self.leader_partition(*key)
+                info = partition.append_records_to_leader(records, required_acks, now_ms)
+            except KafkaError as e:
+                results[key] = ProduceResult(error=e)
+                continue
+            results[key] = ProduceResult(
+                base_offset=info.first_offset,
+                log_append_time=info.log_append_time,
+                log_start_offset=partition.log_start_offset,
+            )
+            if required_acks == -1:
+                waits[key] = partition.wait_for_high_watermark(info.last_offset + 1)
+        if not waits:
+            return results
+        return self._wait_for_acks(results, waits, timeout_ms / 1000)
+
+    async def _wait_for_acks(
+        self,
+        results: dict[TopicPartition, ProduceResult],
+        waits: dict[TopicPartition, asyncio.Future[None]],
+        timeout: float,
+    ) -> dict[TopicPartition, ProduceResult]:
+        await asyncio.wait(waits.values(), timeout=timeout)
+        for key, future in waits.items():
+            if not future.done():
+                future.cancel()
+                results[key] = ProduceResult(
+                    error=RequestTimedOutError(f"{key[0]}-{key[1]}: acks=all not reached in time")
+                )
+            elif future.exception() is not None:
+                error = future.exception()
+                results[key] = ProduceResult(
+                    error=error if isinstance(error, KafkaError) else KafkaError(str(error))
+                )
+        return results
+
+    # fetch
+
+    def _read_all(
+        self,
+        requests: list[FetchPartitionRequest],
+        replica_id: int,
+        max_bytes: int,
+        now: float,
+    ) -> tuple[dict[TopicPartition, FetchPartitionResult], int]:
+        from_follower = replica_id >= 0
+        results: dict[TopicPartition, FetchPartitionResult] = {}
+        remaining = max_bytes
+        total = 0
+        for request in requests:
+            key = (request.topic, request.partition)
+            try:
+                partition = self.leader_partition(request.topic, request.partition)
+                if from_follower:
+                    partition.update_follower_fetch_state(replica_id, request.fetch_offset, now)
+                read = partition.read_records(
+                    request.fetch_offset,
+                    min(request.max_bytes, remaining),
+                    from_follower=from_follower,
+                    current_leader_epoch=request.current_leader_epoch,
+                    min_one_batch=total == 0,
+                )
+            except KafkaError as e:
+                results[key] = FetchPartitionResult(error=e)
+                continue
+            size = len(read.records)
+            total += size
+            remaining = max(0, remaining - size)
+            results[key] = FetchPartitionResult(read=read)
+        return results, total
+
+    def fetch_messages(
+        self,
+        requests: list[FetchPartitionRequest],
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> (
+        dict[TopicPartition, FetchPartitionResult]
+        | Awaitable[dict[TopicPartition, FetchPartitionResult]]
+    ):
+        """Read from the leaders' logs; long-poll (delayed fetch) until min_bytes or max_wait."""
+        results, total = self._read_all(requests, replica_id, max_bytes, time.monotonic())
+        errors = any(r.error is not None for r in results.values())
+        if max_wait_ms <= 0 or total >= min_bytes or errors or not requests:
+            return results
+        return self._delayed_fetch(requests, replica_id, max_wait_ms / 1000, min_bytes, max_bytes)
+
+    async def _delayed_fetch(
+        self,
+        requests: list[FetchPartitionRequest],
+        replica_id: int,
+        max_wait: float,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> dict[TopicPartition, FetchPartitionResult]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max_wait
+        while True:
+            waiter: asyncio.Future[None] = loop.create_future()
+            watched = [
+                p
+                for r in requests
+                if (p := self.partitions.get((r.topic, r.partition))) is not None
+            ]
+            for partition in watched:
+                partition.register_data_waiter(waiter)
+            try:
+                await asyncio.wait_for(waiter, max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                pass
+            finally:
+                for partition in watched:
+                    partition.unregister_data_waiter(waiter)
+            results, total = self._read_all(requests, replica_id, max_bytes, time.monotonic())
+            errors = any(r.error is not None for r in results.values())
+            if total >= min_bytes or errors or loop.time() >= deadline:
+                return results
+
+    # ISR maintenance
+
+    def _record_isr_change(self, topic: str, partition: int) -> None:
+        self._isr_changes.partitions.add((topic, partition))
+        self._isr_changes.last_change = time.monotonic()
+
+    async def _isr_expiration_loop(self) -> None:
+        interval = max(0.05, self.replica_lag_time_max_ms / 2000)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for partition in list(self.partitions.values()):
+                if partition.is_leader:
+                    try:
+                        partition.maybe_shrink_isr(now)
+                    except Exception:
+                        log.exception("%s: ISR shrink check failed", partition)
+
+    async def _isr_change_propagation_loop(self) -> None:
+        """Publish ISR changes as /isr_change_notification entries, batched as Kafka does."""
+        changes = self._isr_changes
+        while True:
+            await asyncio.sleep(ISR_CHANGE_PROPAGATION_INTERVAL)
+            if not changes.partitions:
+                continue
+            now = time.monotonic()
+            if (
+                now - changes.last_change < ISR_CHANGE_PROPAGATION_BLACKOUT
+                and now - changes.last_propagation < ISR_CHANGE_PROPAGATION_MAX_DELAY
+            ):
+                continue
+            batch = sorted(changes.partitions)
+            changes.partitions.clear()
+            changes.last_propagation = now
+            try:
+                await self._publish_isr_changes(batch)
+            except Exception as e:
+                log.warning("could not publish ISR changes (%s); will retry", e)
+                changes.partitions.update(batch)
+
+    # high watermark checkpoint
+
+    def checkpoint_high_watermarks(self) -> None:
+        by_dir: dict[Path, dict[TopicPartition, int]] = {}
+        for key, partition in self.partitions.items():
+            if partition.log is None:
+                continue
+            log_dir = Path(partition.log.dir).parent
+            by_dir.setdefault(log_dir, {})[key] = partition.high_watermark
+        for log_dir in self.log_manager.log_dirs:
+            offsets = by_dir.get(Path(log_dir), {})
+            try:
+                write_offset_checkpoint(Path(log_dir) / HIGH_WATERMARK_CHECKPOINT, offsets)
+            except OSError as e:
+                log.error("cannot write the high watermark checkpoint in %s: %s", log_dir, e)
+
+    async def _checkpoint_loop(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            self.checkpoint_high_watermarks()

@@ -1,0 +1,418 @@
+"""How the controller's decisions reach the brokers (Kafka's ControllerChannelManager and
+ControllerBrokerRequestBatch).
+
+`ControllerChannelManager` keeps one sender task per live broker, each with its own FIFO queue and
+connection. A sender sends one request at a time and waits for its response (so a broker sees the
+controller's requests in the order they were decided); on a connection failure it reconnects and
+resends the same request, for as long as the broker is live. When the controller learns a broker died,
+`remove_broker` cancels its sender and drops whatever was queued: the broker will get full state with
+UpdateMetadata and LeaderAndIsr when it returns.
+
+`ControllerBrokerRequestBatch` collects, while one controller event is handled, everything each broker
+must hear — LeaderAndIsr partition states, UpdateMetadata partitions, StopReplica partitions — and
+`send_requests_to_brokers` turns them into at most one request of each kind per broker, sent in the
+order LeaderAndIsr, UpdateMetadata, StopReplica, carrying the controller epoch (brokers refuse older).
+
+Concurrency: both classes belong to the controller's event task; sender tasks only touch their own
+queue and connection, and report responses through a callback that enqueues a controller event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from odradek.controller.context import ControllerContext, LeaderAndIsr, TopicPartition
+from odradek.errors import NetworkError
+from odradek.network.client import BrokerConnection
+from odradek.protocol.build import build
+from odradek.protocol.codec import ApiKey
+from odradek.protocol.messages import (
+    LeaderAndIsrRequestV5,
+    StopReplicaRequestV3,
+    UpdateMetadataRequestV7,
+)
+from odradek.zk.znodes import BrokerInfo
+
+log = logging.getLogger(__name__)
+
+LEADER_AND_ISR_VERSION = 5
+UPDATE_METADATA_VERSION = 7
+STOP_REPLICA_VERSION = 3
+LEADER_DURING_DELETE = -2
+RECONNECT_BACKOFF = 0.1
+PLAINTEXT = 0  # security protocol id
+
+ResponseCallback = Callable[[int, int, Any], None]  # (broker id, api key, response)
+
+
+@dataclass
+class _QueueItem:
+    api_key: int
+    version: int
+    request: Any
+    callback: ResponseCallback | None
+
+
+class _BrokerSender:
+    """Sends one broker's queued requests in order; retries across reconnects while it lives."""
+
+    def __init__(self, broker: BrokerInfo, controller_id: int, timeout: float) -> None:
+        self.broker = broker
+        self.queue: asyncio.Queue[_QueueItem] = asyncio.Queue()
+        self._controller_id = controller_id
+        self._timeout = timeout
+        self._connection: BrokerConnection | None = None
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"controller-sender-{broker.id}"
+        )
+
+    def _address(self) -> tuple[str, int]:
+        endpoint = self.broker.endpoints[0]
+        return endpoint.host, endpoint.port
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                item = await self.queue.get()
+                response = await self._send_until_answered(item)
+                if item.callback is not None:
+                    try:
+                        item.callback(self.broker.id, item.api_key, response)
+                    except Exception:
+                        log.exception("controller response callback failed")
+        finally:
+            if self._connection is not None:
+                self._connection.close()
+
+    async def _send_until_answered(self, item: _QueueItem) -> Any:
+        while True:
+            try:
+                if self._connection is None or self._connection.closed:
+                    host, port = self._address()
+                    self._connection = await BrokerConnection.connect(
+                        host,
+                        port,
+                        timeout=self._timeout,
+                        client_id=f"controller-{self._controller_id}",
+                    )
+                return await self._connection.send(
+                    item.api_key, item.version, item.request, timeout=self._timeout
+                )
+            except NetworkError as e:
+                log.info("controller request to broker %d failed (%s); retrying", self.broker.id, e)
+                if self._connection is not None:
+                    self._connection.close()
+                    self._connection = None
+                await asyncio.sleep(RECONNECT_BACKOFF)
+
+
+class ControllerChannelManager:
+    """One sender per live broker. Controller event task only."""
+
+    def __init__(self, controller_id: int, request_timeout: float) -> None:
+        self.controller_id = controller_id
+        self.request_timeout = request_timeout
+        self._senders: dict[int, _BrokerSender] = {}
+
+    def add_broker(self, broker: BrokerInfo) -> None:
+        existing = self._senders.get(broker.id)
+        if existing is not None and existing.broker == broker:
+            return
+        if existing is not None:
+            existing.task.cancel()
+        self._senders[broker.id] = _BrokerSender(broker, self.controller_id, self.request_timeout)
+
+    def remove_broker(self, broker_id: int) -> None:
+        sender = self._senders.pop(broker_id, None)
+        if sender is not None:
+            sender.task.cancel()
+
+    def send(
+        self,
+        broker_id: int,
+        api_key: int,
+        version: int,
+        request: Any,
+        callback: ResponseCallback | None,
+    ) -> None:
+        sender = self._senders.get(broker_id)
+        if sender is None:
+            log.debug("dropping request api=%d to broker %d: not live", api_key, broker_id)
+            return
+        sender.queue.put_nowait(_QueueItem(api_key, version, request, callback))
+
+    @property
+    def queued(self) -> int:
+        return sum(sender.queue.qsize() for sender in self._senders.values())
+
+    async def shutdown(self) -> None:
+        senders = list(self._senders.values())
+        self._senders.clear()
+        for sender in senders:
+            sender.task.cancel()
+        for sender in senders:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender.task
+
+
+@dataclass(slots=True)
+class _LeaderAndIsrEntry:
+    leader_and_isr: LeaderAndIsr
+    replicas: tuple[int, ...]
+    is_new: bool
+
+
+@dataclass
+class ControllerBrokerRequestBatch:
+    """Requests collected while handling one controller event. Controller event task only."""
+
+    context: ControllerContext
+    channel: ControllerChannelManager
+    controller_id: int
+    on_response: ResponseCallback
+    leader_and_isr: dict[int, dict[TopicPartition, _LeaderAndIsrEntry]] = field(
+        default_factory=dict
+    )
+    update_metadata_brokers: set[int] = field(default_factory=set)
+    update_metadata_partitions: dict[TopicPartition, None] = field(default_factory=dict)
+    update_metadata_all_partitions: bool = False
+    stop_replica: dict[int, dict[TopicPartition, bool]] = field(default_factory=dict)
+
+    def new_batch(self) -> None:
+        self.leader_and_isr.clear()
+        self.update_metadata_brokers.clear()
+        self.update_metadata_partitions.clear()
+        self.update_metadata_all_partitions = False
+        self.stop_replica.clear()
+
+    def add_leader_and_isr_request_for_brokers(
+        self,
+        broker_ids: Iterable[int],
+        tp: TopicPartition,
+        leader_and_isr: LeaderAndIsr,
+        replicas: Iterable[int],
+        is_new: bool,
+    ) -> None:
+        replicas = tuple(replicas)
+        for broker_id in broker_ids:
+            if broker_id < 0:
+                continue
+            entries = self.leader_and_isr.setdefault(broker_id, {})
+            previous = entries.get(tp)
+            entries[tp] = _LeaderAndIsrEntry(
+                leader_and_isr, replicas, is_new or (previous is not None and previous.is_new)
+            )
+        self.add_update_metadata_request_for_brokers(self.context.live_broker_ids, [tp])
+
+    def add_update_metadata_request_for_brokers(
+        self, broker_ids: Iterable[int], partitions: Iterable[TopicPartition] | None = None
+    ) -> None:
+        """UpdateMetadata to `broker_ids` for `partitions` (None: every partition)."""
+        self.update_metadata_brokers.update(b for b in broker_ids if b >= 0)
+        if partitions is None:
+            self.update_metadata_all_partitions = True
+        else:
+            for tp in partitions:
+                self.update_metadata_partitions[tp] = None
+
+    def add_stop_replica_request_for_brokers(
+        self, broker_ids: Iterable[int], tp: TopicPartition, delete: bool
+    ) -> None:
+        for broker_id in broker_ids:
+            entries = self.stop_replica.setdefault(broker_id, {})
+            entries[tp] = entries.get(tp, False) or delete
+
+    def send_requests_to_brokers(self, controller_epoch: int) -> None:
+        self._send_leader_and_isr(controller_epoch)
+        self._send_update_metadata(controller_epoch)
+        self._send_stop_replica(controller_epoch)
+        self.new_batch()
+
+    # request building
+
+    def _topic_id(self, topic: str) -> uuid.UUID | None:
+        topic_id = self.context.topic_ids.get(topic)
+        return topic_id_to_uuid(topic_id)
+
+    def _send_leader_and_isr(self, controller_epoch: int) -> None:
+        context = self.context
+        for broker_id, entries in self.leader_and_isr.items():
+            if broker_id not in context.live_brokers:
+                continue
+            topics: dict[str, list[dict[str, Any]]] = {}
+            leaders: set[int] = set()
+            for (topic, partition), entry in entries.items():
+                state = entry.leader_and_isr
+                leaders.add(state.leader)
+                topics.setdefault(topic, []).append(
+                    {
+                        "partition_index": partition,
+                        "controller_epoch": state.controller_epoch,
+                        "leader": state.leader,
+                        "leader_epoch": state.leader_epoch,
+                        "isr": state.isr,
+                        "zk_version": state.zk_version,
+                        "replicas": entry.replicas,
+                        "adding_replicas": (),
+                        "removing_replicas": (),
+                        "is_new": entry.is_new,
+                    }
+                )
+            live_leaders = []
+            for leader in sorted(leaders):
+                info = context.live_brokers.get(leader)
+                if info is not None:
+                    endpoint = info.endpoints[0]
+                    live_leaders.append(
+                        {"broker_id": leader, "host_name": endpoint.host, "port": endpoint.port}
+                    )
+            request = build(
+                LeaderAndIsrRequestV5,
+                {
+                    "controller_id": self.controller_id,
+                    "controller_epoch": controller_epoch,
+                    "broker_epoch": context.broker_epoch(broker_id),
+                    "type": 0,
+                    "topic_states": [
+                        {
+                            "topic_name": topic,
+                            "topic_id": self._topic_id(topic),
+                            "partition_states": states,
+                        }
+                        for topic, states in topics.items()
+                    ],
+                    "live_leaders": live_leaders,
+                },
+            )
+            self.channel.send(
+                broker_id, ApiKey.LEADER_AND_ISR, LEADER_AND_ISR_VERSION, request, self.on_response
+            )
+
+    def _send_update_metadata(self, controller_epoch: int) -> None:
+        if not self.update_metadata_brokers:
+            return
+        context = self.context
+        if self.update_metadata_all_partitions:
+            partitions: Iterable[TopicPartition] = context.all_partitions()
+        else:
+            partitions = list(self.update_metadata_partitions)
+        live = context.live_broker_ids
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp in partitions:
+            state = context.leadership.get(tp)
+            if state is None:
+                continue
+            replicas = context.partition_replica_assignment(tp)
+            leader = (
+                LEADER_DURING_DELETE
+                if context.is_topic_queued_for_deletion(tp[0])
+                else state.leader
+            )
+            topics.setdefault(tp[0], []).append(
+                {
+                    "partition_index": tp[1],
+                    "controller_epoch": state.controller_epoch,
+                    "leader": leader,
+                    "leader_epoch": state.leader_epoch,
+                    "isr": state.isr,
+                    "zk_version": state.zk_version,
+                    "replicas": replicas,
+                    "offline_replicas": tuple(r for r in replicas if r not in live),
+                }
+            )
+        topic_states = [
+            {"topic_name": topic, "topic_id": self._topic_id(topic), "partition_states": states}
+            for topic, states in topics.items()
+        ]
+        live_brokers = [
+            {
+                "id": info.id,
+                "endpoints": [
+                    {
+                        "port": endpoint.port,
+                        "host": endpoint.host,
+                        "listener": endpoint.listener_name,
+                        "security_protocol": PLAINTEXT,
+                    }
+                    for endpoint in info.endpoints
+                ],
+                "rack": info.rack,
+            }
+            for info in sorted(context.live_brokers.values(), key=lambda b: b.id)
+        ]
+        for broker_id in sorted(self.update_metadata_brokers):
+            if broker_id not in context.live_brokers:
+                continue
+            request = build(
+                UpdateMetadataRequestV7,
+                {
+                    "controller_id": self.controller_id,
+                    "controller_epoch": controller_epoch,
+                    "broker_epoch": context.broker_epoch(broker_id),
+                    "topic_states": topic_states,
+                    "live_brokers": live_brokers,
+                },
+            )
+            self.channel.send(
+                broker_id,
+                ApiKey.UPDATE_METADATA,
+                UPDATE_METADATA_VERSION,
+                request,
+                self.on_response,
+            )
+
+    def _send_stop_replica(self, controller_epoch: int) -> None:
+        context = self.context
+        for broker_id, entries in self.stop_replica.items():
+            if broker_id not in context.live_brokers:
+                continue
+            topics: dict[str, list[dict[str, Any]]] = {}
+            for (topic, partition), delete in entries.items():
+                state = context.leadership.get((topic, partition))
+                topics.setdefault(topic, []).append(
+                    {
+                        "partition_index": partition,
+                        "leader_epoch": state.leader_epoch if state is not None else -1,
+                        "delete_partition": delete,
+                    }
+                )
+            request = build(
+                StopReplicaRequestV3,
+                {
+                    "controller_id": self.controller_id,
+                    "controller_epoch": controller_epoch,
+                    "broker_epoch": context.broker_epoch(broker_id),
+                    "topic_states": [
+                        {"topic_name": topic, "partition_states": states}
+                        for topic, states in topics.items()
+                    ],
+                },
+            )
+            self.channel.send(
+                broker_id, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, request, self.on_response
+            )
+
+
+def topic_id_to_uuid(topic_id: str | None) -> uuid.UUID | None:
+    """Kafka stores topic ids in ZooKeeper as URL-safe base64 of the 16 UUID bytes."""
+    if not topic_id:
+        return None
+    import base64
+
+    try:
+        raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
+        return uuid.UUID(bytes=raw)
+    except (ValueError, TypeError):
+        return None
+
+
+def uuid_to_topic_id(value: uuid.UUID) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")

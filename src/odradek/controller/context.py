@@ -1,0 +1,160 @@
+"""The controller context: everything the active controller knows about the cluster.
+
+Built from ZooKeeper in `on_controller_failover` and kept current by the controller's events: live
+brokers with their epochs (the czxid of `/brokers/ids/<id>`), every topic's assignment (AR per
+partition) and topic id, the latest leader/ISR of every partition as written in ZooKeeper (with the
+znode version, the partition epoch), and the state of every partition and replica in the two state
+machines. Also the brokers shutting down and the topics queued for deletion.
+
+Concurrency: only the controller's event task reads or writes it (see `event_manager`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from odradek.controller.states import PartitionState, ReplicaState
+from odradek.zk.znodes import BrokerInfo, LeaderIsrAndControllerEpoch
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReplica:
+    topic: str
+    partition: int
+    replica: int
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+LeaderAndIsr = LeaderIsrAndControllerEpoch
+"""A partition's leader, leader epoch, ISR, the controller epoch that wrote it, and the version of
+the partition state znode it was read from or written to (the partition epoch)."""
+
+
+@dataclass
+class ControllerContext:
+    epoch: int = 0
+    epoch_zk_version: int = 0
+    live_brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    shutting_down_broker_ids: set[int] = field(default_factory=set)
+    assignments: dict[str, dict[int, tuple[int, ...]]] = field(default_factory=dict)
+    topic_ids: dict[str, str] = field(default_factory=dict)
+    leadership: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)
+    partition_states: dict[TopicPartition, PartitionState] = field(default_factory=dict)
+    replica_states: dict[PartitionReplica, ReplicaState] = field(default_factory=dict)
+    topics_to_be_deleted: set[str] = field(default_factory=set)
+    topics_ineligible_for_deletion: set[str] = field(default_factory=set)
+    # Partitions (and their old and new replicas) of in-flight reassignments.
+    partitions_being_reassigned: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    # brokers
+
+    @property
+    def live_broker_ids(self) -> set[int]:
+        return set(self.live_brokers)
+
+    @property
+    def live_serving_broker_ids(self) -> set[int]:
+        """Live brokers not in controlled shutdown: where leaders may be elected."""
+        return set(self.live_brokers) - self.shutting_down_broker_ids
+
+    def broker_epoch(self, broker_id: int) -> int:
+        info = self.live_brokers.get(broker_id)
+        return info.broker_epoch if info is not None else -1
+
+    def is_replica_online(self, broker_id: int, include_shutting_down: bool = False) -> bool:
+        if include_shutting_down:
+            return broker_id in self.live_brokers
+        return broker_id in self.live_brokers and broker_id not in self.shutting_down_broker_ids
+
+    # topics and partitions
+
+    @property
+    def all_topics(self) -> set[str]:
+        return set(self.assignments)
+
+    def all_partitions(self) -> list[TopicPartition]:
+        return [(t, p) for t, parts in self.assignments.items() for p in parts]
+
+    def partitions_for_topic(self, topic: str) -> list[TopicPartition]:
+        return [(topic, p) for p in sorted(self.assignments.get(topic, {}))]
+
+    def partition_replica_assignment(self, tp: TopicPartition) -> tuple[int, ...]:
+        return self.assignments.get(tp[0], {}).get(tp[1], ())
+
+    def update_partition_replica_assignment(
+        self, tp: TopicPartition, replicas: Iterable[int]
+    ) -> None:
+        self.assignments.setdefault(tp[0], {})[tp[1]] = tuple(replicas)
+
+    def remove_topic(self, topic: str) -> None:
+        for partition in self.assignments.pop(topic, {}):
+            tp = (topic, partition)
+            self.leadership.pop(tp, None)
+            self.partition_states.pop(tp, None)
+        for replica in [r for r in self.replica_states if r.topic == topic]:
+            del self.replica_states[replica]
+        self.topic_ids.pop(topic, None)
+
+    def replicas_on_brokers(self, broker_ids: set[int]) -> list[PartitionReplica]:
+        return [
+            PartitionReplica(topic, partition, replica)
+            for topic, parts in self.assignments.items()
+            for partition, replicas in parts.items()
+            for replica in replicas
+            if replica in broker_ids
+        ]
+
+    def partitions_on_broker(self, broker_id: int) -> list[TopicPartition]:
+        return [
+            (topic, partition)
+            for topic, parts in self.assignments.items()
+            for partition, replicas in parts.items()
+            if broker_id in replicas
+        ]
+
+    def partitions_led_by(self, broker_id: int) -> list[TopicPartition]:
+        return [tp for tp, state in self.leadership.items() if state.leader == broker_id]
+
+    def replicas_for_partition(
+        self, partitions: Iterable[TopicPartition]
+    ) -> list[PartitionReplica]:
+        return [
+            PartitionReplica(tp[0], tp[1], replica)
+            for tp in partitions
+            for replica in self.partition_replica_assignment(tp)
+        ]
+
+    def partitions_in_states(self, *states: PartitionState) -> list[TopicPartition]:
+        wanted = set(states)
+        return [tp for tp, state in self.partition_states.items() if state in wanted]
+
+    def replicas_in_state(self, topic: str, state: ReplicaState) -> list[PartitionReplica]:
+        return [r for r, s in self.replica_states.items() if r.topic == topic and s == state]
+
+    def are_all_replicas_in_state(self, topic: str, state: ReplicaState) -> bool:
+        return all(s == state for r, s in self.replica_states.items() if r.topic == topic)
+
+    def is_any_replica_in_state(self, topic: str, state: ReplicaState) -> bool:
+        return any(s == state for r, s in self.replica_states.items() if r.topic == topic)
+
+    def offline_partition_count(self) -> int:
+        return len(self.partitions_in_states(PartitionState.OfflinePartition))
+
+    def leader_counts(self) -> dict[int, int]:
+        counts: dict[int, int] = defaultdict(int)
+        for state in self.leadership.values():
+            counts[state.leader] += 1
+        return dict(counts)
+
+    def is_topic_queued_for_deletion(self, topic: str) -> bool:
+        return topic in self.topics_to_be_deleted

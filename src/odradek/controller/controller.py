@@ -1,0 +1,698 @@
+"""The controller (Kafka's KafkaController in ZooKeeper mode): one broker of the cluster decides.
+
+Every broker runs this component; the one that creates the ephemeral `/controller` znode (and bumps
+`/controller_epoch` in the same transaction) is the active controller. The others watch `/controller`
+and try again when it disappears. All work is done by events on one queue (`event_manager`); watch
+callbacks only enqueue, and watches registered by an earlier term are ignored (`_generation`).
+
+Callbacks, who invokes them, and their steps:
+
+`_on_controller_failover` — when this broker wins the election:
+  1. register the watches (brokers, topics, topic deletions, ISR change notifications);
+  2. read the whole cluster state from ZooKeeper into the context (pipelined reads);
+  3. start a sender per live broker and send UpdateMetadata to every live broker *before* any
+     LeaderAndIsr, so brokers know the cluster before they are told their roles;
+  4. start the replica state machine (replicas Online, LeaderAndIsr to their brokers) and the partition
+     state machine (leaders elected for New and Offline partitions);
+  5. resume topic deletions.
+
+`_on_controller_resignation` — on losing `/controller` or the session: stop the senders, forget the
+context. Nothing is written: the new controller rebuilds from ZooKeeper.
+
+`_on_broker_startup(new)` — BrokerChange with new ids: UpdateMetadata to all live brokers; the new
+brokers' replicas go OnlineReplica (they truncate and follow); New/Offline partitions get leaders.
+
+`_on_broker_failure(dead)` — BrokerChange with ids gone (or re-registered with a new epoch): the
+partitions they led go Offline and are re-elected at once (live ISR first; unclean only where the topic
+allows it); their replicas go OfflineReplica (leaving the ISR); UpdateMetadata alone if nothing moved.
+
+`_on_new_partition_creation` — TopicChange / PartitionModifications: partitions New, replicas New,
+partitions Online (state znodes created with leader = first live replica, ISR = live AR), replicas
+Online.
+
+`_process_controlled_shutdown` — a broker's ControlledShutdown request: move leadership of every
+partition it leads to another ISR member and take it out of the ISR of the ones it follows; answer with
+what it still leads (the broker retries until that is empty).
+
+Concurrency: all state is owned by the event task. Public methods called from elsewhere only enqueue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from odradek.controller import events as ev
+from odradek.controller.channel_manager import (
+    ControllerBrokerRequestBatch,
+    ControllerChannelManager,
+    uuid_to_topic_id,
+)
+from odradek.controller.context import ControllerContext, PartitionReplica, TopicPartition
+from odradek.controller.controller_zk import ControllerZk
+from odradek.controller.event_manager import ControllerEventManager
+from odradek.controller.partition_state_machine import ElectionStrategy, PartitionStateMachine
+from odradek.controller.replica_state_machine import ReplicaStateMachine
+from odradek.controller.states import PartitionState, ReplicaState, StateChangeLogger
+from odradek.controller.topic_deletion import TopicDeletionManager
+from odradek.errors import (
+    BrokerNotAvailableError,
+    KafkaError,
+    NotControllerError,
+    StaleBrokerEpochError,
+)
+from odradek.protocol.codec import ApiKey
+from odradek.zk.client import SessionState, WatchEvent, WatchEventKind, ZkClient
+from odradek.zk.errors import (
+    BadVersionError,
+    ControllerMovedError,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+    ZkError,
+)
+from odradek.zk.znodes import (
+    ControllerZNode,
+    DeleteTopicsZNode,
+    IsrChangeNotificationZNode,
+    ReplicaAssignment,
+)
+
+log = logging.getLogger(__name__)
+
+
+class KafkaController:
+    """The controller component of one broker."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        zk: ZkClient,
+        *,
+        request_timeout: float,
+        unclean_leader_election_default: bool,
+        delete_topic_enable: bool,
+        register_broker: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.broker_id = broker_id
+        self.zk_client = zk
+        self.zk = ControllerZk(zk)
+        self.context = ControllerContext()
+        self.state_change_logger = StateChangeLogger(broker_id)
+        self.request_timeout = request_timeout
+        self.unclean_leader_election_default = unclean_leader_election_default
+        self.delete_topic_enable = delete_topic_enable
+        self._register_broker = register_broker
+        self.active_controller_id = -1
+        self._generation = 0
+        self.channel: ControllerChannelManager | None = None
+        self.batch: ControllerBrokerRequestBatch | None = None
+        self.replica_state_machine: ReplicaStateMachine | None = None
+        self.partition_state_machine: PartitionStateMachine | None = None
+        self.topic_deletion: TopicDeletionManager | None = None
+        self.event_manager: ControllerEventManager | None = None
+        self.failovers = 0
+        self.last_failover_seconds = 0.0
+
+    # lifecycle (broker's event loop)
+
+    @property
+    def is_active(self) -> bool:
+        return self.active_controller_id == self.broker_id
+
+    def startup(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.event_manager = ControllerEventManager(self, loop)
+        self.zk_client.add_state_listener(self._on_session_state)
+        self.event_manager.put(ev.Startup())
+        self.event_manager.start()
+
+    async def shutdown(self) -> None:
+        if self.event_manager is None:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.event_manager.put(ev.Shutdown(done))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done, 10)
+        await self.event_manager.close()
+        self.zk_client.remove_state_listener(self._on_session_state)
+
+    def put(self, event: Any) -> None:
+        if self.event_manager is not None:
+            self.event_manager.put(event)
+
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> asyncio.Future[Any]:
+        """Called by the ControlledShutdown request handler; resolves to the partitions still led."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not self.is_active:
+            future.set_exception(
+                NotControllerError(f"broker {self.broker_id} is not the controller")
+            )
+        else:
+            self.put(ev.ControlledShutdown(broker_id, broker_epoch, future))
+        return future
+
+    def _on_session_state(self, state: SessionState) -> None:
+        if self.event_manager is None:
+            return
+        if state is SessionState.EXPIRED:
+            self.event_manager.clear_and_put(ev.Expire())
+        elif state is SessionState.CONNECTED and self._expired:
+            self._expired = False
+            self.event_manager.put(ev.RegisterBrokerAndReelect())
+
+    _expired = False
+
+    # watches: they only enqueue, and only for the current term
+
+    def _watch(self, make_event: Callable[[WatchEvent], Any]) -> Callable[[WatchEvent], None]:
+        generation = self._generation
+
+        def callback(event: WatchEvent) -> None:
+            if generation != self._generation:
+                return
+            item = make_event(event)
+            if item is not None:
+                self.put(item)
+
+        return callback
+
+    def _controller_watch(self, event: WatchEvent) -> Any:
+        if event.kind is WatchEventKind.DELETED:
+            return ev.Reelect()
+        return ev.ControllerChange()
+
+    # the event processor interface
+
+    async def process(self, event: Any) -> None:
+        match event:
+            case ev.Startup():
+                await self._elect()
+            case ev.ControllerChange():
+                await self._maybe_resign()
+            case ev.Reelect():
+                await self._maybe_resign()
+                await self._elect()
+            case ev.Expire():
+                self._expired = True
+                if self.is_active:
+                    self._on_controller_resignation()
+                self.active_controller_id = -1
+            case ev.RegisterBrokerAndReelect():
+                await self._register_broker()
+                await self._elect()
+            case ev.Shutdown(done=done):
+                if self.is_active:
+                    self._on_controller_resignation()
+                self.active_controller_id = -1
+                if not done.done():
+                    done.set_result(None)
+            case ev.ControlledShutdown():
+                await self._process_controlled_shutdown(event)
+            case _ if not self.is_active:
+                return
+            case ev.BrokerChange():
+                await self._process_broker_change()
+            case ev.BrokerModification():
+                await self._process_broker_change()
+            case ev.TopicChange():
+                await self._process_topic_change()
+            case ev.PartitionModifications(topic=topic):
+                await self._process_partition_modifications(topic)
+            case ev.TopicDeletion():
+                assert self.topic_deletion is not None
+                await self.topic_deletion.process_topic_deletion_event(
+                    self._watch(lambda e: ev.TopicDeletion())
+                )
+                self._send_batch()
+            case ev.TopicDeletionStopReplicaResponseReceived():
+                assert self.topic_deletion is not None
+                await self.topic_deletion.on_stop_replica_response(event.broker_id, event.errors)
+                self._send_batch()
+            case ev.IsrChangeNotification():
+                await self._process_isr_change_notification()
+            case ev.BrokerResponseReceived():
+                self._process_broker_response(event)
+            case _:
+                log.debug("controller ignores event %s", event.name)
+
+    def preempt(self, event: Any) -> None:
+        if isinstance(event, ev.ControlledShutdown) and not event.result.done():
+            event.result.set_exception(NotControllerError("controller is resigning"))
+        if isinstance(event, ev.Shutdown) and not event.done.done():
+            event.done.set_result(None)
+
+    async def on_error(self, event: Any, error: BaseException) -> None:
+        if isinstance(event, ev.ControlledShutdown) and not event.result.done():
+            event.result.set_exception(
+                error
+                if isinstance(error, KafkaError)
+                else KafkaError(f"controlled shutdown failed: {error}")
+            )
+        if isinstance(error, ControllerMovedError):
+            log.info("controller moved while processing %s; resigning", event.name)
+            await self._maybe_resign()
+            if self.is_active:  # the ZooKeeper write says otherwise: step down for real
+                self._on_controller_resignation()
+                self.active_controller_id = -1
+            return
+        if isinstance(error, SessionExpiredError):
+            log.info("ZooKeeper session expired while processing %s", event.name)
+            return
+        log.error("error processing controller event %s", event.name, exc_info=error)
+        if (
+            isinstance(event, ev.Startup | ev.Reelect | ev.RegisterBrokerAndReelect)
+            and self.is_active
+        ):
+            await self._trigger_controller_move()
+
+    # election and resignation
+
+    async def _elect(self) -> None:
+        self.active_controller_id = await self.zk.read_controller_id(
+            self._watch(self._controller_watch)
+        )
+        if self.active_controller_id != -1:
+            log.debug("broker %d is the controller", self.active_controller_id)
+            return
+        try:
+            epoch, epoch_zk_version = await self.zk.register_controller_and_increment_epoch(
+                self.broker_id
+            )
+        except (NodeExistsError, BadVersionError):
+            self.active_controller_id = await self.zk.read_controller_id(
+                self._watch(self._controller_watch)
+            )
+            return
+        self.active_controller_id = self.broker_id
+        self.context.reset()
+        self.context.epoch = epoch
+        self.context.epoch_zk_version = epoch_zk_version
+        log.info("broker %d is the controller now, epoch %d", self.broker_id, epoch)
+        await self._on_controller_failover()
+
+    async def _maybe_resign(self) -> None:
+        was_active = self.is_active
+        self.active_controller_id = await self.zk.read_controller_id(
+            self._watch(self._controller_watch)
+        )
+        if was_active and not self.is_active:
+            self._on_controller_resignation()
+
+    async def _trigger_controller_move(self) -> None:
+        self._on_controller_resignation()
+        self.active_controller_id = -1
+        with contextlib.suppress(ZkError):
+            await self.zk_client.delete(ControllerZNode.path())
+
+    def _on_controller_resignation(self) -> None:
+        log.info("broker %d resigns as controller (epoch %d)", self.broker_id, self.context.epoch)
+        self._generation += 1
+        if self.channel is not None:
+            channel = self.channel
+            asyncio.get_running_loop().create_task(channel.shutdown())
+        self.channel = None
+        self.batch = None
+        self.replica_state_machine = None
+        self.partition_state_machine = None
+        self.topic_deletion = None
+        self.context.reset()
+
+    def _on_broker_response(self, broker_id: int, api_key: int, response: Any) -> None:
+        self.put(ev.BrokerResponseReceived(broker_id, api_key, response))
+
+    async def _unclean_enabled(self, topics: Iterable[str]) -> dict[str, bool]:
+        configs = await self.zk.get_topic_configs(topics)
+        result = {}
+        for topic, config in configs.items():
+            raw = config.get("unclean.leader.election.enable")
+            result[topic] = (
+                raw.strip().lower() == "true"
+                if raw is not None
+                else self.unclean_leader_election_default
+            )
+        return result
+
+    async def _on_controller_failover(self) -> None:
+        started = asyncio.get_running_loop().time()
+        self._generation += 1
+        context = self.context
+        self.channel = ControllerChannelManager(self.broker_id, self.request_timeout)
+        self.batch = ControllerBrokerRequestBatch(
+            context, self.channel, self.broker_id, self._on_broker_response
+        )
+        self.replica_state_machine = ReplicaStateMachine(
+            context, self.zk, self.batch, self.state_change_logger
+        )
+        self.partition_state_machine = PartitionStateMachine(
+            context, self.zk, self.batch, self.state_change_logger, self._unclean_enabled
+        )
+        self.topic_deletion = TopicDeletionManager(self, self.delete_topic_enable)
+
+        # 1-2. watches and the cluster state
+        context.live_brokers = await self.zk.get_all_brokers(
+            self._watch(lambda e: ev.BrokerChange())
+        )
+        topics = await self.zk.get_all_topics(self._watch(lambda e: ev.TopicChange()))
+        assignments = await self.zk.get_topic_assignments(
+            topics, self._partition_modification_watch
+        )
+        await self._load_assignments(assignments)
+        context.leadership.update(await self.zk.get_partition_states(context.all_partitions()))
+        notifications = await self.zk.get_isr_change_notifications(
+            self._watch(lambda e: ev.IsrChangeNotification())
+        )
+        if notifications:
+            await self.zk.delete_isr_change_notifications(notifications, context.epoch_zk_version)
+        # 3. senders, then UpdateMetadata before any LeaderAndIsr
+        for broker in context.live_brokers.values():
+            self.channel.add_broker(broker)
+        self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
+        self._send_batch()
+        # 4. the state machines
+        self.replica_state_machine.initialize_states()
+        self.partition_state_machine.initialize_states()
+        online = [r for r, s in context.replica_states.items() if s is ReplicaState.OnlineReplica]
+        await self.replica_state_machine.handle_state_changes(online, ReplicaState.OnlineReplica)
+        await self.partition_state_machine.trigger_online_partition_state_change()
+        self._send_batch()
+        # 5. topic deletion
+        await self.topic_deletion.process_topic_deletion_event(
+            self._watch(lambda e: ev.TopicDeletion())
+        )
+        self._send_batch()
+        self.failovers += 1
+        self.last_failover_seconds = asyncio.get_running_loop().time() - started
+        log.info(
+            "controller failover done in %.3fs: %d brokers, %d topics, %d partitions (%d offline)",
+            self.last_failover_seconds,
+            len(context.live_brokers),
+            len(context.assignments),
+            len(context.leadership),
+            context.offline_partition_count(),
+        )
+
+    def _partition_modification_watch(self, topic: str) -> Callable[[WatchEvent], None]:
+        return self._watch(
+            lambda e: (
+                ev.PartitionModifications(topic) if e.kind is not WatchEventKind.DELETED else None
+            )
+        )
+
+    async def _load_assignments(self, assignments: dict[str, Any]) -> list[str]:
+        """Put topic assignments into the context; give topics without an id one (as Kafka 2.8+)."""
+        context = self.context
+        for topic, assignment in assignments.items():
+            context.assignments[topic] = {
+                p: tuple(a.replicas) for p, a in assignment.partitions.items()
+            }
+            if assignment.topic_id:
+                context.topic_ids[topic] = assignment.topic_id
+                continue
+            topic_id = uuid_to_topic_id(uuid.uuid4())
+            try:
+                await self.zk.set_topic_assignment(
+                    context.epoch_zk_version,
+                    topic,
+                    dict(assignment.partitions),
+                    topic_id,
+                    assignment.zk_version,
+                )
+                context.topic_ids[topic] = topic_id
+            except BadVersionError:
+                reread = await self.zk.get_topic_assignments([topic])
+                if topic in reread and reread[topic].topic_id:
+                    context.topic_ids[topic] = reread[topic].topic_id  # type: ignore[assignment]
+        return list(assignments)
+
+    def _send_batch(self) -> None:
+        if self.batch is not None:
+            self.batch.send_requests_to_brokers(self.context.epoch)
+
+    # brokers
+
+    async def _process_broker_change(self) -> None:
+        context = self.context
+        current = await self.zk.get_all_brokers(self._watch(lambda e: ev.BrokerChange()))
+        previous = context.live_brokers
+        new_ids = set(current) - set(previous)
+        dead_ids = set(previous) - set(current)
+        bounced_ids = {
+            b
+            for b in set(current) & set(previous)
+            if current[b].broker_epoch > previous[b].broker_epoch
+        }
+        if not (new_ids or dead_ids or bounced_ids):
+            # Same brokers; an endpoint or rack may have changed.
+            changed = {b for b in current if current[b] != previous.get(b)}
+            context.live_brokers = current
+            if changed:
+                assert self.channel is not None
+                for b in changed:
+                    self.channel.add_broker(current[b])
+                assert self.batch is not None
+                self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
+                self._send_batch()
+            return
+        log.info(
+            "brokers changed: new %s, dead %s, bounced %s",
+            sorted(new_ids),
+            sorted(dead_ids),
+            sorted(bounced_ids),
+        )
+        assert self.channel is not None
+        for broker_id in dead_ids | bounced_ids:
+            self.channel.remove_broker(broker_id)
+        context.live_brokers = {b: info for b, info in current.items() if b not in bounced_ids}
+        if bounced_ids:
+            await self._on_broker_failure(bounced_ids)
+        context.live_brokers = current
+        for broker_id in new_ids | bounced_ids:
+            self.channel.add_broker(current[broker_id])
+        if new_ids:
+            await self._on_broker_startup(new_ids)
+        if bounced_ids:
+            await self._on_broker_startup(bounced_ids)
+        if dead_ids:
+            await self._on_broker_failure(dead_ids)
+
+    async def _on_broker_startup(self, new_ids: set[int]) -> None:
+        context = self.context
+        assert self.batch is not None and self.replica_state_machine is not None
+        assert self.partition_state_machine is not None and self.topic_deletion is not None
+        context.shutting_down_broker_ids -= new_ids
+        # 1. everyone learns about the new brokers; the new brokers learn everything
+        self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
+        self._send_batch()
+        # 2. their replicas go online (LeaderAndIsr: they truncate and follow)
+        replicas = [
+            r
+            for r in context.replicas_on_brokers(new_ids)
+            if not context.is_topic_queued_for_deletion(r.topic)
+        ]
+        await self.replica_state_machine.handle_state_changes(replicas, ReplicaState.OnlineReplica)
+        # 3. offline partitions with a replica on them may now get a leader
+        await self.partition_state_machine.trigger_online_partition_state_change()
+        self._send_batch()
+        # 4. topic deletions waiting for these brokers can go on
+        await self.topic_deletion.on_brokers_started(new_ids)
+        self._send_batch()
+
+    async def _on_broker_failure(self, dead_ids: set[int]) -> None:
+        context = self.context
+        assert self.batch is not None and self.replica_state_machine is not None
+        assert self.partition_state_machine is not None and self.topic_deletion is not None
+        context.shutting_down_broker_ids -= dead_ids
+        replicas = context.replicas_on_brokers(dead_ids)
+        await self._on_replicas_become_offline(replicas)
+        await self.topic_deletion.on_replicas_offline(replicas)
+        self._send_batch()
+
+    async def _on_replicas_become_offline(self, replicas: list[PartitionReplica]) -> None:
+        context = self.context
+        assert self.batch is not None and self.replica_state_machine is not None
+        assert self.partition_state_machine is not None
+        dead = {r.replica for r in replicas}
+        with_offline_leader = [
+            tp
+            for tp, state in context.leadership.items()
+            if state.leader in dead and not context.is_topic_queued_for_deletion(tp[0])
+        ]
+        # 1. partitions whose leader died: Offline, then elect at once
+        await self.partition_state_machine.handle_state_changes(
+            with_offline_leader, PartitionState.OfflinePartition
+        )
+        await self.partition_state_machine.trigger_online_partition_state_change()
+        # 2. the dead replicas: Offline (out of the ISR)
+        not_deleting = [r for r in replicas if not context.is_topic_queued_for_deletion(r.topic)]
+        await self.replica_state_machine.handle_state_changes(
+            not_deleting, ReplicaState.OfflineReplica
+        )
+        # 3. if no partition changed, the live brokers still need the new broker list
+        if not with_offline_leader and not not_deleting:
+            self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, [])
+
+    # topics
+
+    async def _process_topic_change(self) -> None:
+        context = self.context
+        topics = await self.zk.get_all_topics(self._watch(lambda e: ev.TopicChange()))
+        new_topics = topics - context.all_topics
+        deleted_topics = context.all_topics - topics
+        for topic in deleted_topics:
+            context.remove_topic(topic)
+        if not new_topics:
+            return
+        assignments = await self.zk.get_topic_assignments(
+            new_topics, self._partition_modification_watch
+        )
+        await self._load_assignments(assignments)
+        log.info("new topics: %s", sorted(assignments))
+        partitions = [tp for topic in assignments for tp in context.partitions_for_topic(topic)]
+        await self._on_new_partition_creation(partitions)
+
+    async def _process_partition_modifications(self, topic: str) -> None:
+        context = self.context
+        if topic not in context.assignments:
+            return
+        assignments = await self.zk.get_topic_assignments(
+            [topic], self._partition_modification_watch
+        )
+        assignment = assignments.get(topic)
+        if assignment is None:
+            return
+        existing = context.assignments[topic]
+        added = {
+            p: tuple(a.replicas) for p, a in assignment.partitions.items() if p not in existing
+        }
+        if not added:
+            return
+        if context.is_topic_queued_for_deletion(topic):
+            log.info("ignoring new partitions of %s: it is being deleted", topic)
+            return
+        for partition, replicas in added.items():
+            context.update_partition_replica_assignment((topic, partition), replicas)
+        log.info("new partitions of %s: %s", topic, sorted(added))
+        await self._on_new_partition_creation([(topic, p) for p in sorted(added)])
+
+    async def _on_new_partition_creation(self, partitions: list[TopicPartition]) -> None:
+        assert self.replica_state_machine is not None and self.partition_state_machine is not None
+        context = self.context
+        replicas = context.replicas_for_partition(partitions)
+        await self.partition_state_machine.handle_state_changes(
+            partitions, PartitionState.NewPartition
+        )
+        await self.replica_state_machine.handle_state_changes(replicas, ReplicaState.NewReplica)
+        await self.partition_state_machine.handle_state_changes(
+            partitions, PartitionState.OnlinePartition, ElectionStrategy.OFFLINE
+        )
+        await self.replica_state_machine.handle_state_changes(replicas, ReplicaState.OnlineReplica)
+        self._send_batch()
+
+    # ISR changes made by leaders
+
+    async def _process_isr_change_notification(self) -> None:
+        context = self.context
+        children = await self.zk.get_isr_change_notifications(
+            self._watch(lambda e: ev.IsrChangeNotification())
+        )
+        if not children:
+            return
+        partitions = await self.zk.read_isr_change_notifications(children)
+        known = [tp for tp in partitions if tp in context.leadership]
+        if known:
+            context.leadership.update(await self.zk.get_partition_states(known))
+            assert self.batch is not None
+            self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, known)
+            self._send_batch()
+        await self.zk.delete_isr_change_notifications(children, context.epoch_zk_version)
+
+    # controlled shutdown
+
+    async def _process_controlled_shutdown(self, event: ev.ControlledShutdown) -> None:
+        if event.result.done():
+            return
+        if not self.is_active:
+            event.result.set_exception(
+                NotControllerError(f"broker {self.broker_id} is not the controller")
+            )
+            return
+        context = self.context
+        assert self.partition_state_machine is not None and self.replica_state_machine is not None
+        if event.broker_id not in context.live_brokers:
+            event.result.set_exception(
+                BrokerNotAvailableError(f"broker {event.broker_id} is not live")
+            )
+            return
+        if 0 <= event.broker_epoch < context.broker_epoch(event.broker_id):
+            event.result.set_exception(
+                StaleBrokerEpochError(
+                    f"broker epoch {event.broker_epoch} of {event.broker_id} is stale"
+                )
+            )
+            return
+        context.shutting_down_broker_ids.add(event.broker_id)
+        log.info("controlled shutdown of broker %d", event.broker_id)
+        partitions = [
+            tp
+            for tp in context.partitions_on_broker(event.broker_id)
+            if len(context.partition_replica_assignment(tp)) > 1
+            and not context.is_topic_queued_for_deletion(tp[0])
+            and tp in context.leadership
+        ]
+        led = [tp for tp in partitions if context.leadership[tp].leader == event.broker_id]
+        followed = [tp for tp in partitions if context.leadership[tp].leader != event.broker_id]
+        await self.partition_state_machine.handle_state_changes(
+            led, PartitionState.OnlinePartition, ElectionStrategy.CONTROLLED_SHUTDOWN
+        )
+        await self.replica_state_machine.handle_state_changes(
+            [PartitionReplica(t, p, event.broker_id) for t, p in followed],
+            ReplicaState.OfflineReplica,
+        )
+        self._send_batch()
+        remaining = [
+            tp
+            for tp in context.partitions_led_by(event.broker_id)
+            if len(context.partition_replica_assignment(tp)) > 1
+        ]
+        event.result.set_result(remaining)
+
+    # responses
+
+    def _process_broker_response(self, event: ev.BrokerResponseReceived) -> None:
+        response = event.response
+        error_code = getattr(response, "error_code", 0)
+        if error_code:
+            log.warning(
+                "broker %d answered %s with error %s",
+                event.broker_id,
+                ApiKey(event.api_key).name,
+                error_code,
+            )
+        if event.api_key == ApiKey.STOP_REPLICA and self.topic_deletion is not None:
+            self.topic_deletion.on_stop_replica_response_event(event.broker_id, response)
+
+    # introspection (tests, status)
+
+    def state_summary(self) -> dict[str, Any]:
+        context = self.context
+        return {
+            "active": self.is_active,
+            "epoch": context.epoch,
+            "live_brokers": sorted(context.live_brokers),
+            "partitions": len(context.leadership),
+            "offline": context.offline_partition_count(),
+        }
+
+
+__all__ = [
+    "DeleteTopicsZNode",
+    "IsrChangeNotificationZNode",
+    "KafkaController",
+    "NoNodeError",
+    "ReplicaAssignment",
+]

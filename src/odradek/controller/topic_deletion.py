@@ -1,0 +1,228 @@
+"""Topic deletion (Kafka's TopicDeletionManager), driven by `/admin/delete_topics/<topic>`.
+
+An admin (DeleteTopics on any broker, or a direct write) creates `/admin/delete_topics/<topic>`; the
+controller's TopicDeletion event queues the topic. Deleting it then takes these steps, each invoked by
+the controller's event task:
+
+1. Queue: topics that do not exist, or all topics when `delete.topic.enable` is false, just have their
+   znode removed.
+2. Start (`_start_deletion`): every broker gets UpdateMetadata with leader -2 for the topic's partitions
+   (clients stop using it); the partitions go Offline then NonExistent; the replicas go Offline, then
+   ReplicaDeletionStarted, which sends StopReplica(delete=true) to their brokers.
+3. Responses (`on_stop_replica_response`): a replica whose broker answered without error is
+   ReplicaDeletionSuccessful; an error, or a broker that is down, makes it ReplicaDeletionIneligible,
+   and the topic waits; ineligible replicas are retried when their broker starts again.
+4. Complete (`_complete_deletion`): once every replica is ReplicaDeletionSuccessful, the replicas go
+   NonExistent and ZooKeeper loses `/brokers/topics/<t>` (with its partition states),
+   `/config/topics/<t>` and `/admin/delete_topics/<t>` — in that order, so that a controller crash in
+   between leaves the deletion marker and the next controller finishes the job.
+
+Concurrency: controller event task only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from odradek.controller.context import PartitionReplica
+from odradek.controller.states import PartitionState, ReplicaState
+from odradek.zk.errors import NoNodeError, ZkError
+from odradek.zk.znodes import (
+    DeleteTopicsTopicZNode,
+    DeleteTopicsZNode,
+    TopicConfigZNode,
+    TopicZNode,
+)
+
+if TYPE_CHECKING:
+    from odradek.controller.controller import KafkaController
+
+log = logging.getLogger(__name__)
+
+
+class TopicDeletionManager:
+    def __init__(self, controller: KafkaController, delete_topic_enable: bool) -> None:
+        self.controller = controller
+        self.enabled = delete_topic_enable
+
+    @property
+    def context(self) -> Any:
+        return self.controller.context
+
+    async def process_topic_deletion_event(self, watch: Callable[..., None]) -> None:
+        zk = self.controller.zk_client
+        try:
+            queued = set(await zk.get_children(DeleteTopicsZNode.path(), watch))
+        except NoNodeError:
+            return
+        context = self.context
+        unknown = {t for t in queued if t not in context.assignments}
+        for topic in unknown if self.enabled else queued:
+            await self._delete_marker(topic)
+        if not self.enabled:
+            if queued:
+                log.info("delete.topic.enable is false: ignoring deletion of %s", sorted(queued))
+            return
+        wanted = queued - unknown
+        new = wanted - context.topics_to_be_deleted
+        if new:
+            log.info("topics queued for deletion: %s", sorted(new))
+            context.topics_to_be_deleted.update(new)
+        await self.resume()
+
+    async def _delete_marker(self, topic: str) -> None:
+        try:
+            await self.controller.zk_client.delete(DeleteTopicsTopicZNode.path(topic))
+        except NoNodeError:
+            pass
+
+    async def on_brokers_started(self, broker_ids: set[int]) -> None:
+        context = self.context
+        for replica, state in list(context.replica_states.items()):
+            if (
+                replica.replica in broker_ids
+                and state is ReplicaState.ReplicaDeletionIneligible
+                and context.is_topic_queued_for_deletion(replica.topic)
+            ):
+                context.topics_ineligible_for_deletion.discard(replica.topic)
+        await self.resume()
+
+    async def on_replicas_offline(self, replicas: list[PartitionReplica]) -> None:
+        context = self.context
+        deleting = [r for r in replicas if context.is_topic_queued_for_deletion(r.topic)]
+        if not deleting:
+            return
+        machine = self.controller.replica_state_machine
+        assert machine is not None
+        await machine.handle_state_changes(deleting, ReplicaState.OfflineReplica)
+        await machine.handle_state_changes(deleting, ReplicaState.ReplicaDeletionIneligible)
+        context.topics_ineligible_for_deletion.update(r.topic for r in deleting)
+
+    def on_stop_replica_response_event(self, broker_id: int, response: Any) -> None:
+        from odradek.controller import events as ev
+
+        errors = {
+            (e.topic_name, e.partition_index): int(e.error_code)
+            for e in getattr(response, "partition_errors", ())
+        }
+        if int(getattr(response, "error_code", 0)):
+            errors = {
+                (r.topic, r.partition): int(response.error_code)
+                for r in self.context.replica_states
+                if r.replica == broker_id
+            }
+        self.controller.put(ev.TopicDeletionStopReplicaResponseReceived(broker_id, errors))
+
+    async def on_stop_replica_response(
+        self, broker_id: int, errors: dict[tuple[str, int], int]
+    ) -> None:
+        context = self.context
+        machine = self.controller.replica_state_machine
+        assert machine is not None
+        started = [
+            r
+            for r, s in context.replica_states.items()
+            if r.replica == broker_id
+            and s is ReplicaState.ReplicaDeletionStarted
+            and context.is_topic_queued_for_deletion(r.topic)
+        ]
+        failed = [r for r in started if errors.get(r.topic_partition, 0) != 0]
+        succeeded = [r for r in started if errors.get(r.topic_partition, 0) == 0]
+        if failed:
+            await machine.handle_state_changes(failed, ReplicaState.ReplicaDeletionIneligible)
+            context.topics_ineligible_for_deletion.update(r.topic for r in failed)
+        await machine.handle_state_changes(succeeded, ReplicaState.ReplicaDeletionSuccessful)
+        await self.resume()
+
+    async def resume(self) -> None:
+        context = self.context
+        for topic in sorted(context.topics_to_be_deleted):
+            if context.are_all_replicas_in_state(topic, ReplicaState.ReplicaDeletionSuccessful):
+                await self._complete_deletion(topic)
+            elif context.is_any_replica_in_state(topic, ReplicaState.ReplicaDeletionStarted):
+                continue  # waiting for StopReplica answers
+            elif topic in context.topics_ineligible_for_deletion:
+                await self._retry_ineligible(topic)
+            else:
+                await self._start_deletion(topic)
+
+    async def _retry_ineligible(self, topic: str) -> None:
+        context = self.context
+        machine = self.controller.replica_state_machine
+        assert machine is not None
+        ineligible = [
+            r
+            for r in context.replicas_in_state(topic, ReplicaState.ReplicaDeletionIneligible)
+            if r.replica in context.live_brokers
+        ]
+        if not ineligible:
+            return
+        context.topics_ineligible_for_deletion.discard(topic)
+        await machine.handle_state_changes(ineligible, ReplicaState.OfflineReplica)
+        await machine.handle_state_changes(ineligible, ReplicaState.ReplicaDeletionStarted)
+
+    async def _start_deletion(self, topic: str) -> None:
+        context = self.context
+        controller = self.controller
+        partitions = context.partitions_for_topic(topic)
+        assert controller.batch is not None
+        assert (
+            controller.partition_state_machine is not None
+            and controller.replica_state_machine is not None
+        )
+        log.info("starting deletion of topic %s (%d partitions)", topic, len(partitions))
+        # 1. everybody stops using it (UpdateMetadata with leader -2 for topics being deleted)
+        controller.batch.add_update_metadata_request_for_brokers(
+            context.live_broker_ids, partitions
+        )
+        # 2. partitions Offline then NonExistent
+        await controller.partition_state_machine.handle_state_changes(
+            partitions, PartitionState.OfflinePartition
+        )
+        await controller.partition_state_machine.handle_state_changes(
+            partitions, PartitionState.NonExistentPartition
+        )
+        # 3. replicas: dead brokers' ineligible; live ones Offline, then DeletionStarted
+        replicas = context.replicas_for_partition(partitions)
+        dead = [r for r in replicas if r.replica not in context.live_brokers]
+        live = [r for r in replicas if r.replica in context.live_brokers]
+        await controller.replica_state_machine.handle_state_changes(
+            dead, ReplicaState.OfflineReplica
+        )
+        await controller.replica_state_machine.handle_state_changes(
+            dead, ReplicaState.ReplicaDeletionIneligible
+        )
+        if dead:
+            context.topics_ineligible_for_deletion.add(topic)
+        await controller.replica_state_machine.handle_state_changes(
+            live, ReplicaState.OfflineReplica
+        )
+        await controller.replica_state_machine.handle_state_changes(
+            live, ReplicaState.ReplicaDeletionStarted
+        )
+
+    async def _complete_deletion(self, topic: str) -> None:
+        context = self.context
+        controller = self.controller
+        machine = controller.replica_state_machine
+        assert machine is not None
+        replicas = context.replicas_in_state(topic, ReplicaState.ReplicaDeletionSuccessful)
+        await machine.handle_state_changes(replicas, ReplicaState.NonExistentReplica)
+        zk = controller.zk_client
+        for path, recursive in (
+            (TopicZNode.path(topic), True),
+            (TopicConfigZNode.path(topic), False),
+            (DeleteTopicsTopicZNode.path(topic), False),
+        ):
+            try:
+                await zk.delete(path, recursive=recursive)
+            except NoNodeError:
+                pass
+            except ZkError as e:
+                log.warning("deleting %s failed: %s", path, e)
+        context.topics_to_be_deleted.discard(topic)
+        context.topics_ineligible_for_deletion.discard(topic)
+        context.remove_topic(topic)
+        log.info("deletion of topic %s completed", topic)

@@ -1,0 +1,223 @@
+"""Per-topic log configuration, under Kafka's topic-level names.
+
+`LogConfig` is immutable: a config change (AlterConfigs, a `/config/topics/<topic>` notification)
+builds a new one and hands it to `Log.config` / `LogManager.update_config`. Topic-level properties
+override the broker's defaults (`log.segment.bytes`, ...), which `from_broker_properties` maps.
+
+| field                          | topic property                  | broker default property        |
+|--------------------------------|---------------------------------|--------------------------------|
+| segment_bytes                  | segment.bytes                   | log.segment.bytes              |
+| segment_ms                     | segment.ms                      | log.roll.ms / log.roll.hours   |
+| retention_ms                   | retention.ms                    | log.retention.ms/minutes/hours |
+| retention_bytes                | retention.bytes                 | log.retention.bytes            |
+| index_interval_bytes           | index.interval.bytes            | log.index.interval.bytes       |
+| segment_index_bytes            | segment.index.bytes             | log.index.size.max.bytes       |
+| max_message_bytes              | max.message.bytes               | message.max.bytes              |
+| message_timestamp_type         | message.timestamp.type          | log.message.timestamp.type     |
+| file_delete_delay_ms           | file.delete.delay.ms            | log.segment.delete.delay.ms    |
+| min_insync_replicas            | min.insync.replicas             | min.insync.replicas            |
+| unclean_leader_election_enable | unclean.leader.election.enable  | unclean.leader.election.enable |
+
+min.insync.replicas and unclean.leader.election.enable are not used by the log itself; they live
+here because Kafka keeps them in its LogConfig too, so the partition and the controller read every
+topic-level setting from one object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from odradek.errors import InvalidConfigurationError
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+_MIN_SEGMENT_BYTES = 14  # Kafka's minimum: the overhead of the smallest legacy record
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Settings of one topic's logs; Kafka's defaults."""
+
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 60 * 60 * 1000
+    retention_ms: int = 7 * 24 * 60 * 60 * 1000
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 * 1024 * 1024
+    max_message_bytes: int = 1024 * 1024 + 12
+    message_timestamp_type: str = CREATE_TIME
+    file_delete_delay_ms: int = 60_000
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+
+    def __post_init__(self) -> None:
+        for spec in _TOPIC_PROPERTIES.values():
+            spec.check(getattr(self, spec.field))
+
+    @property
+    def uses_log_append_time(self) -> bool:
+        return self.message_timestamp_type == LOG_APPEND_TIME
+
+    @classmethod
+    def from_properties(
+        cls, properties: Mapping[str, str], defaults: LogConfig | None = None
+    ) -> LogConfig:
+        """`defaults` overridden by the topic-level properties given (Kafka names).
+
+        Names that are not log settings (cleanup.policy, compression.type, ...) are ignored here:
+        which topic configs exist is the admin layer's business, not the log's.
+        """
+        base = defaults if defaults is not None else cls()
+        changes = {
+            spec.field: spec.parse(name, value)
+            for name, value in properties.items()
+            if (spec := _TOPIC_PROPERTIES.get(name)) is not None
+        }
+        return dataclasses.replace(base, **changes)
+
+    @classmethod
+    def from_broker_properties(cls, properties: Mapping[str, str]) -> LogConfig:
+        """The broker-wide defaults from server.properties names (`log.segment.bytes`, ...).
+
+        Where Kafka has several units for one setting, the finest one given wins
+        (log.retention.ms over .minutes over .hours; log.roll.ms over log.roll.hours).
+        """
+        topic_level: dict[str, str] = {}
+        for broker_name, topic_name in _BROKER_TO_TOPIC.items():
+            if broker_name in properties:
+                topic_level[topic_name] = properties[broker_name]
+        for names, topic_name in _BROKER_TIME_UNITS:
+            for broker_name, multiplier in names:
+                if broker_name in properties:
+                    value = _parse_int(broker_name, properties[broker_name], -1, _INT64_MAX)
+                    topic_level[topic_name] = str(value * multiplier if value > 0 else value)
+                    break
+        return cls.from_properties(topic_level)
+
+    def to_properties(self) -> dict[str, str]:
+        """The topic-level properties of this config (for DescribeConfigs)."""
+        result = {}
+        for name, spec in _TOPIC_PROPERTIES.items():
+            value = getattr(self, spec.field)
+            result[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        return result
+
+
+def _parse_int(name: str, value: str, minimum: int, maximum: int) -> int:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise InvalidConfigurationError(f"{name} must be an integer, got {value!r}") from None
+    if not minimum <= number <= maximum:
+        raise InvalidConfigurationError(
+            f"{name} must be between {minimum} and {maximum}, got {number}"
+        )
+    return number
+
+
+def _parse_bool(name: str, value: str) -> bool:
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidConfigurationError(f"{name} must be true or false, got {value!r}")
+    return text == "true"
+
+
+def _parse_timestamp_type(name: str, value: str) -> str:
+    text = str(value).strip()
+    if text not in (CREATE_TIME, LOG_APPEND_TIME):
+        raise InvalidConfigurationError(
+            f"{name} must be {CREATE_TIME} or {LOG_APPEND_TIME}, got {value!r}"
+        )
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class _Property:
+    name: str
+    field: str
+    parser: Callable[[str, str], Any]
+    checker: Callable[[Any], bool]
+    rule: str
+
+    def parse(self, name: str, value: str) -> Any:
+        parsed = self.parser(name, value)
+        self.check(parsed)
+        return parsed
+
+    def check(self, value: Any) -> None:
+        if not self.checker(value):
+            raise InvalidConfigurationError(f"{self.name} {self.rule}, got {value!r}")
+
+
+def _int(name: str, field: str, minimum: int, maximum: int) -> _Property:
+    return _Property(
+        name,
+        field,
+        lambda n, v: _parse_int(n, v, minimum, maximum),
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and minimum <= v <= maximum,
+        f"must be an integer between {minimum} and {maximum}",
+    )
+
+
+_TOPIC_PROPERTIES: dict[str, _Property] = {
+    spec.name: spec
+    for spec in (
+        _int("segment.bytes", "segment_bytes", _MIN_SEGMENT_BYTES, _INT32_MAX),
+        _int("segment.ms", "segment_ms", 1, _INT64_MAX),
+        _int("retention.ms", "retention_ms", -1, _INT64_MAX),
+        _int("retention.bytes", "retention_bytes", -1, _INT64_MAX),
+        _int("index.interval.bytes", "index_interval_bytes", 0, _INT32_MAX),
+        _int("segment.index.bytes", "segment_index_bytes", 12, _INT32_MAX),
+        _int("max.message.bytes", "max_message_bytes", 0, _INT32_MAX),
+        _int("file.delete.delay.ms", "file_delete_delay_ms", 0, _INT64_MAX),
+        _int("min.insync.replicas", "min_insync_replicas", 1, _INT32_MAX),
+        _Property(
+            "message.timestamp.type",
+            "message_timestamp_type",
+            _parse_timestamp_type,
+            lambda v: v in (CREATE_TIME, LOG_APPEND_TIME),
+            f"must be {CREATE_TIME} or {LOG_APPEND_TIME}",
+        ),
+        _Property(
+            "unclean.leader.election.enable",
+            "unclean_leader_election_enable",
+            _parse_bool,
+            lambda v: isinstance(v, bool),
+            "must be true or false",
+        ),
+    )
+}
+
+TOPIC_CONFIG_NAMES = frozenset(_TOPIC_PROPERTIES)
+"""The topic-level property names LogConfig understands."""
+
+_BROKER_TO_TOPIC = {
+    "log.segment.bytes": "segment.bytes",
+    "log.retention.bytes": "retention.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "message.max.bytes": "max.message.bytes",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+_HOUR_MS = 60 * 60 * 1000
+_BROKER_TIME_UNITS = (
+    ((("log.roll.ms", 1), ("log.roll.hours", _HOUR_MS)), "segment.ms"),
+    (
+        (
+            ("log.retention.ms", 1),
+            ("log.retention.minutes", 60 * 1000),
+            ("log.retention.hours", _HOUR_MS),
+        ),
+        "retention.ms",
+    ),
+)

@@ -1,0 +1,717 @@
+"""One partition's log: an ordered list of segments, the last of which takes appends.
+
+Offsets. `log_start_offset` is the first offset readers may see (retention and DeleteRecords move it
+up); `log_end_offset` (LEO) is the offset the next appended record gets; `recovery_point` is the
+offset below which everything has been fsynced, so that recovery after a crash only has to
+validate what follows it. Always log_start_offset <= recovery_point <= LEO... except that the
+recovery point may lag the log start offset after retention, which is harmless.
+
+Appends. The leader validates a produce request's batches (never decoding records), stamps base
+offsets from the LEO and its leader epoch into them, optionally LogAppendTime, and writes them
+byte for byte. A follower writes batches copied from the leader as they are, after checking their
+CRC and that their offsets continue the log. Before an append the active segment is rolled when the
+append would make it exceed segment.bytes, when segment.ms has passed since its first batch's
+timestamp (Kafka's rule: the new batches' max timestamp minus the first batch's max timestamp,
+or the segment's age when it has no timestamps), when one of its indexes is full, or when the new
+offsets would not fit 32-bit offsets relative to its base. The whole append goes to one segment.
+
+Reads return whole batches from one segment, like Kafka's: a fetch that reaches the end of a
+segment returns what that segment has and the client asks again from the next offset.
+
+Truncation always happens at batch boundaries: `truncate_to(offset)` removes the batch holding
+`offset` and everything after, so the LEO afterwards is <= `offset`.
+
+Concurrency: not thread-safe. A `Log` is used only from the broker's event loop thread (the
+partition that owns it calls it; the log manager opens, flushes and closes it). All I/O is
+synchronous page-cache I/O; fsync happens only in `flush`, `roll` and `close`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from odradek.errors import (
+    InvalidRecordError,
+    KafkaStorageError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+)
+from odradek.log.checkpoints import fsync_dir
+from odradek.log.config import LogConfig
+from odradek.log.leader_epoch import LeaderEpochCache
+from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
+from odradek.log.recovery import load_segments
+from odradek.log.segment import LogSegment
+from odradek.protocol.record_batch import (
+    NO_TIMESTAMP,
+    BatchHeader,
+    assign_offsets,
+    find_timestamp_in_batch,
+    validate_producer_batches,
+    validate_replicated_batches,
+)
+
+logger = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+"""ListOffsets' "earliest" sentinel: answered with the log start offset."""
+LATEST_TIMESTAMP = -1
+"""ListOffsets' "latest" sentinel: answered with the log end offset."""
+MAX_TIMESTAMP = -3
+"""ListOffsets' KIP-734 sentinel: the record with the largest timestamp."""
+
+_INT32_MAX = 2**31 - 1
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _storage_errors(method: Callable[P, R]) -> Callable[P, R]:
+    """Translate OSError into KafkaStorageError at the log's boundary."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except OSError as e:
+            raise KafkaStorageError(f"I/O error in {method.__qualname__}: {e}") from e
+
+    return wrapper
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append did. Offsets are -1 when there was nothing to append."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    """The broker's timestamp when the topic uses LogAppendTime, else -1."""
+    batch_count: int
+    size: int
+    log_start_offset: int
+
+    @property
+    def record_count(self) -> int:
+        return 0 if self.batch_count == 0 else self.last_offset - self.first_offset + 1
+
+
+def _append_info(
+    headers: Sequence[BatchHeader], size: int, log_append_time: int, log_start_offset: int
+) -> LogAppendInfo:
+    max_timestamp, offset_of_max = NO_TIMESTAMP, -1
+    for header in headers:
+        if header.max_timestamp > max_timestamp:
+            max_timestamp = header.max_timestamp
+            offset_of_max = header.base_offset + header.last_offset_delta
+    first, last = headers[0], headers[-1]
+    return LogAppendInfo(
+        first_offset=first.base_offset,
+        last_offset=last.base_offset + last.last_offset_delta,
+        max_timestamp=max_timestamp,
+        offset_of_max_timestamp=offset_of_max,
+        log_append_time=log_append_time,
+        batch_count=len(headers),
+        size=size,
+        log_start_offset=log_start_offset,
+    )
+
+
+class Log:
+    """A partition's segmented log. See the module docstring for semantics and concurrency."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        log_end_offset: int,
+        recovery_point: int,
+        leader_epoch_cache: LeaderEpochCache,
+    ) -> None:
+        """Use `Log.open`; this only assembles already loaded parts."""
+        parsed = parse_log_dir_name(directory.name)
+        if parsed is None:
+            raise KafkaStorageError(f"{directory} is not named <topic>-<partition>")
+        self.topic, self.partition = parsed
+        self._dir = directory
+        self._config = config
+        self._segments = segments
+        self._base_offsets = [segment.base_offset for segment in segments]
+        self._log_start_offset = log_start_offset
+        self._log_end_offset = log_end_offset
+        self._recovery_point = recovery_point
+        self._size = sum(segment.size for segment in segments)
+        self._leader_epoch_cache = leader_epoch_cache
+        self._closed = False
+
+    @classmethod
+    @_storage_errors
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int,
+        log_start_offset: int,
+        clean_shutdown: bool,
+        now_ms: int,
+    ) -> Log:
+        """Open (creating if new) the log in `directory`, named `<topic>-<partition>`.
+
+        Lazy after a clean shutdown; validates and truncates the unflushed tail after an
+        unclean one (see recovery.py). `log_start_offset` and `recovery_point` come from the log
+        directory's checkpoint files (0 when absent).
+        """
+        if parse_log_dir_name(directory.name) is None:
+            raise KafkaStorageError(f"{directory} is not named <topic>-<partition>")
+        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            cache = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
+        except KafkaStorageError as e:
+            # The data still carries every batch's leader epoch: recover the whole log, which
+            # re-records the epochs, rather than serve OffsetForLeaderEpoch from a lost history.
+            logger.warning("%s; rebuilding the leader epoch cache from the data", e)
+            (directory / LEADER_EPOCH_CHECKPOINT).unlink()
+            cache = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
+            clean_shutdown, recovery_point = False, 0
+        loaded = load_segments(
+            directory,
+            config,
+            cache,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            clean_shutdown=clean_shutdown,
+            now_ms=now_ms,
+        )
+        start = max(log_start_offset, loaded.segments[0].base_offset)
+        log = cls(
+            directory,
+            config,
+            loaded.segments,
+            log_start_offset=start,
+            log_end_offset=loaded.log_end_offset,
+            recovery_point=loaded.recovery_point,
+            leader_epoch_cache=cache,
+        )
+        if start > log.log_end_offset:
+            # The checkpointed start is past the data (e.g. recovery cut the tail below it):
+            # nothing readable remains, so restart the log at the start offset.
+            log.truncate_fully_and_start_at(start, now_ms)
+        else:
+            cache.truncate_from_end(log.log_end_offset)
+            cache.truncate_from_start(start)
+        if loaded.recovered:
+            logger.info(
+                "%s: recovered, log end offset %d, %d segments",
+                log,
+                log.log_end_offset,
+                log.segment_count,
+            )
+        return log
+
+    # -- properties --------------------------------------------------------------------------------
+
+    @property
+    def dir(self) -> Path:
+        return self._dir
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """New settings apply from the next append; index sizes from the next segment."""
+        self._config = config
+        self._segments[-1].index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._size
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        return self._leader_epoch_cache
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    def segments(self) -> list[LogSegment]:
+        """The segments in offset order (a copy of the list; the segments themselves are live)."""
+        return list(self._segments)
+
+    def __repr__(self) -> str:
+        return f"Log({self.topic}-{self.partition})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"{self} is closed")
+
+    # -- appends -------------------------------------------------------------------------------
+
+    @_storage_errors
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int
+    ) -> LogAppendInfo:
+        """Validate a produce request's records, assign offsets from the LEO, stamp the leader
+        epoch (and LogAppendTime if configured) and append them.
+
+        Raises CorruptRecordError, RecordTooLargeError, InvalidRecordError or
+        RecordBatchTooLargeError (more than segment.bytes at once) without writing anything.
+        """
+        self._check_open()
+        headers = validate_producer_batches(records, self._config.max_message_bytes)
+        if not headers:
+            return self._empty_append_info()
+        size = len(records)
+        self._check_fits_segment(size)
+        data = bytearray(records)
+        append_time = now_ms if self._config.uses_log_append_time else None
+        headers = assign_offsets(data, headers, self._log_end_offset, leader_epoch, append_time)
+        info = _append_info(
+            headers, size, NO_TIMESTAMP if append_time is None else now_ms, self._log_start_offset
+        )
+        self._append(data, headers, info, now_ms)
+        if leader_epoch > self._leader_epoch_cache.latest_epoch:
+            self._leader_epoch_cache.assign(leader_epoch, info.first_offset)
+        return info
+
+    @_storage_errors
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, now_ms: int | None = None
+    ) -> LogAppendInfo:
+        """Append batches copied from the leader, offsets and epochs included, unchanged.
+
+        The batches must be intact (CorruptRecordError otherwise) and their offsets must
+        increase strictly, starting at or after the LEO (InvalidRecordError otherwise; gaps are
+        allowed, as a leader's log may have them). Batches of a leader epoch newer than the
+        cache's latest record that epoch's start. `now_ms` only matters for rolling segments
+        that carry no timestamps; the wall clock is used when it is omitted.
+        """
+        self._check_open()
+        headers = validate_replicated_batches(records)
+        if not headers:
+            return self._empty_append_info()
+        previous_last = self._log_end_offset - 1
+        for header in headers:
+            if header.base_offset <= previous_last:
+                raise InvalidRecordError(
+                    f"{self}: replicated batch at offset {header.base_offset} does not follow "
+                    f"offset {previous_last} (log end offset {self._log_end_offset})"
+                )
+            previous_last = header.base_offset + header.last_offset_delta
+        size = len(records)
+        self._check_fits_segment(size)
+        info = _append_info(headers, size, NO_TIMESTAMP, self._log_start_offset)
+        self._append(records, headers, info, _wall_clock_ms() if now_ms is None else now_ms)
+        cache = self._leader_epoch_cache
+        for header in headers:
+            if header.partition_leader_epoch > cache.latest_epoch:
+                cache.assign(header.partition_leader_epoch, header.base_offset)
+        return info
+
+    def _empty_append_info(self) -> LogAppendInfo:
+        return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0, self._log_start_offset)
+
+    def _check_fits_segment(self, size: int) -> None:
+        if size > self._config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"{self}: {size} bytes of records exceed segment.bytes {self._config.segment_bytes}"
+            )
+
+    def _append(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: list[BatchHeader],
+        info: LogAppendInfo,
+        now_ms: int,
+    ) -> None:
+        self._maybe_roll(info, now_ms)
+        self._segments[-1].append(data, headers)
+        self._size += info.size
+        self._log_end_offset = info.last_offset + 1
+
+    def _maybe_roll(self, info: LogAppendInfo, now_ms: int) -> None:
+        """Roll before an append that the active segment should not take (module docstring)."""
+        active = self._segments[-1]
+        offsets_fit = info.last_offset - active.base_offset <= _INT32_MAX
+        if active.size == 0:
+            if not offsets_fit:
+                # An empty segment based far below a replicated batch (a big gap): move it.
+                self._replace_empty_active_segment(info.first_offset, now_ms)
+            return
+        config = self._config
+        rolling_timestamp = active.rolling_timestamp()
+        if rolling_timestamp >= 0:
+            time_waited = info.max_timestamp - rolling_timestamp
+        else:
+            time_waited = now_ms - active.created_ms
+        if (
+            active.size + info.size > config.segment_bytes
+            or time_waited > config.segment_ms
+            or active.offset_index.is_full
+            or active.time_index.is_full
+            or not offsets_fit
+        ):
+            self._roll(info.first_offset, now_ms)
+
+    def _roll(self, new_base_offset: int, now_ms: int) -> LogSegment:
+        old = self._segments[-1]
+        old.on_become_inactive()
+        segment = LogSegment.create(
+            self._dir,
+            new_base_offset,
+            max_index_bytes=self._config.segment_index_bytes,
+            index_interval_bytes=self._config.index_interval_bytes,
+            now_ms=now_ms,
+        )
+        self._segments.append(segment)
+        self._base_offsets.append(new_base_offset)
+        fsync_dir(self._dir)
+        # Everything before the new segment is now fsynced (on_become_inactive flushed the
+        # old segment; older ones were flushed when they were rolled or by flush()).
+        self.flush(new_base_offset)
+        return segment
+
+    def _replace_empty_active_segment(self, base_offset: int, now_ms: int) -> None:
+        self._segments.pop().delete()
+        self._base_offsets.pop()
+        self._segments.append(
+            LogSegment.create(
+                self._dir,
+                base_offset,
+                max_index_bytes=self._config.segment_index_bytes,
+                index_interval_bytes=self._config.index_interval_bytes,
+                now_ms=now_ms,
+            )
+        )
+        self._base_offsets.append(base_offset)
+
+    @_storage_errors
+    def roll(self, now_ms: int | None = None) -> LogSegment:
+        """Start a new segment at the LEO (a no-op when the active segment is empty)."""
+        self._check_open()
+        if self._segments[-1].size == 0:
+            return self._segments[-1]
+        return self._roll(self._log_end_offset, _wall_clock_ms() if now_ms is None else now_ms)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    @_storage_errors
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> bytes:
+        """Whole batches from the one holding `start_offset`, from a single segment.
+
+        Stops before any batch whose base offset is >= `max_offset` (the high watermark for
+        consumers; None means the LEO) and within `max_bytes`, except that with `min_one_batch`
+        the first batch comes whole even when larger (KIP-74). Returns b"" at the LEO or at or
+        beyond `max_offset`; raises OffsetOutOfRangeError below the log start offset or beyond
+        the LEO.
+        """
+        self._check_open()
+        end = self._log_end_offset
+        if start_offset < self._log_start_offset or start_offset > end:
+            raise OffsetOutOfRangeError(
+                f"{self}: offset {start_offset} is outside [{self._log_start_offset}, {end}]"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        if start_offset >= limit:
+            return b""
+        index = max(bisect_right(self._base_offsets, start_offset) - 1, 0)
+        segments = self._segments
+        while index < len(segments):
+            data = segments[index].read(start_offset, max_bytes, limit, min_one_batch)
+            if data is not None:
+                return data
+            index += 1
+        return b""
+
+    @_storage_errors
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets: (offset, timestamp) of the first record with timestamp >= `timestamp`.
+
+        Also answers the sentinels: -2 (earliest) gives (log start offset, -1), -1 (latest)
+        gives (LEO, -1), -3 gives the record with the largest timestamp (KIP-734). None when
+        no record is that recent. Searching uses the time index to find the segment and a
+        starting position, then batch headers (whose maxTimestamp bounds their records); within
+        the batch found, uncompressed and gzip CreateTime batches are searched record by record
+        as Kafka does, while LogAppendTime batches and other codecs answer with the batch's base
+        offset and maxTimestamp (batch granularity).
+        """
+        self._check_open()
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self._log_start_offset, NO_TIMESTAMP
+        if timestamp == LATEST_TIMESTAMP:
+            return self._log_end_offset, NO_TIMESTAMP
+        if timestamp == MAX_TIMESTAMP:
+            return self._offset_of_largest_timestamp()
+        start = self._log_start_offset
+        segments = self._segments_from(start)
+        for i, segment in enumerate(segments):
+            if segment.largest_timestamp() < timestamp:
+                continue
+            end = segments[i + 1].base_offset if i + 1 < len(segments) else self._log_end_offset
+            offset = segment.time_index_floor_offset(timestamp, end)
+            header = segment.find_batch(max(offset, start))
+            if header is None:
+                continue
+            for candidate in segment.scan_headers(header.position):
+                if candidate.max_timestamp >= timestamp and candidate.last_offset >= start:
+                    found = self._search_batch(segment, candidate, timestamp)
+                    if found is not None:
+                        return found
+        return None
+
+    def _segments_from(self, offset: int) -> list[LogSegment]:
+        return self._segments[max(bisect_right(self._base_offsets, offset) - 1, 0) :]
+
+    def _search_batch(
+        self, segment: LogSegment, header: BatchHeader, timestamp: int
+    ) -> tuple[int, int] | None:
+        batch = segment.read_at(header.position, header.size)
+        return find_timestamp_in_batch(batch, timestamp, self._log_start_offset)
+
+    def _offset_of_largest_timestamp(self) -> tuple[int, int] | None:
+        best: tuple[int, LogSegment] | None = None
+        for segment in self._segments_from(self._log_start_offset):
+            if segment.size == 0:
+                continue
+            largest = segment.largest_timestamp()
+            if best is None or largest > best[0]:
+                best = (largest, segment)
+        if best is None:
+            return None
+        largest, segment = best
+        for header in segment.scan_headers(0):
+            if header.max_timestamp >= largest and header.last_offset >= self._log_start_offset:
+                found = self._search_batch(segment, header, largest)
+                if found is not None:
+                    return found
+        return None
+
+    # -- truncation ----------------------------------------------------------------------------
+
+    @_storage_errors
+    def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
+        """Remove every batch holding offsets >= `offset` (a follower's truncation).
+
+        Works at batch boundaries: a batch that straddles `offset` is removed whole. Later
+        segments are deleted, the leader epoch cache forgets epochs that started at or after
+        the new LEO, and the log start and recovery point move down if needed. Returns whether
+        anything was removed.
+        """
+        self._check_open()
+        if offset < 0:
+            raise OffsetOutOfRangeError(f"{self}: cannot truncate to negative offset {offset}")
+        if offset >= self._log_end_offset:
+            return False
+        now_ms = _wall_clock_ms() if now_ms is None else now_ms
+        if offset < self._segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset, now_ms)
+            return True
+        while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+            segment = self._segments.pop()
+            self._base_offsets.pop()
+            self._size -= segment.size
+            segment.delete()
+        active = self._segments[-1]
+        self._size -= active.truncate_to(offset, now_ms)
+        active.index_interval_bytes = self._config.index_interval_bytes
+        self._log_end_offset = active.next_offset
+        self._recovery_point = min(self._recovery_point, self._log_end_offset)
+        self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+        self._leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        return True
+
+    @_storage_errors
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
+        """Delete everything and restart the log empty at `offset` (a follower whose fetch
+        offset fell below the leader's log start)."""
+        self._check_open()
+        for segment in self._segments:
+            segment.delete()
+        segment = LogSegment.create(
+            self._dir,
+            offset,
+            max_index_bytes=self._config.segment_index_bytes,
+            index_interval_bytes=self._config.index_interval_bytes,
+            now_ms=_wall_clock_ms() if now_ms is None else now_ms,
+        )
+        fsync_dir(self._dir)
+        self._segments = [segment]
+        self._base_offsets = [offset]
+        self._size = 0
+        self._log_start_offset = self._log_end_offset = self._recovery_point = offset
+        self._leader_epoch_cache.clear_and_flush()
+
+    # -- retention -----------------------------------------------------------------------------
+
+    @_storage_errors
+    def delete_retention_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
+        """Delete whole old segments by retention.ms, retention.bytes and the log start offset.
+
+        A segment goes when its largest timestamp is more than retention.ms old, when the log
+        is larger than retention.bytes even without it (oldest first), or when it lies wholly
+        below the log start offset. The active segment is never deleted, and with
+        `high_watermark` neither is any segment holding offsets at or above it (data not yet
+        replicated everywhere). Moves the log start offset up to the first remaining segment.
+        Returns the number of segments deleted.
+        """
+        self._check_open()
+        config = self._config
+        deleted = 0
+        if config.retention_ms >= 0:
+            deleted += self._delete_oldest_while(
+                high_watermark,
+                lambda segment, _next: now_ms - segment.largest_timestamp() > config.retention_ms,
+            )
+        if config.retention_bytes >= 0:
+            excess = self._size - config.retention_bytes
+
+            def over_size(segment: LogSegment, _next: LogSegment) -> bool:
+                nonlocal excess
+                if excess - segment.size < 0:
+                    return False
+                excess -= segment.size
+                return True
+
+            deleted += self._delete_oldest_while(high_watermark, over_size)
+        start = self._log_start_offset
+        deleted += self._delete_oldest_while(
+            high_watermark, lambda _segment, following: following.base_offset <= start
+        )
+        return deleted
+
+    def _delete_oldest_while(
+        self,
+        high_watermark: int | None,
+        predicate: Callable[[LogSegment, LogSegment], bool],
+    ) -> int:
+        count = 0
+        while len(self._segments) > 1:
+            segment, following = self._segments[0], self._segments[1]
+            if high_watermark is not None and following.base_offset > high_watermark:
+                break
+            if not predicate(segment, following):
+                break
+            self._segments.pop(0)
+            self._base_offsets.pop(0)
+            self._size -= segment.size
+            segment.delete()
+            count += 1
+        if count:
+            new_start = self._segments[0].base_offset
+            if new_start > self._log_start_offset:
+                self._log_start_offset = new_start
+                self._leader_epoch_cache.truncate_from_start(new_start)
+            self._recovery_point = max(self._recovery_point, new_start)
+            logger.info("%s: deleted %d old segments, log start offset %d", self, count, new_start)
+        return count
+
+    @_storage_errors
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to `offset` (DeleteRecords); segments wholly below it go
+        at the next retention pass. Returns whether it moved."""
+        self._check_open()
+        if offset > self._log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"{self}: cannot move the log start offset to {offset}, beyond the log end "
+                f"offset {self._log_end_offset}"
+            )
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self._leader_epoch_cache.truncate_from_start(offset)
+        return True
+
+    # -- durability and lifecycle --------------------------------------------------------------
+
+    @_storage_errors
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync every segment holding offsets in [recovery point, `up_to`) and move the
+        recovery point to `up_to` (the LEO when None)."""
+        self._check_open()
+        end = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
+        if end <= self._recovery_point:
+            return
+        for segment in self._segments_from(self._recovery_point):
+            if segment.base_offset >= end:
+                break
+            segment.flush()
+        self._recovery_point = end
+
+    @_storage_errors
+    def close(self) -> None:
+        """Seal and fsync the active segment and close every file. Idempotent."""
+        if self._closed:
+            return
+        for segment in self._segments:
+            segment.close()
+        self._recovery_point = self._log_end_offset
+        self._closed = True
+
+    @_storage_errors
+    def delete(self) -> None:
+        """Close the log and remove its directory."""
+        if not self._closed:
+            for segment in self._segments:
+                segment.delete()
+            self._closed = True
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def describe(self) -> dict[str, Any]:
+        """A summary for logs and admin tools."""
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "log_start_offset": self._log_start_offset,
+            "log_end_offset": self._log_end_offset,
+            "recovery_point": self._recovery_point,
+            "size": self._size,
+            "segments": len(self._segments),
+            "dir": os.fspath(self._dir),
+        }

@@ -1,0 +1,300 @@
+"""The broker's logs across its log directories: start-up, creation, deletion, checkpoints, shutdown.
+
+Start-up, per log directory (`startup`):
+  1. lock the directory (`.lock`, an advisory flock) so two brokers never share it;
+  2. note whether `.kafka_cleanshutdown` exists: it decides whether logs are recovered;
+  3. read `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` (an unreadable file
+     is logged and treated as empty: every log is then recovered from offset 0, which is slow but
+     safe);
+  4. remove `*-delete` directories left by a deletion that a crash interrupted;
+  5. open every `<topic>-<partition>` directory as a `Log` (lazily after a clean shutdown);
+  6. only then remove the marker, so a crash during start-up recovers again next time.
+
+Shutdown (`shutdown`), in the order that makes a crash at any step safe:
+  1. flush every log (fsync; recovery points reach the log end offsets);
+  2. write both checkpoints;
+  3. close every log;
+  4. write the clean shutdown marker last: if the broker dies before it, the next start-up
+     recovers, which is merely slower.
+
+Deletion (`delete_log`) closes the log, renames its directory to `<topic>-<p>.<uuid>-delete` (an
+atomic step after which the partition is gone even if removal is interrupted), removes it, and
+rewrites that directory's checkpoints so that a recreated topic of the same name does not inherit
+the old offsets. Kafka delays the removal by file.delete.delay.ms for readers that still hold the
+files; here reads copy bytes synchronously on the same thread, so nobody can.
+
+Concurrency: not thread-safe. Every method is called from the broker's event loop thread
+(`startup` before the broker serves requests, `shutdown` after it stops). Lock order when a
+partition is involved: partition before log manager before log.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+from odradek.errors import KafkaStorageError, OperatorError
+from odradek.log.checkpoints import OffsetCheckpointFile, TopicPartition, fsync_dir
+from odradek.log.config import LogConfig
+from odradek.log.log import Log
+from odradek.log.naming import (
+    CLEAN_SHUTDOWN_FILE,
+    FUTURE_DIR_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    delete_dir_name,
+    is_delete_dir_name,
+    log_dir_name,
+    parse_log_dir_name,
+)
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LogManager:
+    """Owns every `Log` of the broker (see the module docstring for the protocols)."""
+
+    def __init__(
+        self,
+        log_dirs: Iterable[Path | str],
+        default_config: LogConfig,
+        topic_configs: Mapping[str, LogConfig] | None = None,
+    ) -> None:
+        self.log_dirs = [Path(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise OperatorError("at least one log directory is needed (log.dirs)")
+        self.default_config = default_config
+        self._topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
+        self._logs: dict[TopicPartition, Log] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self._lock_fds: dict[Path, int] = {}
+
+    # -- start-up and shutdown ------------------------------------------------------------------
+
+    def startup(self, now_ms: int | None = None) -> None:
+        """Lock each log directory and open every log in it (steps in the module docstring)."""
+        now_ms = _wall_clock_ms() if now_ms is None else now_ms
+        for log_dir in self.log_dirs:
+            try:
+                log_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise OperatorError(f"cannot create log directory {log_dir}: {e}") from e
+            self._lock(log_dir)
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            clean_shutdown = marker.exists()
+            recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+            log_start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+            opened = 0
+            for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+                if not entry.is_dir():
+                    continue
+                path = Path(entry.path)
+                if is_delete_dir_name(entry.name):
+                    logger.info("removing %s, a log whose deletion was interrupted", path)
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                if entry.name.endswith(FUTURE_DIR_SUFFIX):
+                    logger.warning(
+                        "ignoring %s: moving logs between directories is unsupported", path
+                    )
+                    continue
+                key = parse_log_dir_name(entry.name)
+                if key is None:
+                    logger.warning("ignoring %s: not a <topic>-<partition> directory", path)
+                    continue
+                if key in self._logs:
+                    raise KafkaStorageError(
+                        f"{key[0]}-{key[1]} has directories in both {self._dir_of[key]} and {log_dir}"
+                    )
+                self._logs[key] = Log.open(
+                    path,
+                    self.config_for(key[0]),
+                    recovery_point=recovery_points.get(key, 0),
+                    log_start_offset=log_start_offsets.get(key, 0),
+                    clean_shutdown=clean_shutdown,
+                    now_ms=now_ms,
+                )
+                self._dir_of[key] = log_dir
+                opened += 1
+            if clean_shutdown:
+                marker.unlink()
+                fsync_dir(log_dir)
+            logger.info(
+                "loaded %d logs from %s (%s shutdown)",
+                opened,
+                log_dir,
+                "clean" if clean_shutdown else "unclean",
+            )
+
+    def shutdown(self) -> None:
+        """Flush, checkpoint, close, then mark each directory as cleanly shut down."""
+        for log in self._logs.values():
+            log.flush()
+        self.checkpoint_recovery_points_and_start_offsets()
+        for log in self._logs.values():
+            log.close()
+        for log_dir in self.log_dirs:
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            with open(marker, "w") as file:
+                os.fsync(file.fileno())
+            fsync_dir(log_dir)
+        self._logs.clear()
+        self._dir_of.clear()
+        for fd in self._lock_fds.values():
+            os.close(fd)
+        self._lock_fds.clear()
+
+    def _lock(self, log_dir: Path) -> None:
+        fd = os.open(log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise OperatorError(
+                f"log directory {log_dir} is in use by another broker process"
+            ) from None
+        self._lock_fds[log_dir] = fd
+
+    @staticmethod
+    def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except KafkaStorageError as e:
+            logger.warning("%s; recovering every log in %s from offset 0", e, path.parent)
+            return {}
+
+    # -- configs -------------------------------------------------------------------------------
+
+    def config_for(self, topic: str) -> LogConfig:
+        return self._topic_configs.get(topic, self.default_config)
+
+    def update_config(self, topic: str, config: LogConfig) -> None:
+        """Apply a topic's new config to its logs (and to logs created later)."""
+        self._topic_configs[topic] = config
+        for (log_topic, _), log in self._logs.items():
+            if log_topic == topic:
+                log.config = config
+
+    def update_default_config(self, config: LogConfig) -> None:
+        """Apply new broker-wide defaults to every log without a topic-level config."""
+        self.default_config = config
+        for (topic, _), log in self._logs.items():
+            if topic not in self._topic_configs:
+                log.config = config
+
+    # -- logs ----------------------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def get_or_create_log(
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig | None = None,
+        now_ms: int | None = None,
+    ) -> Log:
+        """The partition's log, created empty in the log directory holding the fewest logs
+        when it does not exist yet. `config` (the topic's, if the caller knows it better than
+        this manager) only applies to a newly created log."""
+        key = (topic, partition)
+        log = self._logs.get(key)
+        if log is not None:
+            return log
+        name = log_dir_name(topic, partition)
+        counts = {log_dir: 0 for log_dir in self.log_dirs}
+        for log_dir in self._dir_of.values():
+            counts[log_dir] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        log = Log.open(
+            log_dir / name,
+            config or self.config_for(topic),
+            recovery_point=0,
+            log_start_offset=0,
+            clean_shutdown=True,
+            now_ms=_wall_clock_ms() if now_ms is None else now_ms,
+        )
+        fsync_dir(log_dir)
+        self._logs[key] = log
+        self._dir_of[key] = log_dir
+        logger.info("created log for %s-%d in %s", topic, partition, log_dir)
+        return log
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._dir_of.get((topic, partition))
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Remove a partition's log from disk; returns False if there was none."""
+        key = (topic, partition)
+        log = self._logs.pop(key, None)
+        if log is None:
+            return False
+        log_dir = self._dir_of.pop(key)
+        log.close()
+        doomed = log_dir / delete_dir_name(topic, partition)
+        try:
+            os.rename(log.dir, doomed)
+            fsync_dir(log_dir)
+            shutil.rmtree(doomed)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot delete the log of {topic}-{partition}: {e}") from e
+        self._checkpoint_dir(log_dir)
+        logger.info("deleted log for %s-%d", topic, partition)
+        return True
+
+    # -- periodic work -------------------------------------------------------------------------
+
+    def checkpoint_recovery_points_and_start_offsets(self) -> None:
+        """Write both offset checkpoints of every log directory."""
+        for log_dir in self.log_dirs:
+            self._checkpoint_dir(log_dir)
+
+    def _checkpoint_dir(self, log_dir: Path) -> None:
+        logs = {key: log for key, log in self._logs.items() if self._dir_of[key] == log_dir}
+        OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT).write(
+            {key: log.recovery_point for key, log in logs.items()}
+        )
+        OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT).write(
+            {key: log.log_start_offset for key, log in logs.items()}
+        )
+
+    def flush_all(self) -> None:
+        """fsync every log up to its log end offset (advancing the recovery points)."""
+        for log in self._logs.values():
+            log.flush()
+
+    def cleanup(
+        self,
+        now_ms: int | None = None,
+        high_watermark_of: Callable[[str, int], int | None] | None = None,
+    ) -> int:
+        """Apply retention to every log; returns the number of segments deleted.
+
+        `high_watermark_of(topic, partition)` (from the replica manager) keeps segments holding
+        offsets at or above a partition's high watermark; None means no such limit.
+        """
+        now_ms = _wall_clock_ms() if now_ms is None else now_ms
+        deleted = 0
+        for (topic, partition), log in list(self._logs.items()):
+            high_watermark = (
+                None if high_watermark_of is None else high_watermark_of(topic, partition)
+            )
+            try:
+                deleted += log.delete_retention_segments(now_ms, high_watermark)
+            except KafkaStorageError:
+                logger.exception("retention failed for %s-%d", topic, partition)
+        return deleted

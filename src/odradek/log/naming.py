@@ -1,0 +1,96 @@
+"""Every file and directory name of the log layer, from one place.
+
+The layout is Kafka's, so that an operator's muscle memory (and tools like kafka-dump-log) carries
+over::
+
+    <log.dir>/
+        .kafka_cleanshutdown                 written last by a clean shutdown, removed at start-up
+        recovery-point-offset-checkpoint     per log: offset below which data is known to be fsynced
+        log-start-offset-checkpoint          per log: first offset still exposed to readers
+        replication-offset-checkpoint        per log: high watermark (owned by the replica manager)
+        <topic>-<partition>/
+            00000000000000000000.log         segment data, named by its 20-digit base offset
+            00000000000000000000.index       sparse offset index of that segment
+            00000000000000000000.timeindex   sparse time index of that segment
+            leader-epoch-checkpoint          leader epoch -> start offset history
+        <topic>-<partition>.<uuid>-delete/   a log being deleted
+
+A topic name may itself contain '-' and '.', so the partition number is whatever follows the LAST
+'-' of the directory name.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from odradek.errors import InvalidTopicError
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+TEMP_SUFFIX = ".tmp"
+"""Half-written checkpoint files; deleted when found at start-up."""
+
+STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", TEMP_SUFFIX)
+"""Leftovers of Kafka's asynchronous deletion and compaction; removed when a log is opened."""
+
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+
+_OFFSET_DIGITS = 20
+
+
+def log_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{LOG_SUFFIX}"
+
+
+def index_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{INDEX_SUFFIX}"
+
+
+def time_index_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{TIME_INDEX_SUFFIX}"
+
+
+def parse_segment_file_name(name: str) -> tuple[int, str] | None:
+    """(base offset, suffix) of a segment file name, or None if `name` is not one."""
+    for suffix in SEGMENT_SUFFIXES:
+        if name.endswith(suffix):
+            stem = name[: -len(suffix)]
+            if len(stem) == _OFFSET_DIGITS and stem.isdigit():
+                return int(stem), suffix
+    return None
+
+
+def log_dir_name(topic: str, partition: int) -> str:
+    """`<topic>-<partition>`, refusing topic names that would escape or confuse the layout."""
+    if not topic or topic in (".", "..") or "/" in topic or "\\" in topic or "\0" in topic:
+        raise InvalidTopicError(f"topic name {topic!r} cannot be used as a directory name")
+    if partition < 0:
+        raise InvalidTopicError(f"partition {partition} of {topic!r} is negative")
+    return f"{topic}-{partition}"
+
+
+def parse_log_dir_name(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a `<topic>-<partition>` directory name, or None if it is not one."""
+    topic, dash, partition = name.rpartition("-")
+    if not dash or not topic or not partition.isdigit() or not partition.isascii():
+        return None
+    return topic, int(partition)
+
+
+def delete_dir_name(topic: str, partition: int) -> str:
+    """A unique name a log directory is renamed to before removal (as Kafka's `.<uuid>-delete`)."""
+    return f"{log_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+
+
+def is_delete_dir_name(name: str) -> bool:
+    return name.endswith(DELETE_DIR_SUFFIX)

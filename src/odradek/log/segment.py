@@ -1,0 +1,556 @@
+"""One log segment: a `.log` file of record batches plus its offset and time indexes.
+
+The `.log` file is the concatenation of RecordBatch v2 batches exactly as they were appended (see
+protocol/record_batch.py for the batch layout); there is no per-file header or footer, so the file is
+valid up to the end of its last complete batch and a crash can only leave a torn or garbage tail. The
+segment's name is its base offset: every batch in it has offsets >= that base and < the next
+segment's base, and offsets increase strictly from batch to batch (gaps are allowed).
+
+Reads use `os.pread` on a descriptor opened on first use, so a segment that nobody reads costs no file
+descriptor and a read never moves a shared file position. Writes go through the page cache; `flush`
+(fsync) is called by the log on flush, roll and close only.
+
+The segment knows its "tail state" (next offset, largest timestamp, bytes since the last index entry)
+only once `load_tail_state` or `recover` has run; the log does that for the active segment when it
+opens, and sealed segments never need it. Their largest timestamp comes from the time index's final
+entry instead.
+
+Concurrency: not thread-safe; owned by one `Log`, used from the broker's event loop thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from odradek.errors import CorruptIndexError, CorruptRecordError
+from odradek.log.index import OffsetIndex, TimeIndex
+from odradek.log.leader_epoch import LeaderEpochCache
+from odradek.log.naming import index_file_name, log_file_name, time_index_file_name
+from odradek.protocol.record_batch import (
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    NO_TIMESTAMP,
+    BatchHeader,
+    validate_stored_batch,
+)
+
+logger = logging.getLogger(__name__)
+
+SCAN_CHUNK_BYTES = 16 * 1024
+"""Bytes read per pread while scanning headers: a little more than the default index interval."""
+
+RECOVERY_CHUNK_BYTES = 1024 * 1024
+"""Bytes read per pread while validating a segment during recovery."""
+
+_INT32_MAX = 2**31 - 1
+_BATCH_LENGTH = struct.Struct(">i")
+
+
+@dataclass(slots=True)
+class _RecoveryState:
+    """What `LogSegment.recover` carries from one chunk to the next."""
+
+    expected_offset: int
+    leader_epoch_cache: LeaderEpochCache | None
+    problem: str | None = None
+
+
+class LogSegment:
+    """A segment file with its two indexes and, once loaded, the state needed to append to it."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        max_index_bytes: int,
+        index_interval_bytes: int,
+        size: int,
+        created_ms: int,
+    ) -> None:
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        """`index.interval.bytes`; the log updates it when its config changes."""
+        self.log_path = directory / log_file_name(base_offset)
+        self.offset_index = OffsetIndex(
+            directory / index_file_name(base_offset), base_offset, max_index_bytes
+        )
+        self.time_index = TimeIndex(
+            directory / time_index_file_name(base_offset), base_offset, max_index_bytes
+        )
+        self.size = size
+        self.created_ms = created_ms
+        self._fd: int | None = None
+        self._dirty = False
+        # Tail state, valid when self._tail_loaded.
+        self._tail_loaded = False
+        self._next_offset = base_offset
+        self._max_timestamp = NO_TIMESTAMP
+        self._offset_of_max_timestamp = base_offset
+        self._bytes_since_last_index_entry = 0
+        self._rolling_timestamp: int | None = None  # maxTimestamp of the first batch, lazily
+
+    # -- creation --------------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        max_index_bytes: int,
+        index_interval_bytes: int,
+        now_ms: int,
+    ) -> LogSegment:
+        """A new empty segment; creates its three files so a restart finds it."""
+        segment = cls(
+            directory,
+            base_offset,
+            max_index_bytes=max_index_bytes,
+            index_interval_bytes=index_interval_bytes,
+            size=0,
+            created_ms=now_ms,
+        )
+        for path in (segment.log_path, segment.offset_index.path, segment.time_index.path):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        segment._tail_loaded = True
+        return segment
+
+    # -- file access -----------------------------------------------------------------------------
+
+    @property
+    def fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.log_path, os.O_RDWR)
+        return self._fd
+
+    def read_at(self, position: int, length: int) -> bytes:
+        return os.pread(self.fd, length, position)
+
+    def scan_headers(self, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+        """Headers of the complete batches between byte positions `start` and `end`.
+
+        Reads `SCAN_CHUNK_BYTES` at a time and parses every header inside a chunk; a batch larger
+        than a chunk costs one pread of its header. Stops at a partial tail; a batch length too
+        small to be a batch raises `CorruptRecordError`.
+        """
+        end = self.size if end is None else end
+        unpack_from = HEADER.unpack_from
+        fd = self.fd
+        position = start
+        while position + HEADER_SIZE <= end:
+            chunk = os.pread(fd, min(SCAN_CHUNK_BYTES, end - position), position)
+            available = len(chunk)
+            offset_in_chunk = 0
+            while offset_in_chunk + HEADER_SIZE <= available:
+                fields = unpack_from(chunk, offset_in_chunk)
+                batch_length = fields[1]
+                if batch_length < MIN_BATCH_LENGTH:
+                    raise CorruptRecordError(
+                        f"{self.log_path}: batch at position {position + offset_in_chunk} has "
+                        f"batchLength {batch_length}"
+                    )
+                batch_end = position + offset_in_chunk + LOG_OVERHEAD + batch_length
+                if batch_end > end:
+                    return
+                yield BatchHeader._make((*fields, position + offset_in_chunk))
+                offset_in_chunk += LOG_OVERHEAD + batch_length
+            if available < HEADER_SIZE:
+                return  # the file is shorter than `end`: treat like a partial tail
+            position += offset_in_chunk
+
+    def find_batch(self, offset: int) -> BatchHeader | None:
+        """The first batch whose last offset is >= `offset`, or None if there is none.
+
+        The index entry used is verified on the way (the batch at its position must end at its
+        offset); an index that fails is rebuilt from the data and the lookup repeated.
+        """
+        try:
+            return self._find_batch(offset)
+        except CorruptIndexError as e:
+            logger.warning("%s; rebuilding the indexes of %s", e, self.log_path)
+            self.rebuild_indexes()
+            return self._find_batch(offset)
+
+    def time_index_floor_offset(self, timestamp: int, end_offset: int) -> int:
+        """Where to start looking for the first record with timestamp >= `timestamp`: the offset
+        of the time index's floor entry (the base offset if none). `end_offset` (the next
+        segment's base or the LEO) bounds a plausible answer; an implausible one means the time
+        index is corrupt, and it is rebuilt."""
+        try:
+            return self._time_index_floor_offset(timestamp, end_offset)
+        except CorruptIndexError as e:
+            logger.warning("%s; rebuilding the indexes of %s", e, self.log_path)
+            self.rebuild_indexes()
+            return self._time_index_floor_offset(timestamp, end_offset)
+
+    def _time_index_floor_offset(self, timestamp: int, end_offset: int) -> int:
+        _, offset = self.time_index.lookup(timestamp)
+        if not self.base_offset <= offset < max(end_offset, self.base_offset + 1):
+            raise CorruptIndexError(
+                f"{self.time_index.path}: entry offset {offset} lies outside the segment"
+            )
+        return offset
+
+    def _find_batch(self, offset: int) -> BatchHeader | None:
+        entry_offset, position = self.offset_index.lookup(offset)
+        verify = position != 0  # (base offset, 0) means "no entry": nothing to verify
+        try:
+            for header in self.scan_headers(position):
+                if verify:
+                    if header.base_offset + header.last_offset_delta != entry_offset:
+                        break
+                    verify = False
+                if header.base_offset + header.last_offset_delta >= offset:
+                    return header
+        except CorruptRecordError:
+            if not verify:
+                raise
+        if verify:
+            raise CorruptIndexError(
+                f"{self.offset_index.path}: entry ({entry_offset}, {position}) does not point at "
+                "a batch ending at that offset"
+            )
+        return None
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def read(
+        self, start_offset: int, max_bytes: int, limit_offset: int, min_one_batch: bool
+    ) -> bytes | None:
+        """Whole batches from the one holding `start_offset`; None if this segment has none.
+
+        Stops before the first batch whose base offset is >= `limit_offset` and keeps the total
+        within `max_bytes`, except that with `min_one_batch` the first batch is returned whole
+        even if it is larger (KIP-74). Usually two preads: one chunk of headers to find the start
+        (after the index lookup) and one for the data.
+        """
+        first = self.find_batch(start_offset)
+        if first is None:
+            return None
+        if first.base_offset >= limit_offset:
+            return b""
+        start = first.position
+        if first.size > max_bytes:
+            return self.read_at(start, first.size) if min_one_batch else b""
+        data = self.read_at(start, min(max_bytes, self.size - start))
+        unpack_from = HEADER.unpack_from
+        cut = 0
+        available = len(data)
+        while cut + HEADER_SIZE <= available:
+            fields = unpack_from(data, cut)
+            batch_size = LOG_OVERHEAD + fields[1]
+            if fields[0] >= limit_offset or cut + batch_size > available:
+                break
+            cut += batch_size
+        return data if cut == available else data[:cut]
+
+    # -- tail state and appends ------------------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int:
+        """Offset after the last batch (the segment's base offset when empty); needs tail state."""
+        self.load_tail_state()
+        return self._next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        self.load_tail_state()
+        return self._max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        self.load_tail_state()
+        return self._offset_of_max_timestamp
+
+    def load_tail_state(self) -> None:
+        """Learn the next offset and largest timestamp cheaply: from the last index entries, then a
+        forward header scan over at most about index.interval.bytes of data.
+
+        Raises `CorruptRecordError` if the data after the last index entry does not end at a batch
+        boundary (the segment needs recovery) and `CorruptIndexError` if the indexes do not fit
+        the data.
+        """
+        if self._tail_loaded:
+            return
+        last_entry = self.offset_index.last_entry()
+        last_time_entry = self.time_index.last_entry()
+        position = 0
+        if last_entry is not None:
+            if last_entry[1] >= self.size or last_entry[0] < self.base_offset:
+                raise CorruptIndexError(
+                    f"{self.offset_index.path}: last entry {last_entry} does not fit a "
+                    f"{self.size}-byte segment"
+                )
+            position = last_entry[1]
+        max_timestamp, offset_of_max = NO_TIMESTAMP, self.base_offset
+        if last_time_entry is not None:
+            max_timestamp, offset_of_max = last_time_entry
+        next_offset = self.base_offset
+        end_of_last_batch = position
+        bytes_since_entry = 0
+        for header in self.scan_headers(position):
+            next_offset = header.base_offset + header.last_offset_delta + 1
+            if header.max_timestamp > max_timestamp:
+                max_timestamp = header.max_timestamp
+                offset_of_max = next_offset - 1
+            end_of_last_batch = header.position + header.size
+            # The indexed batch itself counts: entries are added before a batch's bytes are.
+            bytes_since_entry += header.size
+        if end_of_last_batch != self.size:
+            raise CorruptRecordError(
+                f"{self.log_path}: data ends at byte {self.size} but the last complete batch ends "
+                f"at {end_of_last_batch}"
+            )
+        if last_entry is not None and next_offset <= last_entry[0]:
+            raise CorruptIndexError(
+                f"{self.offset_index.path}: last entry {last_entry} is beyond the data"
+            )
+        if last_time_entry is not None and last_time_entry[1] >= next_offset:
+            raise CorruptIndexError(
+                f"{self.time_index.path}: last entry {last_time_entry} is beyond the data"
+            )
+        self._next_offset = next_offset
+        self._max_timestamp = max_timestamp
+        self._offset_of_max_timestamp = offset_of_max
+        self._bytes_since_last_index_entry = bytes_since_entry
+        self._tail_loaded = True
+
+    def rolling_timestamp(self) -> int:
+        """maxTimestamp of the first batch (what segment.ms counts from), or -1."""
+        if self._rolling_timestamp is None:
+            if self.size < HEADER_SIZE:
+                return NO_TIMESTAMP
+            self._rolling_timestamp = HEADER.unpack_from(self.read_at(0, HEADER_SIZE))[8]
+        return self._rolling_timestamp
+
+    def append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> None:
+        """Append `data`, which holds exactly the batches `headers` describe (positions relative
+        to `data`), and add index entries for them."""
+        self.load_tail_state()
+        position = self.size
+        os.pwrite(self.fd, data, position)
+        self._dirty = True
+        if position == 0 and headers:
+            self._rolling_timestamp = headers[0].max_timestamp
+        for header in headers:
+            self._index_batch(header, position + header.position)
+        self.size = position + len(data)
+
+    def _index_batch(self, header: BatchHeader, position: int) -> None:
+        """Update the tail state and the sparse indexes for a batch stored at `position`."""
+        last_offset = header.base_offset + header.last_offset_delta
+        if header.max_timestamp > self._max_timestamp:
+            self._max_timestamp = header.max_timestamp
+            self._offset_of_max_timestamp = last_offset
+        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+            if not self.offset_index.is_full:
+                self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry += header.size
+        self._next_offset = last_offset + 1
+
+    # -- recovery --------------------------------------------------------------------------------
+
+    def recover(self, min_offset: int, leader_epoch_cache: LeaderEpochCache | None = None) -> int:
+        """Validate every batch, rebuild both indexes and cut the file after the last valid batch.
+
+        A batch is valid when its header is sane, its CRC matches, its offsets lie in this
+        segment (>= `min_offset`, which is at least the base offset and the previous segment's
+        end) and increase strictly. Everything from the first invalid or incomplete batch on is
+        truncated (a torn write, garbage, a flipped bit). New leader epochs seen in the data are
+        recorded in `leader_epoch_cache` in case its checkpoint file lagged behind. Returns the
+        number of bytes truncated.
+        """
+        file_size = os.fstat(self.fd).st_size
+        self._reset_tail_state()
+        self.offset_index.reset()
+        self.time_index.reset()
+        state = _RecoveryState(max(min_offset, self.base_offset), leader_epoch_cache)
+        valid_end = 0
+        while valid_end < file_size and state.problem is None:
+            chunk = self.read_at(valid_end, min(RECOVERY_CHUNK_BYTES, file_size - valid_end))
+            if len(chunk) >= HEADER_SIZE:
+                batch_size = LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(chunk, 8)[0]
+                if len(chunk) < batch_size <= file_size - valid_end:
+                    chunk = self.read_at(valid_end, batch_size)  # one batch larger than a chunk
+            consumed = self._recover_chunk(chunk, valid_end, file_size, state)
+            if consumed == 0 and state.problem is None:
+                state.problem = "no complete batch"
+            valid_end += consumed
+        truncated = file_size - valid_end
+        if truncated:
+            logger.warning(
+                "%s: truncating %d bytes at position %d: %s",
+                self.log_path,
+                truncated,
+                valid_end,
+                state.problem,
+            )
+            os.ftruncate(self.fd, valid_end)
+            self._dirty = True
+        self.size = valid_end
+        self._tail_loaded = True
+        return truncated
+
+    def _recover_chunk(
+        self, chunk: bytes, chunk_position: int, file_size: int, state: _RecoveryState
+    ) -> int:
+        """Validate and index the complete batches at the start of `chunk`; return the bytes
+        they cover. Sets `state.problem` at the first invalid batch or at an incomplete tail."""
+        in_chunk = 0
+        available = len(chunk)
+        while True:
+            at_end_of_file = chunk_position + available == file_size
+            if in_chunk + HEADER_SIZE > available:
+                if at_end_of_file and in_chunk < available:
+                    state.problem = f"{available - in_chunk} trailing bytes are not a batch"
+                return in_chunk
+            header = BatchHeader._make((*HEADER.unpack_from(chunk, in_chunk), in_chunk))
+            if header.batch_length < MIN_BATCH_LENGTH:
+                state.problem = f"batchLength {header.batch_length} is too small"
+                return in_chunk
+            if in_chunk + header.size > available:
+                if at_end_of_file:
+                    state.problem = "the last batch is incomplete"
+                return in_chunk
+            try:
+                validate_stored_batch(chunk, header)
+            except CorruptRecordError as e:
+                state.problem = str(e)
+                return in_chunk
+            last_offset = header.base_offset + header.last_offset_delta
+            if (
+                header.base_offset < state.expected_offset
+                or last_offset - self.base_offset > _INT32_MAX
+            ):
+                state.problem = (
+                    f"batch offsets {header.base_offset}..{last_offset} do not follow offset "
+                    f"{state.expected_offset - 1} in a segment based at {self.base_offset}"
+                )
+                return in_chunk
+            self._index_batch(header, chunk_position + in_chunk)
+            if self._rolling_timestamp is None:
+                self._rolling_timestamp = header.max_timestamp
+            cache = state.leader_epoch_cache
+            epoch = header.partition_leader_epoch
+            if cache is not None and epoch >= 0 and epoch > cache.latest_epoch:
+                cache.assign(epoch, header.base_offset)
+            state.expected_offset = last_offset + 1
+            in_chunk += header.size
+
+    def rebuild_indexes(self) -> None:
+        """Recreate both indexes from the data (which is trusted: no CRC checks)."""
+        self._reset_tail_state()
+        self.offset_index.reset()
+        self.time_index.reset()
+        for header in self.scan_headers(0):
+            self._index_batch(header, header.position)
+        self._tail_loaded = True
+
+    def _reset_tail_state(self) -> None:
+        self._next_offset = self.base_offset
+        self._max_timestamp = NO_TIMESTAMP
+        self._offset_of_max_timestamp = self.base_offset
+        self._bytes_since_last_index_entry = 0
+        self._rolling_timestamp = None
+
+    # -- truncation, sealing, lifecycle ----------------------------------------------------------
+
+    def truncate_to(self, offset: int, now_ms: int) -> int:
+        """Remove the batch holding `offset` (or the first batch after it) and everything after.
+
+        Returns the bytes removed. Truncation happens at batch boundaries, so when `offset` lies
+        inside a batch the whole batch goes and the segment ends before `offset`.
+        """
+        header = self.find_batch(offset)
+        if header is None:
+            return 0
+        self.offset_index.truncate_to(header.base_offset)
+        self.time_index.truncate_to(header.base_offset)
+        removed = self.size - header.position
+        os.ftruncate(self.fd, header.position)
+        self._dirty = True
+        self.size = header.position
+        if self.size == 0:
+            self.created_ms = now_ms
+        self._rolling_timestamp = None
+        self._tail_loaded = False
+        try:
+            self.load_tail_state()
+        except (CorruptIndexError, CorruptRecordError):
+            self.rebuild_indexes()
+        return removed
+
+    def on_become_inactive(self) -> None:
+        """The segment is no longer active: record its largest timestamp as a final time index
+        entry (retention by time and ListOffsets read it from there), fsync everything and
+        release the index files and their in-memory copies."""
+        if self._tail_loaded and self._max_timestamp >= 0:
+            self.time_index.maybe_append(
+                self._max_timestamp, self._offset_of_max_timestamp, skip_full_check=True
+            )
+        self.flush()
+        self.offset_index.close()
+        self.time_index.close()
+        self.offset_index.unload()
+        self.time_index.unload()
+
+    def largest_timestamp(self) -> int:
+        """The largest batch timestamp, or the file's modification time if there is none.
+
+        For a sealed segment this reads only the time index's last entry.
+        """
+        if self._tail_loaded:
+            timestamp = self._max_timestamp
+        else:
+            try:
+                last = self.time_index.last_entry()
+            except CorruptIndexError:
+                self.rebuild_indexes()
+                last = self.time_index.last_entry()
+            timestamp = last[0] if last is not None else NO_TIMESTAMP
+        if timestamp >= 0:
+            return timestamp
+        try:
+            return int(os.stat(self.log_path).st_mtime * 1000)
+        except FileNotFoundError:
+            return NO_TIMESTAMP
+
+    @property
+    def is_dirty(self) -> bool:
+        return self._dirty
+
+    def flush(self) -> None:
+        """fsync the data and both indexes."""
+        if self._dirty and self._fd is not None:
+            os.fsync(self._fd)
+        self._dirty = False
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        """Seal (see `on_become_inactive`) and close the data file."""
+        self.on_become_inactive()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.offset_index.delete()
+        self.time_index.delete()
+        self.log_path.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size})"

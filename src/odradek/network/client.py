@@ -1,0 +1,139 @@
+"""A Kafka protocol client connection: what the controller, the replica fetchers and the command-line
+tools use to talk to brokers.
+
+One TCP connection, many requests in flight; Kafka answers a connection's requests in order, so the
+pending requests are a FIFO matched by correlation id. Any connection failure fails every pending
+request with `NetworkError` and the connection is unusable afterwards (callers reconnect).
+
+Concurrency: owned by one event loop; `send` may be called by many tasks of that loop at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from typing import Any
+
+from odradek.errors import NetworkError
+from odradek.protocol.codec import ProtocolError, decode_response, encode_request
+from odradek.protocol.framing import FrameDecoder, FrameError
+
+MAX_RESPONSE_BYTES = 1 << 30
+
+
+class _ClientProtocol(asyncio.Protocol):
+    def __init__(self, connection: BrokerConnection) -> None:
+        self._connection = connection
+        self._decoder = FrameDecoder(MAX_RESPONSE_BYTES)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as e:
+            self._connection._fail(NetworkError(f"bad frame from {self._connection.address}: {e}"))
+            return
+        for frame in frames:
+            self._connection._on_frame(frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._connection._fail(
+            NetworkError(f"connection to {self._connection.address} closed: {exc or 'EOF'}")
+        )
+
+
+class BrokerConnection:
+    """A client connection to one Kafka broker (ours or any other)."""
+
+    def __init__(self, host: str, port: int, client_id: str = "odradek") -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.address = f"{host}:{port}"
+        self._transport: asyncio.Transport | None = None
+        self._pending: deque[tuple[int, int, int, asyncio.Future[Any]]] = deque()
+        self._correlation_ids = itertools.count(1)
+        self._error: NetworkError | None = None
+
+    @classmethod
+    async def connect(
+        cls, host: str, port: int, timeout: float = 10.0, client_id: str = "odradek"
+    ) -> BrokerConnection:
+        connection = cls(host, port, client_id)
+        loop = asyncio.get_running_loop()
+        try:
+            transport, _ = await asyncio.wait_for(
+                loop.create_connection(lambda: _ClientProtocol(connection), host, port), timeout
+            )
+        except (TimeoutError, OSError) as e:
+            raise NetworkError(f"cannot connect to {host}:{port}: {e!r}") from None
+        connection._transport = transport
+        return connection
+
+    @property
+    def closed(self) -> bool:
+        return self._error is not None or self._transport is None
+
+    async def send(self, api_key: int, version: int, request: Any, timeout: float = 30.0) -> Any:
+        """Send one request and wait for its response entity."""
+        future = self.send_nowait(api_key, version, request)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            error = NetworkError(f"request api={api_key} to {self.address} timed out")
+            self._fail(error)
+            raise error from None
+
+    def send_nowait(self, api_key: int, version: int, request: Any) -> asyncio.Future[Any]:
+        if self._error is not None:
+            raise self._error
+        if self._transport is None:
+            raise NetworkError(f"not connected to {self.address}")
+        correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((correlation_id, api_key, version, future))
+        self._transport.write(
+            encode_request(api_key, version, correlation_id, self.client_id, request)
+        )
+        return future
+
+    def send_oneway(self, api_key: int, version: int, request: Any) -> None:
+        """Send a request that gets no response (Produce with acks=0)."""
+        if self._error is not None:
+            raise self._error
+        assert self._transport is not None
+        correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
+        self._transport.write(
+            encode_request(api_key, version, correlation_id, self.client_id, request)
+        )
+
+    def _on_frame(self, frame: bytes) -> None:
+        if not self._pending:
+            self._fail(NetworkError(f"unexpected response from {self.address}"))
+            return
+        expected_id, api_key, version, future = self._pending.popleft()
+        try:
+            correlation_id, response = decode_response(api_key, version, frame)
+        except ProtocolError as e:
+            if not future.done():
+                future.set_exception(NetworkError(str(e)))
+            self._fail(NetworkError(f"malformed response from {self.address}: {e}"))
+            return
+        if correlation_id != expected_id:
+            self._fail(NetworkError(f"correlation id {correlation_id} != {expected_id}"))
+            return
+        if not future.done():
+            future.set_result(response)
+
+    def _fail(self, error: NetworkError) -> None:
+        if self._error is None:
+            self._error = error
+        while self._pending:
+            *_, future = self._pending.popleft()
+            if not future.done():
+                future.set_exception(error)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def close(self) -> None:
+        self._fail(NetworkError(f"connection to {self.address} closed by us"))

@@ -1,0 +1,154 @@
+"""Admin operations on ZooKeeper made by any broker for a client (Kafka's AdminZkClient/AdminManager).
+
+Creating a topic writes its config (`/config/topics/<t>`) first and then its assignment
+(`/brokers/topics/<t>`, with a new topic id): the controller watches `/brokers/topics` and does the
+rest (partition state znodes, leaders, LeaderAndIsr). Writing the config first means no broker can
+create the topic's logs before its config is there. Deleting a topic creates
+`/admin/delete_topics/<t>`; the controller deletes it.
+
+Replicas are placed over the brokers registered in ZooKeeper at that moment (with their racks), by
+`odradek.controller.assignment`.
+
+Concurrency: the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from odradek.controller.assignment import (
+    BrokerMetadata,
+    assign_replicas_to_brokers,
+    validate_manual_assignment,
+)
+from odradek.controller.channel_manager import uuid_to_topic_id
+from odradek.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from odradek.server.topics import collides, validate_topic_configs, validate_topic_name
+from odradek.zk.client import ZkClient
+from odradek.zk.errors import NodeExistsError, NoNodeError
+from odradek.zk.znodes import (
+    BrokerIdsZNode,
+    BrokerIdZNode,
+    DeleteTopicsTopicZNode,
+    TopicConfigZNode,
+    TopicsZNode,
+    TopicZNode,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicCreation:
+    name: str
+    assignment: dict[int, list[int]]
+    configs: dict[str, str]
+    topic_id: str
+
+
+class AdminManager:
+    def __init__(
+        self, zk: ZkClient, default_partitions: int, default_replication_factor: int
+    ) -> None:
+        self.zk = zk
+        self.default_partitions = default_partitions
+        self.default_replication_factor = default_replication_factor
+
+    async def registered_brokers(self) -> list[BrokerMetadata]:
+        children = await self.zk.get_children(BrokerIdsZNode.path())
+        brokers = []
+        for child in sorted(children, key=lambda c: int(c) if c.isdigit() else -1):
+            if not child.isdigit():
+                continue
+            try:
+                data, stat = await self.zk.get(BrokerIdZNode.path(int(child)))
+            except NoNodeError:
+                continue
+            info = BrokerIdZNode.decode(int(child), data, stat.czxid)
+            brokers.append(BrokerMetadata(info.id, info.rack))
+        return brokers
+
+    async def prepare_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        manual_assignment: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str | None],
+    ) -> TopicCreation:
+        """Validate a creation and compute its assignment, without writing anything."""
+        validate_topic_name(name)
+        existing = set(await self.zk.get_children(TopicsZNode.path()))
+        if name in existing:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        for other in existing:
+            if collides(name, other):
+                raise InvalidTopicError(
+                    f"topic {name!r} collides with existing topic {other!r} ('.' and '_' are equivalent)"
+                )
+        if await self.zk.exists(DeleteTopicsTopicZNode.path(name)) is not None:
+            raise TopicAlreadyExistsError(f"topic {name!r} is marked for deletion")
+        normalised = validate_topic_configs(configs)
+        brokers = await self.registered_brokers()
+        if manual_assignment:
+            assignment = {int(p): list(r) for p, r in manual_assignment.items()}
+            validate_manual_assignment(assignment, [b.id for b in brokers])
+        else:
+            partitions = self.default_partitions if num_partitions == -1 else num_partitions
+            factor = (
+                self.default_replication_factor if replication_factor == -1 else replication_factor
+            )
+            if partitions <= 0:
+                raise InvalidPartitionsError(
+                    f"number of partitions must be at least 1, not {partitions}"
+                )
+            if factor <= 0:
+                raise InvalidReplicationFactorError(
+                    f"replication factor must be at least 1, not {factor}"
+                )
+            if factor > len(brokers):
+                raise InvalidReplicationFactorError(
+                    f"replication factor {factor} is larger than the {len(brokers)} available brokers"
+                )
+            assignment = assign_replicas_to_brokers(partitions, factor, brokers)
+        return TopicCreation(name, assignment, normalised, uuid_to_topic_id(uuid.uuid4()))
+
+    async def create_topic(self, creation: TopicCreation) -> None:
+        """Write config then assignment; TopicAlreadyExistsError if someone else was first."""
+        config_path = TopicConfigZNode.path(creation.name)
+        config_data = TopicConfigZNode.encode(creation.configs)
+        try:
+            await self.zk.create(config_path, config_data, makepath=True)
+        except NodeExistsError:
+            await self.zk.set(config_path, config_data)
+        try:
+            await self.zk.create(
+                TopicZNode.path(creation.name),
+                TopicZNode.encode(creation.assignment, creation.topic_id),
+                makepath=True,
+            )
+        except NodeExistsError:
+            raise TopicAlreadyExistsError(f"topic {creation.name!r} already exists") from None
+        log.info(
+            "created topic %s with %d partitions: %s",
+            creation.name,
+            len(creation.assignment),
+            creation.assignment if len(creation.assignment) <= 16 else "...",
+        )
+
+    async def delete_topic(self, name: str) -> None:
+        if await self.zk.exists(TopicZNode.path(name)) is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        try:
+            await self.zk.create(DeleteTopicsTopicZNode.path(name), b"", makepath=True)
+        except NodeExistsError:
+            pass  # already queued

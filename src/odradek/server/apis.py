@@ -1,0 +1,130 @@
+"""Request dispatch: which APIs and versions this broker implements, and the handler of each.
+
+`SUPPORTED_VERSIONS` is the single source of truth for ApiVersions: the broker advertises exactly the
+APIs it has a handler for, in exactly the version ranges those handlers understand (librdkafka picks
+features from this list, so advertising anything more would invite requests we cannot answer).
+
+Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
+`handlers_admin`, `handlers_interbroker`); each is `handle(apis, header, request) -> response | awaitable`.
+A request for an unknown API or an unsupported version closes the connection (as Kafka does), except
+ApiVersions, which is answered with UNSUPPORTED_VERSION and the supported list in a v0 response
+(KIP-511), so that a newer client can retry with an older version.
+
+Concurrency: called on the broker's event loop thread by the socket server, in request order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from odradek.network.server import ClientConnection
+from odradek.protocol.build import build
+from odradek.protocol.codec import (
+    ApiKey,
+    ProtocolError,
+    RequestHeader,
+    decode_request_body,
+    response_class,
+)
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 9),
+    ApiKey.FETCH: (4, 12),
+    ApiKey.LIST_OFFSETS: (1, 6),
+    ApiKey.METADATA: (1, 12),
+    ApiKey.LEADER_AND_ISR: (5, 5),
+    ApiKey.STOP_REPLICA: (3, 3),
+    ApiKey.UPDATE_METADATA: (7, 7),
+    ApiKey.CONTROLLED_SHUTDOWN: (3, 3),
+    ApiKey.API_VERSIONS: (0, 3),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+}
+
+Handler = Callable[["KafkaApis", RequestHeader, Any], Any]
+
+
+class KafkaApis:
+    """Dispatches decoded requests to handlers. Event-loop thread only."""
+
+    def __init__(self, broker: Broker) -> None:
+        from odradek.server import (
+            handlers_admin,
+            handlers_fetch,
+            handlers_interbroker,
+            handlers_metadata,
+            handlers_produce,
+        )
+
+        self.broker = broker
+        self.handlers: dict[int, Handler] = {
+            ApiKey.API_VERSIONS: handle_api_versions,
+            ApiKey.PRODUCE: handlers_produce.handle_produce,
+            ApiKey.FETCH: handlers_fetch.handle_fetch,
+            ApiKey.LIST_OFFSETS: handlers_fetch.handle_list_offsets,
+            ApiKey.OFFSET_FOR_LEADER_EPOCH: handlers_fetch.handle_offset_for_leader_epoch,
+            ApiKey.METADATA: handlers_metadata.handle_metadata,
+            ApiKey.CREATE_TOPICS: handlers_admin.handle_create_topics,
+            ApiKey.DELETE_TOPICS: handlers_admin.handle_delete_topics,
+            ApiKey.LEADER_AND_ISR: handlers_interbroker.handle_leader_and_isr,
+            ApiKey.UPDATE_METADATA: handlers_interbroker.handle_update_metadata,
+            ApiKey.STOP_REPLICA: handlers_interbroker.handle_stop_replica,
+            ApiKey.CONTROLLED_SHUTDOWN: handlers_interbroker.handle_controlled_shutdown,
+        }
+        missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
+        if missing:
+            raise RuntimeError(f"advertised APIs without handlers: {sorted(missing)}")
+
+    def dispatch(self, connection: ClientConnection, header: RequestHeader, frame: bytes) -> Any:
+        versions = SUPPORTED_VERSIONS.get(header.api_key)
+        if versions is None:
+            raise ProtocolError(f"unsupported api key {header.api_key}")
+        low, high = versions
+        if not low <= header.api_version <= high:
+            if header.api_key == ApiKey.API_VERSIONS:
+                return _api_versions_unsupported(header)
+            raise ProtocolError(
+                f"unsupported version {header.api_version} of api {ApiKey(header.api_key).name}"
+            )
+        request = decode_request_body(header, frame)
+        return self.handlers[header.api_key](self, header, request)
+
+
+def response(header: RequestHeader, values: dict[str, Any]) -> Any:
+    """Build the response entity of `header`'s API and version from plain values."""
+    return build(response_class(header.api_key, header.api_version), values)
+
+
+def _api_keys() -> list[dict[str, int]]:
+    return [
+        {"api_key": key, "min_version": low, "max_version": high}
+        for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+    ]
+
+
+def handle_api_versions(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+    # The v3 response has top-level tagged fields (supported/finalized features); we send none of
+    # them: librdkafka 2.0.2 (Debian's kcat) fails to parse some of them.
+    return response(
+        header, {"error_code": ErrorCode.none, "api_keys": _api_keys(), "throttle_time": 0}
+    )
+
+
+def _api_versions_unsupported(header: RequestHeader) -> Any:
+    from kio.schema.api_versions.v0.response import ApiVersionsResponse
+
+    # Answered in v0 whatever version was asked: the client can always read that (KIP-511).
+    return build(
+        ApiVersionsResponse,
+        {"error_code": ErrorCode.unsupported_version, "api_keys": _api_keys()},
+    )

@@ -1,0 +1,459 @@
+"""One broker process: its components, and the order they start and stop in.
+
+Start-up (`Broker.startup`), in Kafka's order and for the same reasons:
+  1. open the log dirs (`LogManager.startup`: recovery after an unclean shutdown happens here, before
+     anyone can read);
+  2. connect to ZooKeeper (a one-line error if it is unreachable), create the persistent paths, and
+     read or create the cluster id;
+  3. start listening (a one-line error if the port is taken) — before registering, so that the
+     controller can reach us as soon as it sees us;
+  4. build the replica manager (HW checkpoint loaded), the fetchers, the admin manager;
+  5. register `/brokers/ids/<id>` (ephemeral; its czxid is our broker epoch);
+  6. start the controller component (it competes for `/controller`);
+  7. start the periodic tasks (retention, checkpoints, ISR expiry).
+
+Shutdown (`Broker.shutdown`): controlled shutdown through the controller (leadership moves away
+first), stop listening, stop the controller and the replica manager (fetchers, HW checkpoint), close
+the logs cleanly (flush, checkpoints, clean-shutdown marker), then close the ZooKeeper session —
+which removes our registration last.
+
+Concurrency: one asyncio event loop runs every component; kazoo's threads only hand results and
+watch events to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from odradek.cluster.fetcher import ReplicaFetcherManager
+from odradek.cluster.partition import IsrUpdate
+from odradek.cluster.replica_manager import ReplicaManager
+from odradek.controller.channel_manager import uuid_to_topic_id
+from odradek.controller.controller import KafkaController
+from odradek.errors import KafkaError, OperatorError
+from odradek.log.log_manager import LogManager
+from odradek.network.client import BrokerConnection
+from odradek.network.server import SocketServer
+from odradek.protocol.build import build
+from odradek.protocol.codec import ApiKey
+from odradek.server.admin import AdminManager
+from odradek.server.apis import KafkaApis
+from odradek.server.config import KafkaConfig
+from odradek.server.metadata_cache import MetadataCache
+from odradek.server.topic_configs import TopicConfigs
+from odradek.server.topics import effective_topic_config, log_config_for
+from odradek.zk.client import CreateOp, SessionState, ZkClient
+from odradek.zk.errors import BadVersionError, NodeExistsError, NoNodeError, ZkError
+from odradek.zk.znodes import (
+    PERSISTENT_PATHS,
+    BrokerIdZNode,
+    ClusterIdZNode,
+    EndPoint,
+    IsrChangeNotificationSequenceZNode,
+    TopicPartitionStateZNode,
+)
+from odradek.zk.znodes import (
+    TopicPartition as ZkTopicPartition,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, config: KafkaConfig) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.cluster_id = ""
+        self.broker_epoch = -1
+        self.latest_controller_epoch = -1
+        self.zk: ZkClient | None = None
+        self.log_manager: LogManager | None = None
+        self.metadata_cache = MetadataCache(self.broker_id)
+        self.replica_manager: ReplicaManager = None  # type: ignore[assignment]
+        self.controller: KafkaController = None  # type: ignore[assignment]
+        self.admin: AdminManager = None  # type: ignore[assignment]
+        self.topic_configs: TopicConfigs = None  # type: ignore[assignment]
+        self.socket_server: SocketServer | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._metadata_waiters: list[asyncio.Future[None]] = []
+        self._auto_creating: set[str] = set()
+        self._stopped = asyncio.Event()
+        self._shutting_down = False
+        self.started = False
+
+    # start-up
+
+    async def startup(self) -> None:
+        config = self.config
+        now_ms = int(time.time() * 1000)
+        # 1. logs
+        self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}))
+        try:
+            self.log_manager.startup(now_ms)
+        except OSError as e:
+            raise OperatorError(
+                f"cannot open log dirs {[str(d) for d in config.log_dirs]}: {e}"
+            ) from None
+        # 2. ZooKeeper
+        self.zk = ZkClient(
+            config["zookeeper.connect"],
+            session_timeout_s=config["zookeeper.session.timeout.ms"] / 1000,
+        )
+        await self.zk.start(timeout=config.zookeeper_connection_timeout_ms / 1000)
+        await self.zk.ensure_paths(PERSISTENT_PATHS)
+        self.cluster_id = await self._get_or_create_cluster_id()
+        self._check_meta_properties()
+        # 3. listen
+        listener = config.listener
+        self.metadata_cache = MetadataCache(self.broker_id)
+        apis = KafkaApis(self)
+        self.socket_server = SocketServer(
+            listener.host or "0.0.0.0",
+            listener.port,
+            apis.dispatch,
+            config["socket.request.max.bytes"],
+        )
+        await self.socket_server.start()
+        # 4. components
+        self.topic_configs = TopicConfigs(self.zk, self._on_topic_config_change)
+        await self.topic_configs.start()
+        fetcher_manager = ReplicaFetcherManager(self, config)
+        self.replica_manager = ReplicaManager(
+            self.broker_id,
+            self.log_manager,
+            self.metadata_cache,
+            lambda topic: log_config_for(config, self.topic_configs.get(topic)),
+            lambda topic: int(
+                effective_topic_config(config, self.topic_configs.get(topic))["min.insync.replicas"]
+            ),
+            self._write_isr,
+            self._publish_isr_changes,
+            config["replica.lag.time.max.ms"],
+            fetcher_manager,
+        )
+        self.replica_manager.load_high_watermarks(config.log_dirs)
+        self.admin = AdminManager(
+            self.zk, config["num.partitions"], config["default.replication.factor"]
+        )
+        self.controller = KafkaController(
+            self.broker_id,
+            self.zk,
+            request_timeout=config["controller.socket.timeout.ms"] / 1000,
+            unclean_leader_election_default=config["unclean.leader.election.enable"],
+            delete_topic_enable=config["delete.topic.enable"],
+            register_broker=self._register_broker,
+        )
+        # 5. register, 6. controller
+        self.zk.add_state_listener(self._on_session_state)
+        await self._register_broker()
+        self.controller.startup()
+        # 7. periodic work
+        self.replica_manager.start_background_tasks(
+            config["replica.high.watermark.checkpoint.interval.ms"]
+        )
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._retention_loop()))
+        self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
+        self.started = True
+        log.info(
+            "broker %d started: listening on %s:%d, cluster %s, %d logs",
+            self.broker_id,
+            self.socket_server.host,
+            self.socket_server.port,
+            self.cluster_id,
+            len(self.log_manager.all_logs()),
+        )
+
+    async def _get_or_create_cluster_id(self) -> str:
+        assert self.zk is not None
+        try:
+            data, stat = await self.zk.get(ClusterIdZNode.path())
+            return ClusterIdZNode.decode(data, stat.version).id
+        except NoNodeError:
+            pass
+        candidate = uuid_to_topic_id(uuid.uuid4())
+        try:
+            await self.zk.create(
+                ClusterIdZNode.path(), ClusterIdZNode.encode(candidate), makepath=True
+            )
+            return candidate
+        except NodeExistsError:
+            data, stat = await self.zk.get(ClusterIdZNode.path())
+            return ClusterIdZNode.decode(data, stat.version).id
+
+    def _check_meta_properties(self) -> None:
+        """`meta.properties` in each log dir ties it to one broker id and cluster (as Kafka)."""
+        for log_dir in self.config.log_dirs:
+            path = Path(log_dir) / "meta.properties"
+            if path.exists():
+                values = dict(
+                    line.split("=", 1)
+                    for line in path.read_text().splitlines()
+                    if "=" in line and not line.startswith("#")
+                )
+                if values.get("broker.id", str(self.broker_id)) != str(self.broker_id):
+                    raise OperatorError(
+                        f"log dir {log_dir} belongs to broker.id={values.get('broker.id')}, not {self.broker_id}"
+                    )
+                if values.get("cluster.id", self.cluster_id) != self.cluster_id:
+                    raise OperatorError(
+                        f"log dir {log_dir} belongs to cluster {values.get('cluster.id')}, "
+                        f"but ZooKeeper holds cluster {self.cluster_id}"
+                    )
+            else:
+                Path(log_dir).mkdir(parents=True, exist_ok=True)
+                path.write_text(
+                    f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n"
+                )
+
+    async def _register_broker(self) -> None:
+        """Create `/brokers/ids/<id>`; our broker epoch is its czxid."""
+        assert self.zk is not None
+        advertised = self.config.advertised_listener
+        port = (
+            self.socket_server.port
+            if self.socket_server and advertised.port == 0
+            else advertised.port
+        )
+        data = BrokerIdZNode.encode(
+            [EndPoint.plaintext(advertised.host, port)], rack=self.config["broker.rack"]
+        )
+        path = BrokerIdZNode.path(self.broker_id)
+        deadline = time.monotonic() + self.config["zookeeper.session.timeout.ms"] / 1000 + 5
+        while True:
+            try:
+                await self.zk.create(path, data, ephemeral=True)
+                break
+            except NodeExistsError:
+                # Ours from a session that is still expiring, or another broker with our id.
+                _existing, stat = await self.zk.get(path)
+                if stat.ephemeralOwner == self.zk.session_id:
+                    break
+                if time.monotonic() > deadline:
+                    raise OperatorError(
+                        f"broker.id {self.broker_id} is already registered in ZooKeeper by another broker"
+                    ) from None
+                await asyncio.sleep(0.5)
+        _, stat = await self.zk.get(path)
+        self.broker_epoch = stat.czxid
+        log.info("registered %s with broker epoch %d", path, self.broker_epoch)
+
+    def _on_session_state(self, state: SessionState) -> None:
+        if state is SessionState.EXPIRED:
+            log.warning("ZooKeeper session expired; the broker will re-register")
+
+    # hooks used by handlers and components
+
+    def maybe_auto_create_topic(self, topic: str) -> None:
+        """Create an unknown topic with the broker defaults (auto.create.topics.enable)."""
+        if not self.config["auto.create.topics.enable"] or topic in self._auto_creating:
+            return
+        self._auto_creating.add(topic)
+
+        async def create() -> None:
+            try:
+                creation = await self.admin.prepare_topic(topic, -1, -1, None, {})
+                await self.admin.create_topic(creation)
+            except KafkaError as e:
+                log.debug("auto-creation of %s: %s", topic, e)
+            except ZkError as e:
+                log.warning("auto-creation of %s failed: %s", topic, e)
+            finally:
+                self._auto_creating.discard(topic)
+
+        asyncio.get_running_loop().create_task(create())
+
+    async def wait_for_metadata(self, condition: Callable[[], bool], timeout: float) -> bool:
+        """Wait until `condition()` holds after an UpdateMetadata, or the timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not condition():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._metadata_waiters.append(waiter)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(waiter, remaining)
+        return True
+
+    def on_metadata_updated(self) -> None:
+        waiters, self._metadata_waiters = self._metadata_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def on_leader_and_isr_applied(self) -> None:
+        pass
+
+    def _on_topic_config_change(self, topic: str, overrides: dict[str, str]) -> None:
+        assert self.log_manager is not None
+        config = log_config_for(self.config, overrides)
+        for partition in list(self.replica_manager.partitions.values()):
+            if partition.topic == topic and partition.log is not None:
+                partition.log.config = config
+
+    async def _write_isr(self, update: IsrUpdate) -> int | None:
+        """A leader's conditional ISR write; returns the new znode version or None if fenced."""
+        assert self.zk is not None
+        path = TopicPartitionStateZNode.path(update.topic, update.partition)
+        data = TopicPartitionStateZNode.encode(
+            leader=update.leader,
+            leader_epoch=update.leader_epoch,
+            isr=update.isr,
+            controller_epoch=update.controller_epoch,
+        )
+        try:
+            stat = await self.zk.set(path, data, update.zk_version)
+            return int(stat.version)
+        except BadVersionError:
+            # Kafka's check: if the znode already holds exactly our state (our own write, retried
+            # after a connection loss), it succeeded; otherwise the controller has moved on.
+            try:
+                current, stat = await self.zk.get(path)
+            except NoNodeError:
+                return None
+            state = TopicPartitionStateZNode.decode(current, stat.version, path)
+            if (
+                state.leader == update.leader
+                and state.leader_epoch == update.leader_epoch
+                and tuple(state.isr) == tuple(update.isr)
+                and stat.version == update.zk_version + 1
+            ):
+                return int(stat.version)
+            return None
+
+    async def _publish_isr_changes(self, partitions: list[tuple[str, int]]) -> None:
+        assert self.zk is not None
+        data = IsrChangeNotificationSequenceZNode.encode(
+            ZkTopicPartition(t, p) for t, p in partitions
+        )
+        await self.zk.multi(
+            [CreateOp(IsrChangeNotificationSequenceZNode.path(), data, sequence=True)]
+        )
+
+    # periodic tasks
+
+    async def _retention_loop(self) -> None:
+        interval = self.config["log.retention.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                assert self.log_manager is not None
+                self.log_manager.cleanup(int(time.time() * 1000))
+            except Exception:
+                log.exception("log retention failed")
+
+    async def _log_checkpoint_loop(self) -> None:
+        interval = self.config["log.flush.offset.checkpoint.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(max(1.0, interval))
+            try:
+                assert self.log_manager is not None
+                self.log_manager.checkpoint_recovery_points_and_start_offsets()
+            except Exception:
+                log.exception("writing log checkpoints failed")
+
+    # shutdown
+
+    async def controlled_shutdown(self) -> bool:
+        """Ask the controller to move our leaderships away; retries as `controlled.shutdown.*`."""
+        if (
+            not self.config["controlled.shutdown.enable"]
+            or self.zk is None
+            or self.broker_epoch < 0
+        ):
+            return False
+        retries = self.config["controlled.shutdown.max.retries"]
+        backoff = self.config["controlled.shutdown.retry.backoff.ms"] / 1000
+        timeout = self.config["controller.socket.timeout.ms"] / 1000
+        from odradek.protocol.messages import ControlledShutdownRequestV3
+
+        for attempt in range(retries + 1):
+            controller_id = self.metadata_cache.controller_id
+            if self.controller is not None and self.controller.active_controller_id >= 0:
+                controller_id = self.controller.active_controller_id
+            endpoint = self.metadata_cache.get_broker(controller_id)
+            if controller_id == self.broker_id and self.socket_server is not None:
+                host, port = "127.0.0.1", self.socket_server.port
+            elif endpoint is not None:
+                host, port = endpoint.host, endpoint.port
+            else:
+                host, port = "", 0
+            if port:
+                try:
+                    connection = await BrokerConnection.connect(host, port, timeout=timeout)
+                    try:
+                        response = await connection.send(
+                            ApiKey.CONTROLLED_SHUTDOWN,
+                            3,
+                            build(
+                                ControlledShutdownRequestV3,
+                                {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch},
+                            ),
+                            timeout=timeout,
+                        )
+                    finally:
+                        connection.close()
+                    if response.error_code == 0 and not response.remaining_partitions:
+                        log.info("controlled shutdown succeeded")
+                        return True
+                    log.info(
+                        "controlled shutdown attempt %d: error %s, %d partitions still led",
+                        attempt + 1,
+                        response.error_code,
+                        len(response.remaining_partitions),
+                    )
+                except Exception as e:
+                    log.info("controlled shutdown attempt %d failed: %s", attempt + 1, e)
+            if attempt < retries:
+                await asyncio.sleep(backoff)
+        log.warning("controlled shutdown did not complete; shutting down anyway")
+        return False
+
+    async def shutdown(self) -> None:
+        if self._shutting_down:
+            await self._stopped.wait()
+            return
+        self._shutting_down = True
+        log.info("broker %d shutting down", self.broker_id)
+        try:
+            if self.started:
+                with contextlib.suppress(Exception):
+                    await self.controlled_shutdown()
+            if self.socket_server is not None:
+                await self.socket_server.stop()
+            if self.controller is not None:
+                with contextlib.suppress(Exception):
+                    await self.controller.shutdown()
+            for task in self._tasks:
+                task.cancel()
+            for task in self._tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            if self.replica_manager is not None:
+                await self.replica_manager.shutdown()
+            if self.log_manager is not None:
+                self.log_manager.shutdown()
+            if self.zk is not None:
+                await self.zk.close()
+        finally:
+            self._stopped.set()
+        log.info("broker %d shut down cleanly", self.broker_id)
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+
+def configure_process_memory() -> None:
+    """Fresh multi-megabyte allocations are slow on some VMs: keep freed memory mapped."""
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(64 * 1024 * 1024))
+    os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 * 1024 * 1024))

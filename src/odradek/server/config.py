@@ -1,0 +1,287 @@
+"""Broker configuration: Kafka's property names, types, defaults and validation.
+
+`server.properties` is read in Java properties syntax (`key=value` or `key: value`, `#`/`!` comments,
+backslash line continuation); `--override k=v` on the command line wins over the file. Every property is
+declared once in `DEFINITIONS` with its type and default; an invalid value is a `ConfigError` naming the
+property, which the command line prints as one line. Unknown properties are kept and logged, as Kafka
+does, so a Kafka `server.properties` can be used unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from odradek.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: str  # int | long | bool | string | list | double
+    default: Any
+    validator: Callable[[Any], str | None] | None = None
+
+
+def _at_least(minimum: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value >= minimum else f"must be at least {minimum}"
+
+    return check
+
+
+def _one_of(*allowed: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in allowed else f"must be one of {', '.join(allowed)}"
+
+    return check
+
+
+_DEFS = [
+    ConfigDef("broker.id", "int", -1, _at_least(-1)),
+    ConfigDef("broker.rack", "string", None),
+    ConfigDef("listeners", "string", "PLAINTEXT://:9092"),
+    ConfigDef("advertised.listeners", "string", None),
+    ConfigDef("log.dirs", "string", None),
+    ConfigDef("log.dir", "string", "/tmp/kafka-logs"),
+    ConfigDef("zookeeper.connect", "string", None),
+    ConfigDef("zookeeper.session.timeout.ms", "int", 18000, _at_least(1000)),
+    ConfigDef("zookeeper.connection.timeout.ms", "int", None),
+    ConfigDef("num.partitions", "int", 1, _at_least(1)),
+    ConfigDef("default.replication.factor", "int", 1, _at_least(1)),
+    ConfigDef("auto.create.topics.enable", "bool", True),
+    ConfigDef("delete.topic.enable", "bool", True),
+    ConfigDef("log.segment.bytes", "int", 1 << 30, _at_least(14)),
+    ConfigDef("log.roll.ms", "long", None),
+    ConfigDef("log.roll.hours", "int", 168, _at_least(1)),
+    ConfigDef("log.retention.ms", "long", None),
+    ConfigDef("log.retention.minutes", "int", None),
+    ConfigDef("log.retention.hours", "int", 168),
+    ConfigDef("log.retention.bytes", "long", -1),
+    ConfigDef("log.retention.check.interval.ms", "long", 300000, _at_least(1)),
+    ConfigDef("log.index.interval.bytes", "int", 4096, _at_least(0)),
+    ConfigDef("log.index.size.max.bytes", "int", 10 * 1024 * 1024, _at_least(4)),
+    ConfigDef(
+        "log.message.timestamp.type", "string", "CreateTime", _one_of("CreateTime", "LogAppendTime")
+    ),
+    ConfigDef("log.segment.delete.delay.ms", "long", 60000, _at_least(0)),
+    ConfigDef("log.flush.offset.checkpoint.interval.ms", "int", 60000, _at_least(0)),
+    ConfigDef("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, _at_least(0)),
+    ConfigDef("log.cleanup.policy", "string", "delete"),
+    ConfigDef("message.max.bytes", "int", 1048588, _at_least(0)),
+    ConfigDef("socket.request.max.bytes", "int", 104857600, _at_least(1)),
+    ConfigDef("replica.lag.time.max.ms", "long", 30000, _at_least(1)),
+    ConfigDef("replica.fetch.max.bytes", "int", 1048576, _at_least(0)),
+    ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, _at_least(0)),
+    ConfigDef("replica.fetch.wait.max.ms", "int", 500, _at_least(0)),
+    ConfigDef("replica.fetch.min.bytes", "int", 1, _at_least(0)),
+    ConfigDef("replica.fetch.backoff.ms", "int", 1000, _at_least(0)),
+    ConfigDef("replica.socket.timeout.ms", "int", 30000),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", "long", 5000, _at_least(1)),
+    ConfigDef("num.replica.fetchers", "int", 1, _at_least(1)),
+    ConfigDef("min.insync.replicas", "int", 1, _at_least(1)),
+    ConfigDef("unclean.leader.election.enable", "bool", False),
+    ConfigDef("controlled.shutdown.enable", "bool", True),
+    ConfigDef("controlled.shutdown.max.retries", "int", 3, _at_least(0)),
+    ConfigDef("controlled.shutdown.retry.backoff.ms", "long", 5000, _at_least(0)),
+    ConfigDef("controller.socket.timeout.ms", "int", 30000, _at_least(1)),
+    ConfigDef("auto.leader.rebalance.enable", "bool", True),
+    ConfigDef("leader.imbalance.per.broker.percentage", "int", 10, _at_least(0)),
+    ConfigDef("leader.imbalance.check.interval.seconds", "long", 300, _at_least(1)),
+    ConfigDef("request.timeout.ms", "int", 30000, _at_least(1)),
+    ConfigDef("offsets.topic.replication.factor", "int", 3, _at_least(1)),
+    ConfigDef("offsets.topic.num.partitions", "int", 50, _at_least(1)),
+    ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
+    ConfigDef("group.min.session.timeout.ms", "int", 6000, _at_least(0)),
+    ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),
+]
+
+DEFINITIONS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java properties text (the subset Kafka's config files use)."""
+    result: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.strip() if not logical else raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        logical += line
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", logical)
+        if match:
+            result[match.group(1)] = match.group(2).strip()
+        elif logical:
+            result[logical] = ""
+        logical = ""
+    return result
+
+
+def _convert(definition: ConfigDef, raw: str) -> Any:
+    name = definition.name
+    text = raw.strip()
+    if definition.type in ("int", "long"):
+        try:
+            value: Any = int(text)
+        except ValueError:
+            raise ConfigError(f"invalid value {raw!r} for {name}: not an integer") from None
+        if definition.type == "int" and not -(2**31) <= value < 2**31:
+            raise ConfigError(f"invalid value {raw!r} for {name}: out of the int range")
+    elif definition.type == "bool":
+        lowered = text.lower()
+        if lowered not in ("true", "false"):
+            raise ConfigError(f"invalid value {raw!r} for {name}: expected true or false")
+        value = lowered == "true"
+    elif definition.type == "double":
+        try:
+            value = float(text)
+        except ValueError:
+            raise ConfigError(f"invalid value {raw!r} for {name}: not a number") from None
+    else:
+        value = text
+    if definition.validator is not None:
+        problem = definition.validator(value)
+        if problem:
+            raise ConfigError(f"invalid value {raw!r} for {name}: {problem}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    listener: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.listener}://{self.host}:{self.port}"
+
+
+def parse_listeners(text: str, property_name: str) -> list[Endpoint]:
+    endpoints = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)", item)
+        if not match:
+            raise ConfigError(
+                f"invalid value {item!r} for {property_name}: expected NAME://host:port"
+            )
+        port = int(match.group(3))
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"invalid value {item!r} for {property_name}: port out of range")
+        endpoints.append(Endpoint(match.group(1).upper(), match.group(2).strip("[]"), port))
+    if not endpoints:
+        raise ConfigError(f"{property_name} is empty")
+    return endpoints
+
+
+class KafkaConfig:
+    """A broker's validated configuration.
+
+    Values are read with `config[name]` using Kafka's property names; derived values that Kafka computes
+    from several properties (log retention, roll time, log dirs, endpoints) are properties here.
+    Immutable after construction.
+    """
+
+    def __init__(self, properties: Mapping[str, str]) -> None:
+        self.originals = dict(properties)
+        self._values: dict[str, Any] = {}
+        for name, definition in DEFINITIONS.items():
+            raw = properties.get(name)
+            if raw is None:
+                self._values[name] = definition.default
+            else:
+                self._values[name] = _convert(definition, raw)
+        self.unknown = sorted(set(properties) - set(DEFINITIONS))
+        self._validate()
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def _validate(self) -> None:
+        if self["broker.id"] < 0:
+            raise ConfigError("broker.id must be set to a non-negative integer")
+        if not self["zookeeper.connect"]:
+            raise ConfigError(
+                "zookeeper.connect is required (for example zookeeper.connect=127.0.0.1:2181)"
+            )
+        self.listeners = parse_listeners(self["listeners"], "listeners")
+        advertised = self["advertised.listeners"]
+        if advertised:
+            self.advertised_listeners = parse_listeners(advertised, "advertised.listeners")
+        else:
+            self.advertised_listeners = [
+                Endpoint(e.listener, e.host or socket.getfqdn(), e.port) for e in self.listeners
+            ]
+        for endpoint in self.listeners:
+            if endpoint.listener != "PLAINTEXT":
+                raise ConfigError(
+                    f"listener {endpoint} is not supported: only PLAINTEXT listeners are implemented"
+                )
+        if self["message.max.bytes"] > self["socket.request.max.bytes"]:
+            raise ConfigError("message.max.bytes must not exceed socket.request.max.bytes")
+        if not self.log_dirs:
+            raise ConfigError("log.dirs is empty")
+
+    @property
+    def broker_id(self) -> int:
+        return int(self["broker.id"])
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        text = self["log.dirs"] or self["log.dir"]
+        return [Path(p.strip()) for p in text.split(",") if p.strip()]
+
+    @property
+    def log_roll_ms(self) -> int:
+        if self["log.roll.ms"] is not None:
+            return int(self["log.roll.ms"])
+        return int(self["log.roll.hours"]) * 3600 * 1000
+
+    @property
+    def log_retention_ms(self) -> int:
+        if self["log.retention.ms"] is not None:
+            return int(self["log.retention.ms"])
+        if self["log.retention.minutes"] is not None:
+            return int(self["log.retention.minutes"]) * 60 * 1000
+        return int(self["log.retention.hours"]) * 3600 * 1000
+
+    @property
+    def zookeeper_connection_timeout_ms(self) -> int:
+        value = self["zookeeper.connection.timeout.ms"]
+        return int(value) if value is not None else int(self["zookeeper.session.timeout.ms"])
+
+    @property
+    def listener(self) -> Endpoint:
+        return self.listeners[0]
+
+    @property
+    def advertised_listener(self) -> Endpoint:
+        return self.advertised_listeners[0]
+
+
+def load_config(path: Path | None, overrides: list[str]) -> KafkaConfig:
+    """Read `server.properties` and apply `k=v` overrides; ConfigError on any problem."""
+    properties: dict[str, str] = {}
+    if path is not None:
+        try:
+            properties.update(parse_properties(Path(path).read_text()))
+        except OSError as e:
+            raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    for override in overrides:
+        if "=" not in override:
+            raise ConfigError(f"invalid override {override!r}: expected key=value")
+        key, value = override.split("=", 1)
+        properties[key.strip()] = value.strip()
+    config = KafkaConfig(properties)
+    for name in config.unknown:
+        log.warning("the configuration %s is not a known config; ignored", name)
+    return config

@@ -1,0 +1,92 @@
+"""Produce (api key 0).
+
+Record batches stay opaque: the handler hands each partition's bytes to the replica manager, which
+validates batch headers and CRCs, stamps offsets and the leader epoch, and appends them as they are.
+acks=0 gets no response; acks=1 is answered after the local append; acks=-1 (all) after the high
+watermark passes the appended batches, or REQUEST_TIMED_OUT after the request's timeout.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from odradek.network.server import NO_RESPONSE
+from odradek.protocol.codec import RequestHeader
+from odradek.server.apis import response
+
+if TYPE_CHECKING:
+    from odradek.cluster.replica_manager import ProduceResult
+    from odradek.server.apis import KafkaApis
+
+
+def _partition_response(index: int, result: ProduceResult) -> dict[str, Any]:
+    error = result.error
+    return {
+        "index": index,
+        "error_code": error.code if error is not None else ErrorCode.none,
+        "error_message": str(error) if error is not None else None,
+        "base_offset": result.base_offset,
+        "log_append_time": None,
+        "log_start_offset": result.log_start_offset,
+        "record_errors": (),
+    }
+
+
+def handle_produce(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+    broker = apis.broker
+    acks = int(request.acks)
+    timeout_ms = int(request.timeout.total_seconds() * 1000)
+    order: list[tuple[str, list[int]]] = []
+    entries: dict[tuple[str, int], bytes] = {}
+    immediate: dict[tuple[str, int], ErrorCode] = {}
+    for topic_data in request.topic_data:
+        name = topic_data.name
+        indexes = []
+        for partition_data in topic_data.partition_data:
+            key = (name, partition_data.index)
+            indexes.append(partition_data.index)
+            if acks not in (0, 1, -1):
+                immediate[key] = ErrorCode.invalid_required_acks
+            elif request.transactional_id is not None:
+                immediate[key] = ErrorCode.transactional_id_authorization_failed
+            elif partition_data.records is None:
+                immediate[key] = ErrorCode.corrupt_message
+            else:
+                entries[key] = partition_data.records
+        order.append((name, indexes))
+        if not broker.metadata_cache.contains_topic(name):
+            broker.maybe_auto_create_topic(name)
+
+    result = broker.replica_manager.append_records(entries, acks, timeout_ms)
+    if acks == 0:
+        return NO_RESPONSE
+
+    def build_response(results: dict[tuple[str, int], ProduceResult]) -> Any:
+        from odradek.cluster.replica_manager import ProduceResult
+        from odradek.errors import KafkaError
+
+        topics = []
+        for name, indexes in order:
+            partitions = []
+            for index in indexes:
+                key = (name, index)
+                if key in immediate:
+                    partitions.append(
+                        _partition_response(
+                            index, ProduceResult(error=KafkaError(code=immediate[key]))
+                        )
+                    )
+                else:
+                    partitions.append(_partition_response(index, results[key]))
+            topics.append({"name": name, "partition_responses": partitions})
+        return response(header, {"responses": topics, "throttle_time": 0})
+
+    if isinstance(result, dict):
+        return build_response(result)
+
+    async def wait_and_build() -> Any:
+        return build_response(await result)
+
+    return wait_and_build()

@@ -1,0 +1,158 @@
+"""Topic names and topic-level configuration: Kafka's rules, and the log config they produce.
+
+Topic names: 1..249 characters of ASCII letters, digits, '.', '_' and '-', neither "." nor "..";
+two topics whose names differ only by '.' versus '_' collide (metric names would clash in Kafka) and the
+second is refused.
+
+Topic configs (`/config/topics/<topic>`) override the broker's defaults. Only the configs this broker
+implements are accepted; anything else is INVALID_CONFIG with the reason, so that nobody believes a
+setting took effect when it did not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from odradek.errors import InvalidConfigurationError, InvalidTopicError
+from odradek.log.config import LogConfig
+
+if TYPE_CHECKING:
+    from odradek.server.config import KafkaConfig
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+def validate_topic_name(name: str) -> None:
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(f"topic name is longer than {MAX_TOPIC_NAME_LENGTH} characters")
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} is illegal: it may only contain ASCII letters, digits, '.', '_' and '-'"
+        )
+
+
+def collides(name: str, existing: str) -> bool:
+    return name != existing and name.replace(".", "_") == existing.replace(".", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigDef:
+    name: str
+    kind: str  # int | long | bool | enum
+    broker_default: Callable[[KafkaConfig], Any]
+    allowed: tuple[str, ...] = ()
+    minimum: int | None = None
+
+
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
+    d.name: d
+    for d in [
+        TopicConfigDef("segment.bytes", "int", lambda c: c["log.segment.bytes"], minimum=14),
+        TopicConfigDef("segment.ms", "long", lambda c: c.log_roll_ms, minimum=1),
+        TopicConfigDef("retention.ms", "long", lambda c: c.log_retention_ms, minimum=-1),
+        TopicConfigDef("retention.bytes", "long", lambda c: c["log.retention.bytes"], minimum=-1),
+        TopicConfigDef(
+            "segment.index.bytes", "int", lambda c: c["log.index.size.max.bytes"], minimum=4
+        ),
+        TopicConfigDef(
+            "index.interval.bytes", "int", lambda c: c["log.index.interval.bytes"], minimum=0
+        ),
+        TopicConfigDef("max.message.bytes", "int", lambda c: c["message.max.bytes"], minimum=0),
+        TopicConfigDef(
+            "message.timestamp.type",
+            "enum",
+            lambda c: c["log.message.timestamp.type"],
+            allowed=("CreateTime", "LogAppendTime"),
+        ),
+        TopicConfigDef(
+            "file.delete.delay.ms", "long", lambda c: c["log.segment.delete.delay.ms"], minimum=0
+        ),
+        TopicConfigDef("min.insync.replicas", "int", lambda c: c["min.insync.replicas"], minimum=1),
+        TopicConfigDef(
+            "unclean.leader.election.enable", "bool", lambda c: c["unclean.leader.election.enable"]
+        ),
+        TopicConfigDef(
+            "cleanup.policy", "enum", lambda c: c["log.cleanup.policy"], allowed=("delete",)
+        ),
+    ]
+}
+
+
+def parse_topic_config_value(name: str, raw: str | None) -> Any:
+    definition = TOPIC_CONFIGS.get(name)
+    if definition is None:
+        raise InvalidConfigurationError(f"unknown or unsupported topic config {name!r}")
+    if raw is None:
+        raise InvalidConfigurationError(f"topic config {name} needs a value")
+    text = str(raw).strip()
+    if definition.kind in ("int", "long"):
+        try:
+            value: Any = int(text)
+        except ValueError:
+            raise InvalidConfigurationError(
+                f"invalid value {raw!r} for {name}: not an integer"
+            ) from None
+        if definition.minimum is not None and value < definition.minimum:
+            raise InvalidConfigurationError(
+                f"invalid value {raw!r} for {name}: must be at least {definition.minimum}"
+            )
+        return value
+    if definition.kind == "bool":
+        if text.lower() not in ("true", "false"):
+            raise InvalidConfigurationError(
+                f"invalid value {raw!r} for {name}: expected true or false"
+            )
+        return text.lower() == "true"
+    if text not in definition.allowed:
+        raise InvalidConfigurationError(
+            f"invalid value {raw!r} for {name}: supported values are {', '.join(definition.allowed)}"
+        )
+    return text
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Check every entry; returns the normalised string map to store in ZooKeeper."""
+    normalised = {}
+    for name, raw in configs.items():
+        parse_topic_config_value(name, raw)
+        normalised[name] = str(raw).strip()
+    return normalised
+
+
+def effective_topic_config(
+    broker_config: KafkaConfig, overrides: Mapping[str, str]
+) -> dict[str, Any]:
+    """Every topic config's effective value: the topic's override, else the broker default."""
+    values = {name: d.broker_default(broker_config) for name, d in TOPIC_CONFIGS.items()}
+    for name, raw in overrides.items():
+        if name in TOPIC_CONFIGS:
+            try:
+                values[name] = parse_topic_config_value(name, raw)
+            except InvalidConfigurationError:
+                pass  # written by another tool; keep the default rather than fail the partition
+    return values
+
+
+def log_config_for(broker_config: KafkaConfig, overrides: Mapping[str, str]) -> LogConfig:
+    values = effective_topic_config(broker_config, overrides)
+    return LogConfig(
+        segment_bytes=values["segment.bytes"],
+        segment_ms=values["segment.ms"],
+        retention_ms=values["retention.ms"],
+        retention_bytes=values["retention.bytes"],
+        index_interval_bytes=values["index.interval.bytes"],
+        segment_index_bytes=values["segment.index.bytes"],
+        max_message_bytes=values["max.message.bytes"],
+        message_timestamp_type=values["message.timestamp.type"],
+        file_delete_delay_ms=values["file.delete.delay.ms"],
+        min_insync_replicas=values["min.insync.replicas"],
+        unclean_leader_election_enable=values["unclean.leader.election.enable"],
+    )

@@ -1,0 +1,5 @@
+"""Shared pytest configuration: fixtures live in tests/fixtures/ as plugins."""
+
+pytest_plugins = [
+    "tests.fixtures.zookeeper",
+]
