@@ -177,3 +177,8 @@ class TopicDeletionDisabledError(KafkaError):
 
 class StaleBrokerEpochError(KafkaError):
     code = ErrorCode.stale_broker_epoch
+
+
+class ClusterTimeoutError(OperatorError):
+    """A local cluster (`odradek cluster`, `LocalCluster`) did not reach the awaited state in time:
+    brokers not registered, no controller elected, a condition a test waits for never held."""

@@ -291,9 +291,6 @@ class Broker:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def on_leader_and_isr_applied(self) -> None:
-        pass
-
     def _on_topic_config_change(self, topic: str, overrides: dict[str, str]) -> None:
         assert self.log_manager is not None
         config = log_config_for(self.config, overrides)

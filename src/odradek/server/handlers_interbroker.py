@@ -112,7 +112,6 @@ def handle_leader_and_isr(apis: KafkaApis, header: RequestHeader, request: Any) 
                     ],
                 }
             )
-        broker.on_leader_and_isr_applied()
         return response(header, {"error_code": ErrorCode.none, "topics": topics})
 
     return apply()
@@ -147,9 +146,13 @@ def handle_update_metadata(apis: KafkaApis, header: RequestHeader, request: Any)
         for p in topic.partition_states
     ]
     topic_ids = {t.topic_name: t.topic_id for t in request.topic_states if t.topic_id is not None}
-    broker.metadata_cache.update(
+    deleted = broker.metadata_cache.update(
         request.controller_id, request.controller_epoch, brokers, partitions, topic_ids
     )
+    for topic in {t for t, _ in deleted}:
+        if not broker.metadata_cache.contains_topic(topic):
+            broker.topic_configs.forget(topic)
+    broker.on_metadata_updated()
     return response(header, {"error_code": ErrorCode.none})
 
 

@@ -1,0 +1,282 @@
+"""`odradek cluster`: a local cluster for development, demos and fault drills.
+
+  odradek cluster up --brokers N --dir DIR [--base-port P] [--override k=v ...]
+  odradek cluster status --dir DIR [--json]
+  odradek cluster down --dir DIR
+  odradek cluster kill|stop|cont|terminate|restart BROKER_ID --dir DIR
+
+`up` starts a private ZooKeeper and N brokers in the background, prints the bootstrap string on
+stdout and returns; the processes keep running (see `odradek.cli.launcher` for the directory
+layout and cluster.json). The per-broker commands are fault drills: `kill` is SIGKILL (a crash),
+`stop` and `cont` are SIGSTOP and SIGCONT (a frozen process: a GC pause, a hung disk),
+`terminate` is SIGTERM (the broker's controlled shutdown), and `restart` is a controlled shutdown
+followed by a start with the same config and ports. `status` reads ZooKeeper directly, so it
+works whatever state the brokers are in.
+
+Operator mistakes (a directory with a running cluster, a port in use, no java, an unknown broker
+id) print one `odradek: error: ...` line and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from odradek.cli.launcher import LocalCluster
+from odradek.errors import OperatorError
+
+# Lists of partitions in the human-readable status stop here; --json has them all.
+MAX_LISTED_PARTITIONS = 50
+
+
+def _fail(message: str) -> int:
+    print(f"odradek: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _quiet_kazoo() -> None:
+    # kazoo logs connection retries as warnings; a one-shot command reports failures itself.
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+
+
+def _parse_overrides(items: list[str] | None) -> dict[str, str]:
+    overrides = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise OperatorError(f"invalid --override {item!r}: expected key=value")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+# ---------------------------------------------------------------------------------------------
+# status as a table
+
+
+def _yes_no(value: bool | None) -> str:
+    return "?" if value is None else ("yes" if value else "no")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+
+
+def _partition_list(title: str, partitions: list[dict[str, Any]]) -> list[str]:
+    if not partitions:
+        return []
+    lines = [f"{title} ({len(partitions)}):"]
+    for p in partitions[:MAX_LISTED_PARTITIONS]:
+        leader = p["leader"] if p["leader"] >= 0 else "none"
+        replicas = ",".join(map(str, p["replicas"]))
+        isr = ",".join(map(str, p["isr"]))
+        lines.append(
+            f"  {p['topic']}-{p['partition']}  leader {leader}  replicas {replicas}  isr {isr}"
+        )
+    if len(partitions) > MAX_LISTED_PARTITIONS:
+        lines.append(f"  ... and {len(partitions) - MAX_LISTED_PARTITIONS} more (see --json)")
+    return lines
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """The human-readable `cluster status`: ZooKeeper, controller, brokers, partition health."""
+    zk = status["zookeeper"]
+    if zk.get("external"):
+        zk_state = "external"
+    else:
+        zk_state = f"pid {zk['pid']}" if zk.get("process_alive") else "not running"
+    reachable = "reachable" if zk.get("reachable") else "UNREACHABLE"
+    lines = [f"ZooKeeper   {zk['connect']} ({zk_state}, {reachable})"]
+    controller = status.get("controller")
+    if controller:
+        lines.append(f"Controller  broker {controller['id']} (epoch {controller['epoch']})")
+    else:
+        lines.append("Controller  none")
+    lines.append(f"Bootstrap   {status['bootstrap']}")
+    lines.append("")
+    rows = [
+        [
+            str(b["id"]),
+            _yes_no(b["registered"]),
+            b["process"] or "-",
+            str(b["pid"]) if b["pid"] else "-",
+            b["endpoint"] or "-",
+        ]
+        for b in status["brokers"]
+    ]
+    lines += _table(["BROKER", "REGISTERED", "PROCESS", "PID", "ENDPOINT"], rows)
+    lines.append("")
+    topics = status["topics"]
+    totals = status["totals"]
+    rows = [
+        [
+            name + (" (deleting)" if t.get("marked_for_deletion") else ""),
+            str(t["partitions"]),
+            str(t["online"]),
+            str(t["offline"]),
+            str(t["under_replicated"]),
+        ]
+        for name, t in sorted(topics.items())
+    ]
+    rows.append(
+        [
+            f"total ({len(topics)} topics)",
+            str(totals["partitions"]),
+            str(totals["online"]),
+            str(totals["offline"]),
+            str(totals["under_replicated"]),
+        ]
+    )
+    lines += _table(["TOPIC", "PARTITIONS", "ONLINE", "OFFLINE", "UNDER-REPLICATED"], rows)
+    offline = [p for t in topics.values() for p in t["offline_partitions"]]
+    under = [p for t in topics.values() for p in t["under_replicated_partitions"]]
+    for title, partitions in (
+        ("Offline partitions", offline),
+        ("Under-replicated partitions", under),
+    ):
+        listed = _partition_list(title, partitions)
+        if listed:
+            lines += ["", *listed]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    cluster = LocalCluster.up(
+        Path(args.dir),
+        args.brokers,
+        base_port=args.base_port,
+        overrides=_parse_overrides(args.override),
+        timeout=args.timeout,
+        zookeeper=args.zookeeper,
+    )
+    print(cluster.bootstrap_servers)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    status = LocalCluster.load(Path(args.dir)).status()
+    print(json.dumps(status, indent=2) if args.json else format_status(status))
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    LocalCluster.load(Path(args.dir)).down(timeout=args.timeout)
+    return 0
+
+
+def _broker_command(action: Callable[[LocalCluster, argparse.Namespace], str | None]) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        cluster = LocalCluster.load(Path(args.dir))
+        cluster.broker(args.broker_id)  # an unknown id is an error for every action
+        note = action(cluster, args)
+        if note:
+            print(note, file=sys.stderr)
+        return 0
+
+    return run
+
+
+def _kill(cluster: LocalCluster, args: argparse.Namespace) -> str | None:
+    return None if cluster.kill(args.broker_id) else f"broker {args.broker_id} was not running"
+
+
+def _stop(cluster: LocalCluster, args: argparse.Namespace) -> str | None:
+    cluster.stop(args.broker_id)
+    return None
+
+
+def _cont(cluster: LocalCluster, args: argparse.Namespace) -> str | None:
+    cluster.cont(args.broker_id)
+    return None
+
+
+def _terminate(cluster: LocalCluster, args: argparse.Namespace) -> str | None:
+    if not cluster.is_alive(args.broker_id):
+        return f"broker {args.broker_id} was not running"
+    if not cluster.terminate(args.broker_id, args.timeout):
+        return f"broker {args.broker_id} did not shut down within {args.timeout:g}s: killed"
+    return None
+
+
+def _restart(cluster: LocalCluster, args: argparse.Namespace) -> str | None:
+    cluster.restart(args.broker_id, args.timeout)
+    return None
+
+
+_BROKER_ACTIONS: dict[str, tuple[Callable[[LocalCluster, argparse.Namespace], str | None], str]] = {
+    "kill": (_kill, "SIGKILL one broker (a crash) and wait until it is gone"),
+    "stop": (_stop, "SIGSTOP one broker (freeze it)"),
+    "cont": (_cont, "SIGCONT one broker stopped by 'stop'"),
+    "terminate": (_terminate, "SIGTERM one broker: controlled shutdown, SIGKILL after --timeout"),
+    "restart": (_restart, "controlled shutdown of one broker, then start it again"),
+}
+
+
+def _guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        _quiet_kazoo()
+        try:
+            return command(args)
+        except OperatorError as e:
+            return _fail(str(e))
+
+    return run
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "cluster",
+        help="a local cluster: up, status, down, and broker fault drills",
+        description="A local ZooKeeper and brokers as background processes.",
+    )
+    commands = parser.add_subparsers(dest="cluster_command", required=True, metavar="COMMAND")
+
+    up = commands.add_parser("up", help="start ZooKeeper and N brokers in the background")
+    up.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
+    up.add_argument("--dir", required=True, help="the cluster directory")
+    up.add_argument(
+        "--base-port", type=int, help="ZooKeeper on this port, broker i on base+i (default: free)"
+    )
+    up.add_argument(
+        "--override", action="append", metavar="K=V", help="a broker property for every broker"
+    )
+    up.add_argument("--zookeeper", metavar="CONNECT", help="use this ZooKeeper instead of our own")
+    up.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the brokers (default 60)"
+    )
+    up.set_defaults(func=_guarded(cmd_up))
+
+    status = commands.add_parser("status", help="brokers, controller and partition health")
+    status.add_argument("--dir", required=True)
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(func=_guarded(cmd_status))
+
+    down = commands.add_parser("down", help="stop every broker (controlled) and ZooKeeper")
+    down.add_argument("--dir", required=True)
+    down.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds before stragglers are killed"
+    )
+    down.set_defaults(func=_guarded(cmd_down))
+
+    for name, (action, help_text) in _BROKER_ACTIONS.items():
+        command = commands.add_parser(name, help=help_text)
+        command.add_argument("broker_id", type=int, metavar="BROKER_ID")
+        command.add_argument("--dir", required=True)
+        if name in ("terminate", "restart"):
+            command.add_argument(
+                "--timeout", type=float, default=60.0, help="seconds to wait (default 60)"
+            )
+        command.set_defaults(func=_guarded(_broker_command(action)))
+    return parser

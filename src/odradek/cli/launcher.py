@@ -1,0 +1,1037 @@
+"""A local Odradek cluster on one machine: a private ZooKeeper and N broker processes.
+
+`LocalCluster` is the Python API behind `odradek cluster ...`, the integration tests, the
+benchmarks and the demo. Every broker is a real `odradek server` process, so fault drills (SIGKILL,
+SIGSTOP, controlled shutdown by SIGTERM) exercise exactly what an operator's cluster would see.
+
+Directory layout (`DIR` is the cluster directory; nothing outside it is written):
+
+* `DIR/zookeeper/` -- the private ZooKeeper's `zoo.cfg` and data; `DIR/zookeeper.log` its output.
+  Absent when the cluster uses an external ZooKeeper (`zookeeper=` connect string).
+* `DIR/broker-<id>/server.properties` -- the broker's whole configuration, written by `up()` and
+  reused unchanged by every restart (same ports, same data). `broker.log` there collects the
+  process's stdout and stderr (appended across restarts, each start preceded by a marker line),
+  `state-change.log` the controller's state-change log, and `data/` is its `log.dirs`.
+* `DIR/cluster.json` -- what the other commands need to find the processes again, rewritten
+  (atomically, under `DIR/.cluster.lock`) whenever a pid changes. A JSON object:
+  `zookeeper`: {connect, port, pid, dir, log, external}; `brokers`: a list, by id, of {id, host,
+  port, pid, dir, data_dir, log, config, rack}; `bootstrap`: "host:port,host:port,..." of all
+  brokers. Paths are absolute; a pid is null when that process is not running.
+
+Processes: each child runs in its own session (process group), so a Ctrl-C in the terminal that
+ran `odradek cluster up` does not reach it, and signals from here go to its whole group. A child
+started by this object is reaped by it (no zombies); a child named only by a pid in cluster.json
+(another `odradek cluster` invocation started it) is recognised by its command line in /proc, so
+that a recycled pid is never signalled.
+
+Concurrency: a `LocalCluster` belongs to the thread that created it and its methods block. They
+read ZooKeeper on a private event loop (in a helper thread if the caller already runs one), so
+they may be called from synchronous tests and from inside asyncio code alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import enum
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from odradek.errors import ClusterTimeoutError, OperatorError
+from odradek.zk.client import ZkClient
+from odradek.zk.errors import NoNodeError, ZkError
+from odradek.zk.server import ZooKeeperServer, port_is_free
+from odradek.zk.znodes import (
+    BrokerIdsZNode,
+    BrokerIdZNode,
+    ControllerEpochZNode,
+    ControllerZNode,
+    DeleteTopicsZNode,
+    TopicPartitionStateZNode,
+    TopicsZNode,
+    TopicZNode,
+)
+
+__all__ = [
+    "CLUSTER_FILE",
+    "LocalBroker",
+    "LocalCluster",
+    "ProcessState",
+    "development_defaults",
+    "tail",
+]
+
+T = TypeVar("T")
+
+HOST = "127.0.0.1"
+CLUSTER_FILE = "cluster.json"
+_LOCK_FILE = ".cluster.lock"
+_POLL_INTERVAL_S = 0.05
+_ZK_SESSION_TIMEOUT_S = 10.0
+# status() of a cluster whose ZooKeeper is down should answer quickly, not hang for a session.
+_STATUS_CONNECT_TIMEOUT_S = 3.0
+
+
+def development_defaults(brokers: int) -> dict[str, str]:
+    """Broker properties for a fast local cluster; every one can be overridden.
+
+    Shorter than Kafka's production defaults where waiting would only slow a developer or a test
+    down: a dead broker's session expires in 6 s instead of 18, a lagging follower leaves the ISR
+    after 10 s, a refused controlled shutdown is retried after 0.5 s, retention runs every 5 s,
+    and consumer groups rebalance without the initial 3 s delay. Replication factors are capped
+    by the number of brokers, so that a one-broker cluster can create topics at all.
+    """
+    replication = str(min(3, brokers))
+    return {
+        "zookeeper.session.timeout.ms": "6000",
+        "replica.lag.time.max.ms": "10000",
+        "num.partitions": "1",
+        "default.replication.factor": replication,
+        "offsets.topic.replication.factor": replication,
+        "controlled.shutdown.retry.backoff.ms": "500",
+        "log.retention.check.interval.ms": "5000",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+
+
+def tail(path: Path, lines: int = 20, start: int = 0) -> str:
+    """The last `lines` lines of a text file from byte `start` on ("" if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(start, f.tell() - 32_768))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+
+
+class ProcessState(enum.Enum):
+    RUNNING = "running"
+    STOPPED = "stopped"  # SIGSTOP: alive, holding its ports and ZooKeeper session, doing nothing
+    DEAD = "dead"
+
+
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state of `pid` from /proc (R, S, T, Z, ...); None if no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "?"
+    # The command name in parentheses may itself contain spaces and parentheses.
+    return stat.rpartition(")")[2].split()[0]
+
+
+class _Process:
+    """A process of the cluster: a child this object started (`popen`), or one known only by the
+    pid recorded in cluster.json, identified by `marker` (a string its command line contains)."""
+
+    def __init__(self, pid: int, marker: str, popen: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self.marker = marker
+        self.popen = popen
+
+    def _is_ours(self) -> bool:
+        try:
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            return False
+        except OSError:  # no /proc here: trust the pid
+            return _pid_exists(self.pid)
+        return self.marker.encode() in cmdline
+
+    def state(self) -> ProcessState:
+        if self.popen is not None:
+            if self.popen.poll() is not None:
+                return ProcessState.DEAD
+        else:
+            self._reap()
+            if not self._is_ours():
+                return ProcessState.DEAD
+        letter = _proc_state(self.pid)
+        if letter is None or letter in "ZXx":
+            return ProcessState.DEAD
+        return ProcessState.STOPPED if letter in "Tt" else ProcessState.RUNNING
+
+    @property
+    def alive(self) -> bool:
+        return self.state() is not ProcessState.DEAD
+
+    def _reap(self) -> None:
+        # A pid from cluster.json may still be our child (loaded in the process that started it):
+        # reap it if it has exited; for anyone else's child this is a harmless ChildProcessError.
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(self.pid, os.WNOHANG)
+
+    def signal(self, signum: int) -> bool:
+        """Send `signum` to the process group; False if the process is not alive."""
+        if not self.alive:
+            return False
+        try:
+            os.killpg(self.pid, signum)  # the child leads its own group (start_new_session)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            os.kill(self.pid, signum)
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the process to exit (and reap it); True if it did."""
+        if self.popen is not None:
+            try:
+                self.popen.wait(max(0.0, timeout))
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        deadline = time.monotonic() + timeout
+        while self.alive:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL and wait until gone; a stopped process dies too (SIGKILL needs no SIGCONT)."""
+        self.signal(signal.SIGKILL)
+        if not self.wait(30.0):
+            raise OperatorError(f"process {self.pid} survived SIGKILL for 30s")
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct ports nothing listens on now (all sockets held open while choosing, so
+    the kernel does not hand out the same port twice)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((HOST, 0))
+            sockets.append(sock)
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Running ZooKeeper reads from synchronous code
+
+
+def _run(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to completion from synchronous code, even inside a running event loop."""
+
+    async def main() -> T:
+        return await factory()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
+        return pool.submit(asyncio.run, main()).result()
+
+
+@contextlib.asynccontextmanager
+async def _zk_session(connect: str, timeout: float) -> Any:
+    zk = ZkClient(connect, session_timeout_s=_ZK_SESSION_TIMEOUT_S, connection_loss_retry_s=timeout)
+    await zk.start(timeout=timeout)
+    try:
+        yield zk
+    finally:
+        await zk.close()
+
+
+async def _get_or_none(zk: ZkClient, path: str) -> tuple[bytes, Any] | None:
+    try:
+        return await zk.get(path)
+    except NoNodeError:
+        return None
+
+
+async def _children(zk: ZkClient, path: str) -> list[str]:
+    try:
+        return await zk.get_children(path)
+    except NoNodeError:
+        return []
+
+
+async def _registrations(zk: ZkClient) -> dict[int, Any]:
+    """Broker id -> decoded `/brokers/ids/<id>` (a BrokerInfo, with the broker epoch)."""
+    ids = sorted(int(c) for c in await _children(zk, BrokerIdsZNode.path()) if c.isdigit())
+    found = await asyncio.gather(*(_get_or_none(zk, BrokerIdZNode.path(i)) for i in ids))
+    return {
+        broker_id: BrokerIdZNode.decode(broker_id, data, stat.czxid)
+        for broker_id, got in zip(ids, found, strict=True)
+        if got is not None
+        for data, stat in (got,)
+    }
+
+
+async def _controller(zk: ZkClient) -> int | None:
+    got = await _get_or_none(zk, ControllerZNode.path())
+    return ControllerZNode.decode(got[0], got[1].version).broker_id if got else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster
+
+
+@dataclass
+class LocalBroker:
+    """One broker of a local cluster: where it listens and where its files are."""
+
+    id: int
+    host: str
+    port: int
+    dir: Path
+    data_dir: Path
+    log: Path
+    config: Path
+    pid: int | None = None
+    rack: str | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "host": self.host,
+            "port": self.port,
+            "pid": self.pid,
+            "dir": str(self.dir),
+            "data_dir": str(self.data_dir),
+            "log": str(self.log),
+            "config": str(self.config),
+            "rack": self.rack,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> LocalBroker:
+        return cls(
+            id=int(obj["id"]),
+            host=str(obj["host"]),
+            port=int(obj["port"]),
+            dir=Path(obj["dir"]),
+            data_dir=Path(obj["data_dir"]),
+            log=Path(obj["log"]),
+            config=Path(obj["config"]),
+            pid=obj.get("pid"),
+            rack=obj.get("rack"),
+        )
+
+
+@dataclass
+class _ZooKeeperInfo:
+    connect: str
+    port: int | None = None
+    pid: int | None = None
+    dir: Path | None = None
+    log: Path | None = None
+
+    @property
+    def external(self) -> bool:
+        return self.dir is None
+
+    @property
+    def config_file(self) -> Path | None:
+        return self.dir / "zoo.cfg" if self.dir is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "connect": self.connect,
+            "port": self.port,
+            "pid": self.pid,
+            "dir": str(self.dir) if self.dir else None,
+            "log": str(self.log) if self.log else None,
+            "external": self.external,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> _ZooKeeperInfo:
+        return cls(
+            connect=str(obj["connect"]),
+            port=obj.get("port"),
+            pid=obj.get("pid"),
+            dir=Path(obj["dir"]) if obj.get("dir") else None,
+            log=Path(obj["log"]) if obj.get("log") else None,
+        )
+
+
+def _write_properties(path: Path, properties: Mapping[str, str], header: str) -> None:
+    lines = [f"# {header}"] + [f"{key}={value}" for key, value in properties.items()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@dataclass
+class LocalCluster:
+    """A ZooKeeper and N brokers on this machine (see the module docstring).
+
+    Build one with `LocalCluster.up(...)` (starts everything) or `LocalCluster.load(dir)` (finds a
+    cluster another process started). Not thread-safe: one owner thread.
+    """
+
+    directory: Path
+    zookeeper: _ZooKeeperInfo
+    _brokers: dict[int, LocalBroker] = field(default_factory=dict)
+    _processes: dict[int, _Process] = field(default_factory=dict)
+    _zk_server: ZooKeeperServer | None = None
+    _log_offsets: dict[int, int] = field(default_factory=dict)
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def up(
+        cls,
+        directory: Path,
+        brokers: int,
+        base_port: int | None = None,
+        overrides: Mapping[str, str] | None = None,
+        per_broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
+        racks: Mapping[int, str] | None = None,
+        timeout: float = 60,
+        zookeeper: str | None = None,
+    ) -> LocalCluster:
+        """Start ZooKeeper (unless `zookeeper` names an external one) and brokers 1..`brokers`.
+
+        Returns once every broker is registered in ZooKeeper and a live broker holds
+        `/controller`. Ports: ZooKeeper on `base_port` and broker i on `base_port + i` when
+        `base_port` is given, else free ports. An existing directory whose processes are all
+        dead is reused with its data (a cluster brought down can be brought up again); one with
+        a live process is refused. On any failure everything started here is killed again and
+        an OperatorError (one line, with the failing broker's last log lines) is raised.
+        """
+        if brokers < 1:
+            raise OperatorError(f"--brokers must be at least 1, not {brokers}")
+        directory = Path(directory).resolve()
+        directory.mkdir(parents=True, exist_ok=True)
+        _refuse_running_cluster(directory)
+        if base_port is not None:
+            if base_port < 1 or base_port + brokers > 65535:
+                raise OperatorError(f"--base-port {base_port} leaves ports out of range")
+            zk_port = base_port
+            broker_ports = [base_port + i for i in range(1, brokers + 1)]
+        else:
+            zk_port, *broker_ports = _free_ports(brokers + 1)
+        for broker_id, port in enumerate(broker_ports, start=1):
+            if not port_is_free(port, HOST):
+                raise OperatorError(f"port {port} (broker {broker_id}) is in use on {HOST}")
+
+        if zookeeper is not None:
+            zk_info = _ZooKeeperInfo(connect=zookeeper)
+        else:
+            zk_info = _ZooKeeperInfo(
+                connect=f"{HOST}:{zk_port}",
+                port=zk_port,
+                dir=directory / "zookeeper",
+                log=directory / "zookeeper.log",
+            )
+        cluster = cls(directory, zk_info)
+        properties = {**development_defaults(brokers), **(overrides or {})}
+        for broker_id, port in enumerate(broker_ports, start=1):
+            broker_dir = directory / f"broker-{broker_id}"
+            broker = LocalBroker(
+                id=broker_id,
+                host=HOST,
+                port=port,
+                dir=broker_dir,
+                data_dir=broker_dir / "data",
+                log=broker_dir / "broker.log",
+                config=broker_dir / "server.properties",
+                rack=(racks or {}).get(broker_id),
+            )
+            cluster._brokers[broker_id] = broker
+            cluster._write_broker_config(
+                broker, {**properties, **(per_broker_overrides or {}).get(broker_id, {})}
+            )
+        try:
+            cluster._start_zookeeper(timeout)
+            for broker_id in cluster._brokers:
+                cluster._spawn(broker_id)
+            cluster._save()
+            cluster._wait_for_cluster(list(cluster._brokers), {}, timeout, need_controller=True)
+        except BaseException:
+            cluster.kill_all()
+            raise
+        return cluster
+
+    @classmethod
+    def load(cls, directory: Path) -> LocalCluster:
+        """The cluster described by `directory/cluster.json`; OperatorError if there is none."""
+        directory = Path(directory).resolve()
+        path = directory / CLUSTER_FILE
+        try:
+            obj = json.loads(path.read_text())
+            zk_info = _ZooKeeperInfo.from_json(obj["zookeeper"])
+            brokers = [LocalBroker.from_json(b) for b in obj["brokers"]]
+        except FileNotFoundError:
+            raise OperatorError(f"no cluster in {directory} ({CLUSTER_FILE} not found)") from None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise OperatorError(f"{path} is not a valid cluster file: {e}") from None
+        cluster = cls(directory, zk_info)
+        for broker in brokers:
+            cluster._brokers[broker.id] = broker
+            if broker.pid is not None:
+                cluster._processes[broker.id] = _Process(broker.pid, str(broker.config))
+        return cluster
+
+    # -- what there is ------------------------------------------------------------------------
+
+    @property
+    def brokers(self) -> list[LocalBroker]:
+        return [self._brokers[i] for i in sorted(self._brokers)]
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return sorted(self._brokers)
+
+    def broker(self, broker_id: int) -> LocalBroker:
+        try:
+            return self._brokers[broker_id]
+        except KeyError:
+            known = ", ".join(str(i) for i in self.broker_ids)
+            raise OperatorError(
+                f"no broker {broker_id} in the cluster in {self.directory} (brokers: {known})"
+            ) from None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    @property
+    def zookeeper_connect(self) -> str:
+        return self.zookeeper.connect
+
+    def process_state(self, broker_id: int) -> ProcessState:
+        self.broker(broker_id)
+        process = self._processes.get(broker_id)
+        return process.state() if process is not None else ProcessState.DEAD
+
+    def is_alive(self, broker_id: int) -> bool:
+        """True while the broker's process exists (running or stopped by SIGSTOP)."""
+        return self.process_state(broker_id) is not ProcessState.DEAD
+
+    def zookeeper_alive(self) -> bool | None:
+        """Whether the private ZooKeeper's process runs; None for an external ZooKeeper."""
+        if self.zookeeper.external:
+            return None
+        if self._zk_server is not None:
+            return self._zk_server.is_running
+        process = self._zookeeper_process()
+        return process is not None and process.alive
+
+    # -- starting -----------------------------------------------------------------------------
+
+    def _write_broker_config(self, broker: LocalBroker, properties: Mapping[str, str]) -> None:
+        broker.dir.mkdir(parents=True, exist_ok=True)
+        config = {
+            "broker.id": str(broker.id),
+            "listeners": f"PLAINTEXT://{broker.host}:{broker.port}",
+            "advertised.listeners": f"PLAINTEXT://{broker.host}:{broker.port}",
+            "log.dirs": str(broker.data_dir),
+            "zookeeper.connect": self.zookeeper.connect,
+        }
+        if broker.rack is not None:
+            config["broker.rack"] = broker.rack
+        config.update(properties)
+        _write_properties(
+            broker.config, config, f"broker {broker.id} of the local cluster in {self.directory}"
+        )
+
+    def _start_zookeeper(self, timeout: float) -> None:
+        info = self.zookeeper
+        if info.external or info.port is None or info.dir is None:
+            return
+        # fsync off: a development cluster's ZooKeeper need not survive a power cut, and
+        # ZooKeeper's fsync per transaction would dominate topic creation on slow disks.
+        server = ZooKeeperServer(info.port, info.dir, info.log, fsync=False)
+        server.start(timeout=timeout)
+        self._zk_server = server
+        info.pid = server.pid
+
+    def _command(self, broker: LocalBroker) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "odradek.cli.main",
+            "server",
+            str(broker.config),
+            "--state-change-log",
+            str(broker.dir),
+        ]
+
+    def _spawn(self, broker_id: int) -> None:
+        broker = self._brokers[broker_id]
+        broker.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(broker.log, "ab") as log:
+            self._log_offsets[broker_id] = log.tell()
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            log.write(f"=== odradek cluster: starting broker {broker_id} at {stamp} ===\n".encode())
+            log.flush()
+            popen = subprocess.Popen(
+                self._command(broker),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=broker.dir,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+        broker.pid = popen.pid
+        self._processes[broker_id] = _Process(popen.pid, str(broker.config), popen)
+
+    def start_broker(self, broker_id: int, timeout: float = 60, wait: bool = True) -> None:
+        """Start a broker that is not running, with its existing config, ports and data; with
+        `wait`, return once it has registered anew in ZooKeeper."""
+        broker = self.broker(broker_id)
+        if self.is_alive(broker_id):
+            return
+        if not port_is_free(broker.port, broker.host):
+            raise OperatorError(f"port {broker.port} (broker {broker_id}) is in use on {HOST}")
+        previous = self._registered_epochs() if wait else {}
+        self._spawn(broker_id)
+        self._save([broker_id])
+        if wait:
+            self._wait_for_cluster([broker_id], previous, timeout, need_controller=False)
+
+    def restart(self, broker_id: int, timeout: float = 60) -> None:
+        """Controlled shutdown (if running), then start again and wait until registered."""
+        self.terminate(broker_id, timeout)
+        self.start_broker(broker_id, timeout)
+
+    # -- signals ------------------------------------------------------------------------------
+
+    def kill(self, broker_id: int) -> bool:
+        """SIGKILL the broker (a crash) and wait until it is gone; False if it was not running."""
+        self.broker(broker_id)
+        process = self._processes.get(broker_id)
+        if process is None or not process.alive:
+            self._forget(broker_id)
+            return False
+        process.kill()
+        self._forget(broker_id)
+        return True
+
+    def stop(self, broker_id: int) -> None:
+        """SIGSTOP: the broker freezes, keeping its sockets and (until it expires) its session."""
+        self._signal_running(broker_id, signal.SIGSTOP)
+
+    def cont(self, broker_id: int) -> None:
+        """SIGCONT: resume a broker frozen by `stop`."""
+        self._signal_running(broker_id, signal.SIGCONT)
+
+    def _signal_running(self, broker_id: int, signum: int) -> None:
+        self.broker(broker_id)
+        process = self._processes.get(broker_id)
+        if process is None or not process.signal(signum):
+            raise OperatorError(f"broker {broker_id} is not running")
+
+    def terminate(self, broker_id: int, timeout: float = 60) -> bool:
+        """SIGTERM (the broker's controlled shutdown), wait up to `timeout`, then SIGKILL.
+
+        True if the broker exited by itself, False if it had to be killed or was not running.
+        """
+        self.broker(broker_id)
+        process = self._processes.get(broker_id)
+        if process is None or not process.alive:
+            self._forget(broker_id)
+            return False
+        _request_exit(process)
+        clean = process.wait(timeout)
+        if not clean:
+            process.kill()
+        self._forget(broker_id)
+        return clean
+
+    def _forget(self, broker_id: int) -> None:
+        self._processes.pop(broker_id, None)
+        if self._brokers[broker_id].pid is not None:
+            self._brokers[broker_id].pid = None
+            self._save([broker_id])
+
+    def down(self, timeout: float = 60) -> None:
+        """SIGTERM every broker at once, SIGKILL those still alive after `timeout`, then stop
+        the private ZooKeeper. The directory (data, logs, cluster.json) stays."""
+        running = [(i, p) for i, p in self._processes.items() if p.alive]
+        for _, process in running:
+            _request_exit(process)
+        deadline = time.monotonic() + timeout
+        for _, process in running:
+            if not process.wait(deadline - time.monotonic()):
+                process.kill()
+        for broker in self._brokers.values():
+            broker.pid = None
+        self._processes.clear()
+        self._stop_zookeeper(kill=False)
+        self._save()
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the cluster, ZooKeeper too, and reap them. For emergencies:
+        failed start-ups and the test harness's exit hook."""
+        for process in list(self._processes.values()):
+            with contextlib.suppress(OperatorError):
+                process.kill()
+        self._processes.clear()
+        for broker in self._brokers.values():
+            broker.pid = None
+        self._stop_zookeeper(kill=True)
+        with contextlib.suppress(OSError):
+            self._save()
+
+    def _zookeeper_process(self) -> _Process | None:
+        """The private ZooKeeper of a cluster loaded from cluster.json (one started by this
+        object is `_zk_server` instead)."""
+        info = self.zookeeper
+        if info.pid is None or info.config_file is None:
+            return None
+        return _Process(info.pid, str(info.config_file))
+
+    def _stop_zookeeper(self, kill: bool) -> None:
+        if self._zk_server is not None:
+            if kill:
+                self._zk_server.kill()
+            else:
+                self._zk_server.stop()
+            self._zk_server = None
+        else:
+            process = self._zookeeper_process()
+            if process is not None and process.alive:
+                if kill:
+                    process.kill()
+                else:
+                    process.signal(signal.SIGTERM)
+                    if not process.wait(10.0):
+                        process.kill()
+        self.zookeeper.pid = None
+
+    # -- cluster.json -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.directory / _LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _save(self, broker_ids: Iterable[int] | None = None) -> None:
+        """Write cluster.json. With `broker_ids`, only those brokers' entries are replaced in
+        the file as it is now, so that two commands changing different brokers at the same time
+        (`cluster kill 1` and `cluster restart 2`) do not undo each other."""
+        path = self.directory / CLUSTER_FILE
+        with self._locked():
+            brokers = {b.id: b.to_json() for b in self.brokers}
+            zookeeper = self.zookeeper.to_json()
+            if broker_ids is not None and path.exists():
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    current = json.loads(path.read_text())
+                    on_disk = {int(b["id"]): b for b in current["brokers"]}
+                    changed = set(broker_ids)
+                    brokers = {**on_disk, **{i: b for i, b in brokers.items() if i in changed}}
+                    zookeeper = current["zookeeper"]
+            ordered = [brokers[i] for i in sorted(brokers)]
+            document = {
+                "zookeeper": zookeeper,
+                "brokers": ordered,
+                "bootstrap": ",".join(f"{b['host']}:{b['port']}" for b in ordered),
+            }
+            temporary = path.with_name(f".{CLUSTER_FILE}.{os.getpid()}.tmp")
+            temporary.write_text(json.dumps(document, indent=2) + "\n")
+            os.replace(temporary, path)
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def wait_for(
+        self, condition: Callable[[], T], timeout: float, what: str, interval: float = 0.05
+    ) -> T:
+        """Poll `condition()` until it returns something truthy, and return that.
+
+        ClusterTimeoutError naming `what` when `timeout` seconds pass first.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            result = condition()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise ClusterTimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+            time.sleep(interval)
+
+    def _raise_if_exited(self, broker_ids: Iterable[int]) -> None:
+        for broker_id in broker_ids:
+            process = self._processes.get(broker_id)
+            if process is not None and process.alive:
+                continue
+            broker = self._brokers[broker_id]
+            code = process.popen.returncode if process and process.popen else None
+            self._processes.pop(broker_id, None)
+            broker.pid = None
+            last = tail(broker.log, 20, self._log_offsets.get(broker_id, 0)).strip()
+            errors = [line for line in last.splitlines() if "odradek: error:" in line]
+            summary = errors[-1].split("odradek: error:", 1)[1].strip() if errors else ""
+            status = f"exit code {code}" if code is not None else "exited"
+            message = f"broker {broker_id} exited during start-up ({status})"
+            message += f": {summary}" if summary else f"; last lines of {broker.log}:\n{last}"
+            raise OperatorError(message)
+
+    def _registered_epochs(self) -> dict[int, int]:
+        async def read() -> dict[int, int]:
+            async with _zk_session(self.zookeeper.connect, 10.0) as zk:
+                return {i: b.broker_epoch for i, b in (await _registrations(zk)).items()}
+
+        return _run(read)
+
+    def _wait_for_cluster(
+        self,
+        broker_ids: list[int],
+        previous_epochs: Mapping[int, int],
+        timeout: float,
+        need_controller: bool,
+    ) -> None:
+        """Wait until each of `broker_ids` is registered with an epoch other than its previous
+        one (a registration left by a killed predecessor does not count) and, if asked, a
+        registered broker holds `/controller`. Fails fast if a broker process exits."""
+
+        async def poll() -> None:
+            deadline = time.monotonic() + timeout
+            async with _zk_session(self.zookeeper.connect, timeout) as zk:
+                while True:
+                    self._raise_if_exited(broker_ids)
+                    registered = await _registrations(zk)
+                    missing = [
+                        i
+                        for i in broker_ids
+                        if i not in registered
+                        or registered[i].broker_epoch == previous_epochs.get(i)
+                    ]
+                    controller = await _controller(zk) if need_controller else None
+                    if not missing and (not need_controller or controller in registered):
+                        return
+                    if time.monotonic() >= deadline:
+                        waiting = (
+                            f"brokers {missing} to register"
+                            if missing
+                            else "a controller to be elected"
+                        )
+                        raise ClusterTimeoutError(
+                            f"timed out after {timeout:g}s waiting for {waiting} "
+                            f"(see the logs in {self.directory})"
+                        )
+                    await asyncio.sleep(_POLL_INTERVAL_S)
+
+        _run(poll)
+
+    # -- ZooKeeper's view ---------------------------------------------------------------------
+
+    def controller_id(self) -> int | None:
+        """The broker id in `/controller`, or None while there is no controller."""
+
+        async def read() -> int | None:
+            async with _zk_session(self.zookeeper.connect, 10.0) as zk:
+                return await _controller(zk)
+
+        return _run(read)
+
+    def registered_brokers(self) -> list[int]:
+        """Broker ids with a registration in `/brokers/ids`."""
+        return sorted(self._registered_epochs())
+
+    def status(self) -> dict[str, Any]:
+        """The cluster as ZooKeeper and the process table see it (see `read_status`)."""
+        processes = {b.id: (b.pid, self.process_state(b.id)) for b in self.brokers}
+        zookeeper = {
+            **self.zookeeper.to_json(),
+            "process_alive": self.zookeeper_alive(),
+        }
+        try:
+            view = _run(lambda: read_status(self.zookeeper.connect, _STATUS_CONNECT_TIMEOUT_S))
+        except OperatorError:
+            view = None
+        zookeeper["reachable"] = view is not None
+        registered: dict[int, Any] = view["registered"] if view else {}
+        brokers = []
+        for broker_id in sorted(set(processes) | set(registered)):
+            local = self._brokers.get(broker_id)
+            pid, state = processes.get(broker_id, (None, None))
+            registration = registered.get(broker_id)
+            brokers.append(
+                {
+                    "id": broker_id,
+                    "registered": (broker_id in registered) if view else None,
+                    "process_alive": (state is not ProcessState.DEAD) if state else None,
+                    "process": state.value if state else None,
+                    "pid": pid if state is not ProcessState.DEAD else None,
+                    "endpoint": registration["endpoint"]
+                    if registration
+                    else (local.bootstrap if local else None),
+                    "rack": registration["rack"]
+                    if registration
+                    else (local.rack if local else None),
+                    "broker_epoch": registration["broker_epoch"] if registration else None,
+                }
+            )
+        result: dict[str, Any] = {
+            "directory": str(self.directory),
+            "bootstrap": self.bootstrap_servers,
+            "zookeeper": zookeeper,
+            "brokers": brokers,
+        }
+        if view is not None:
+            result.update({k: v for k, v in view.items() if k != "registered"})
+        else:
+            result.update({"controller": None, "topics": {}, "totals": _empty_counts()})
+        return result
+
+
+def _request_exit(process: _Process) -> None:
+    # SIGCONT after SIGTERM: a broker frozen by SIGSTOP would otherwise never see the SIGTERM.
+    process.signal(signal.SIGTERM)
+    process.signal(signal.SIGCONT)
+
+
+def _refuse_running_cluster(directory: Path) -> None:
+    if not (directory / CLUSTER_FILE).exists():
+        return
+    try:
+        existing = LocalCluster.load(directory)
+    except OperatorError:
+        return  # an unreadable leftover: overwritten by the new cluster
+    alive = [b.id for b in existing.brokers if existing.is_alive(b.id)]
+    if alive or existing.zookeeper_alive():
+        what = f"brokers {alive}" if alive else "its ZooKeeper"
+        raise OperatorError(
+            f"a cluster is already running in {directory} ({what} alive): "
+            f"run 'odradek cluster down --dir {directory}' first"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Status, read from ZooKeeper directly
+
+
+def _empty_counts() -> dict[str, int]:
+    return {"partitions": 0, "online": 0, "offline": 0, "under_replicated": 0}
+
+
+async def read_status(connect: str, connect_timeout: float = 10.0) -> dict[str, Any]:
+    """Brokers, controller and per-topic partition health, read from ZooKeeper.
+
+    Every read of a level is issued before the first answer is awaited (ZooKeeper pipelines one
+    session's requests), so 10,000 partition states cost about one round trip plus the server's
+    work. A partition is online when its leader is registered, offline otherwise (leader -1, a
+    dead leader, or no state znode yet), and under-replicated when its ISR is smaller than its
+    assigned replicas. Returns {"registered": {id: {...}}, "controller": {"id", "epoch"} | None,
+    "topics": {name: counts and lists}, "totals": counts}; OperatorError if unreachable.
+    """
+    async with _zk_session(connect, connect_timeout) as zk:
+        registrations, controller_raw, epoch_raw, topic_names, deleting = await asyncio.gather(
+            _registrations(zk),
+            _get_or_none(zk, ControllerZNode.path()),
+            _get_or_none(zk, ControllerEpochZNode.path()),
+            _children(zk, TopicsZNode.path()),
+            _children(zk, DeleteTopicsZNode.path()),
+        )
+        topic_names = sorted(topic_names)
+        assignments = await asyncio.gather(
+            *(_get_or_none(zk, TopicZNode.path(t)) for t in topic_names)
+        )
+        decoded = {
+            name: TopicZNode.decode(name, got[0], got[1].version)
+            for name, got in zip(topic_names, assignments, strict=True)
+            if got is not None
+        }
+        keys = [(t, p) for t, a in decoded.items() for p in sorted(a.partitions)]
+        states = await asyncio.gather(
+            *(_get_or_none(zk, TopicPartitionStateZNode.path(t, p)) for t, p in keys),
+            return_exceptions=True,
+        )
+
+    registered = {
+        broker_id: {
+            "endpoint": f"{info.endpoints[0].host}:{info.endpoints[0].port}"
+            if info.endpoints
+            else None,
+            "rack": info.rack,
+            "broker_epoch": info.broker_epoch,
+        }
+        for broker_id, info in registrations.items()
+    }
+    controller = None
+    if controller_raw is not None:
+        epoch = (
+            ControllerEpochZNode.decode(epoch_raw[0], epoch_raw[1].version).epoch
+            if epoch_raw is not None
+            else None
+        )
+        controller_id = ControllerZNode.decode(controller_raw[0], controller_raw[1].version)
+        controller = {"id": controller_id.broker_id, "epoch": epoch}
+
+    topics: dict[str, dict[str, Any]] = {
+        topic: {
+            **_empty_counts(),
+            "marked_for_deletion": topic in deleting,
+            "offline_partitions": [],
+            "under_replicated_partitions": [],
+        }
+        for topic in decoded
+    }
+    totals = _empty_counts()
+    for (topic, partition), got in zip(keys, states, strict=True):
+        entry = topics[topic]
+        replicas = list(decoded[topic].partitions[partition].replicas)
+        leader, isr = -1, []
+        if isinstance(got, tuple):
+            state = TopicPartitionStateZNode.decode(got[0], got[1].version)
+            leader, isr = state.leader, list(state.isr)
+        elif isinstance(got, ZkError):
+            pass  # an undecodable state: reported as offline, like a missing one
+        elif isinstance(got, BaseException):
+            raise got
+        detail = {"topic": topic, "partition": partition, "leader": leader}
+        detail.update({"replicas": replicas, "isr": isr})
+        entry["partitions"] += 1
+        if leader >= 0 and leader in registrations:
+            entry["online"] += 1
+        else:
+            entry["offline"] += 1
+            entry["offline_partitions"].append(detail)
+        if len(isr) < len(replicas):
+            entry["under_replicated"] += 1
+            entry["under_replicated_partitions"].append(detail)
+    for entry in topics.values():
+        for key in totals:
+            totals[key] += entry[key]
+    return {
+        "registered": registered,
+        "controller": controller,
+        "topics": topics,
+        "totals": totals,
+    }

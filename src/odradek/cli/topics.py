@@ -1,0 +1,446 @@
+"""`odradek topics`: create, list, describe and delete topics, like Kafka's `kafka-topics.sh`.
+
+  odradek topics --bootstrap-server H:P --create --topic T [--partitions N]
+                 [--replication-factor R] [--config k=v ...] [--replica-assignment 1:2,2:3,...]
+  odradek topics --bootstrap-server H:P --list
+  odradek topics --bootstrap-server H:P --describe [--topic T]
+                 [--under-replicated-partitions | --unavailable-partitions]
+  odradek topics --bootstrap-server H:P --delete --topic T
+
+It speaks the Kafka protocol through the project's own client (`BrokerConnection`), never through
+ZooKeeper, so it works against any Kafka-compatible broker: Metadata v12 for lists and
+descriptions, CreateTopics v7 and DeleteTopics v6 sent to the controller (as Kafka's admin
+client does in ZooKeeper mode; to the bootstrap broker if the controller is unknown or
+unreachable). A Kafka error code in a response is printed by its name on one line
+(`odradek: error: TOPIC_ALREADY_EXISTS: ...`) and the command exits 1.
+
+`--describe` prints kafka-topics' format, tab-separated: a topic line (`Topic: t  TopicId: ..
+PartitionCount: n  ReplicationFactor: r  Configs: k=v,...`, the configs that are not broker
+defaults, read with DescribeConfigs when the broker offers it) and then one line per partition
+(`Topic: t  Partition: p  Leader: l  Replicas: 1,2,3  Isr: 1,2`, plus `Offline: ..` when some
+replicas are offline). With `--under-replicated-partitions` (ISR smaller than the replicas) or
+`--unavailable-partitions` (no leader, or a leader that is not a live broker) only the matching
+partition lines are printed, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import re
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from odradek.errors import NetworkError, OperatorError
+from odradek.network.client import BrokerConnection
+from odradek.protocol.build import build
+from odradek.protocol.codec import ApiKey, request_class
+
+METADATA_VERSION = 12
+CREATE_TOPICS_VERSION = 7
+DELETE_TOPICS_VERSION = 6
+API_VERSIONS_VERSION = 3
+DESCRIBE_CONFIGS_MAX_VERSION = 4
+TOPIC_RESOURCE_TYPE = 2  # DescribeConfigs resource type of a topic
+DEFAULT_CONFIG_SOURCE = 5  # DescribeConfigs config_source of a value nobody set
+ZERO_UUID = uuid.UUID(int=0)
+
+_HOST_PORT = re.compile(r"(\[[^\]]+\]|[^:,\s]+):(\d{1,5})")
+
+
+class KafkaResponseError(OperatorError):
+    """A response carried a Kafka error code; the message starts with the code's name."""
+
+    def __init__(self, code: ErrorCode, message: str | None) -> None:
+        name = code.name.upper()
+        detail = " ".join((message or "").split())
+        super().__init__(f"{name}: {detail}" if detail else name)
+        self.code = code
+
+
+def parse_bootstrap(text: str) -> list[tuple[str, int]]:
+    """`host:port[,host:port...]` -> [(host, port)]; OperatorError naming a bad entry."""
+    servers = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        match = _HOST_PORT.fullmatch(item)
+        if not match or not 0 < int(match.group(2)) < 65536:
+            raise OperatorError(f"invalid --bootstrap-server entry {item!r}: expected HOST:PORT")
+        servers.append((match.group(1).strip("[]"), int(match.group(2))))
+    if not servers:
+        raise OperatorError("--bootstrap-server is empty")
+    return servers
+
+
+def parse_replica_assignment(text: str) -> dict[int, list[int]]:
+    """kafka-topics' `1:2,2:3` -> {0: [1, 2], 1: [2, 3]}: partitions separated by commas, each
+    partition's replicas by colons, the first replica preferred."""
+    assignment: dict[int, list[int]] = {}
+    for partition, item in enumerate(text.split(",")):
+        try:
+            replicas = [int(r) for r in item.split(":")]
+        except ValueError:
+            raise OperatorError(
+                f"invalid --replica-assignment {text!r}: expected broker ids like 1:2,2:3"
+            ) from None
+        if len(set(replicas)) != len(replicas):
+            raise OperatorError(
+                f"partition {partition} of --replica-assignment lists a broker twice: {item}"
+            )
+        if assignment and len(replicas) != len(assignment[0]):
+            raise OperatorError(
+                f"partition {partition} of --replica-assignment has a different replication "
+                f"factor ({len(replicas)}) from partition 0 ({len(assignment[0])})"
+            )
+        assignment[partition] = replicas
+    return assignment
+
+
+def parse_configs(items: Sequence[str]) -> dict[str, str]:
+    configs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise OperatorError(f"invalid --config {item!r}: expected name=value")
+        configs[key.strip()] = value.strip()
+    return configs
+
+
+def topic_id_text(topic_id: uuid.UUID | None) -> str:
+    """Kafka's textual topic id: the 16 bytes in URL-safe base64 without padding."""
+    raw = (topic_id or ZERO_UUID).bytes
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _check(code: ErrorCode, message: str | None = None) -> None:
+    if code != ErrorCode.none:
+        raise KafkaResponseError(code, message)
+
+
+@dataclass
+class AdminClient:
+    """The connections one `odradek topics` command uses. Owned by one event loop."""
+
+    bootstrap: BrokerConnection
+    timeout: float
+
+    @classmethod
+    async def connect(cls, servers: Sequence[tuple[str, int]], timeout: float) -> AdminClient:
+        """Connect to the first bootstrap server that answers."""
+        problems = []
+        for host, port in servers:
+            try:
+                connection = await BrokerConnection.connect(
+                    host, port, timeout=timeout, client_id="odradek-topics"
+                )
+            except NetworkError as e:
+                problems.append(str(e))
+                continue
+            return cls(connection, timeout)
+        raise OperatorError("; ".join(problems))
+
+    def close(self) -> None:
+        self.bootstrap.close()
+
+    async def _send(
+        self, connection: BrokerConnection, api_key: int, version: int, values: Any
+    ) -> Any:
+        request = build(request_class(api_key, version), values)
+        try:
+            return await connection.send(api_key, version, request, timeout=self.timeout + 5)
+        except NetworkError as e:
+            raise OperatorError(str(e)) from None
+
+    async def metadata(self, topics: Sequence[str] | None) -> Any:
+        names = None if topics is None else [{"name": t, "topic_id": ZERO_UUID} for t in topics]
+        return await self._send(
+            self.bootstrap,
+            ApiKey.METADATA,
+            METADATA_VERSION,
+            {"topics": names, "allow_auto_topic_creation": False},
+        )
+
+    async def _controller_connection(self) -> BrokerConnection:
+        """A connection to the controller, where ZooKeeper-mode Kafka requires topic changes to
+        go; the bootstrap connection itself when the controller is unknown or unreachable."""
+        metadata = await self.metadata([])
+        controller = next(
+            (b for b in metadata.brokers if b.node_id == metadata.controller_id), None
+        )
+        if controller is None or (controller.host, controller.port) == (
+            self.bootstrap.host,
+            self.bootstrap.port,
+        ):
+            return self.bootstrap
+        try:
+            return await BrokerConnection.connect(
+                controller.host, controller.port, timeout=self.timeout, client_id="odradek-topics"
+            )
+        except NetworkError:
+            return self.bootstrap
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        assignment: dict[int, list[int]],
+        configs: dict[str, str],
+    ) -> Any:
+        topic = {
+            "name": name,
+            "num_partitions": -1 if assignment else partitions,
+            "replication_factor": -1 if assignment else replication_factor,
+            "assignments": [
+                {"partition_index": p, "broker_ids": replicas} for p, replicas in assignment.items()
+            ],
+            "configs": [{"name": k, "value": v} for k, v in configs.items()],
+        }
+        values = {"topics": [topic], "timeout": int(self.timeout * 1000), "validate_only": False}
+        connection = await self._controller_connection()
+        try:
+            response = await self._send(
+                connection, ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION, values
+            )
+        finally:
+            if connection is not self.bootstrap:
+                connection.close()
+        result = response.topics[0]
+        _check(result.error_code, result.error_message)
+        return result
+
+    async def delete_topic(self, name: str) -> None:
+        values = {
+            "topics": [{"name": name, "topic_id": ZERO_UUID}],
+            "timeout": int(self.timeout * 1000),
+        }
+        connection = await self._controller_connection()
+        try:
+            response = await self._send(
+                connection, ApiKey.DELETE_TOPICS, DELETE_TOPICS_VERSION, values
+            )
+        finally:
+            if connection is not self.bootstrap:
+                connection.close()
+        result = response.responses[0]
+        _check(result.error_code, result.error_message)
+
+    async def supported_version(self, api_key: int, highest: int) -> int | None:
+        """The highest version of `api_key` up to `highest` that the bootstrap broker offers."""
+        response = await self._send(
+            self.bootstrap,
+            ApiKey.API_VERSIONS,
+            API_VERSIONS_VERSION,
+            {"client_software_name": "odradek-topics", "client_software_version": "0.1.0"},
+        )
+        for api in response.api_keys:
+            if api.api_key == api_key and api.min_version <= highest:
+                return min(highest, int(api.max_version))
+        return None
+
+    async def topic_configs(self, topics: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        """Each topic's configs that differ from the broker defaults; empty lists when the
+        broker does not offer DescribeConfigs."""
+        if not topics:
+            return {}
+        version = await self.supported_version(
+            ApiKey.DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_MAX_VERSION
+        )
+        if version is None:
+            return {t: [] for t in topics}
+        resources = [
+            {"resource_type": TOPIC_RESOURCE_TYPE, "resource_name": t, "configuration_keys": None}
+            for t in topics
+        ]
+        response = await self._send(
+            self.bootstrap, ApiKey.DESCRIBE_CONFIGS, version, {"resources": resources}
+        )
+        configs: dict[str, list[tuple[str, str]]] = {t: [] for t in topics}
+        for result in response.results:
+            _check(result.error_code, result.error_message)
+            configs[result.resource_name] = [
+                (entry.name, entry.value if entry.value is not None else "")
+                for entry in result.configs
+                if entry.config_source != DEFAULT_CONFIG_SOURCE and not entry.is_sensitive
+            ]
+        return configs
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands
+
+
+def _ids(values: Sequence[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def describe_lines(
+    metadata: Any,
+    configs: dict[str, list[tuple[str, str]]],
+    under_replicated_only: bool = False,
+    unavailable_only: bool = False,
+) -> list[str]:
+    """kafka-topics' --describe output for the topics of a Metadata response, sorted by name."""
+    live = {b.node_id for b in metadata.brokers}
+    filtered = under_replicated_only or unavailable_only
+    lines = []
+    for topic in sorted(metadata.topics, key=lambda t: t.name or ""):
+        partitions = sorted(topic.partitions, key=lambda p: p.partition_index)
+        if not filtered:
+            replication = len(partitions[0].replica_nodes) if partitions else 0
+            config_text = ",".join(f"{k}={v}" for k, v in configs.get(topic.name, []))
+            lines.append(
+                f"Topic: {topic.name}\tTopicId: {topic_id_text(topic.topic_id)}\t"
+                f"PartitionCount: {len(partitions)}\tReplicationFactor: {replication}\t"
+                f"Configs: {config_text}"
+            )
+        for p in partitions:
+            leader_live = p.leader_id >= 0 and p.leader_id in live
+            if filtered and not (
+                (under_replicated_only and len(p.isr_nodes) < len(p.replica_nodes))
+                or (unavailable_only and not leader_live)
+            ):
+                continue
+            line = (
+                f"\tTopic: {topic.name}\tPartition: {p.partition_index}\t"
+                f"Leader: {p.leader_id if p.leader_id >= 0 else 'none'}\t"
+                f"Replicas: {_ids(p.replica_nodes)}\tIsr: {_ids(p.isr_nodes)}"
+            )
+            if p.offline_replicas:
+                line += f"\tOffline: {_ids(p.offline_replicas)}"
+            lines.append(line)
+    return lines
+
+
+async def _run(args: argparse.Namespace) -> list[str]:
+    servers = parse_bootstrap(args.bootstrap_server)
+    client = await AdminClient.connect(servers, args.timeout)
+    try:
+        if args.create:
+            assignment = (
+                parse_replica_assignment(args.replica_assignment) if args.replica_assignment else {}
+            )
+            try:
+                await client.create_topic(
+                    args.topic,
+                    args.partitions if args.partitions is not None else -1,
+                    args.replication_factor if args.replication_factor is not None else -1,
+                    assignment,
+                    parse_configs(args.config or []),
+                )
+            except KafkaResponseError as e:
+                if args.if_not_exists and e.code == ErrorCode.topic_already_exists:
+                    return []
+                raise
+            return [f"Created topic {args.topic}."]
+        if args.delete:
+            try:
+                await client.delete_topic(args.topic)
+            except KafkaResponseError as e:
+                if args.if_exists and e.code == ErrorCode.unknown_topic_or_partition:
+                    return []
+                raise
+            return []
+        metadata = await client.metadata([args.topic] if args.topic else None)
+        if args.topic:  # a topic asked for by name must exist
+            for topic in metadata.topics:
+                _check(topic.error_code, f"topic {topic.name!r}")
+        if args.list:
+            return sorted(t.name for t in metadata.topics)
+        filtered = args.under_replicated_partitions or args.unavailable_partitions
+        names = [t.name for t in metadata.topics]
+        configs = {} if filtered else await client.topic_configs(names)
+        return describe_lines(
+            metadata, configs, args.under_replicated_partitions, args.unavailable_partitions
+        )
+    finally:
+        client.close()
+
+
+def _check_arguments(args: argparse.Namespace) -> str | None:
+    """The first operator mistake in the arguments, as a message; None if they make sense."""
+    if (args.create or args.delete) and not args.topic:
+        return f"--topic is required with --{'create' if args.create else 'delete'}"
+    if args.replica_assignment and (
+        args.partitions is not None or args.replication_factor is not None
+    ):
+        return "--replica-assignment cannot be combined with --partitions or --replication-factor"
+    if args.partitions is not None and args.partitions < 1:
+        return "--partitions must be at least 1"
+    if args.replication_factor is not None and not 1 <= args.replication_factor <= 32767:
+        return "--replication-factor must be between 1 and 32767"
+    creating_only = ("partitions", "replication_factor", "config", "replica_assignment")
+    if not args.create and any(getattr(args, name) for name in creating_only):
+        return "--partitions, --replication-factor, --config and --replica-assignment need --create"
+    if not args.describe and (args.under_replicated_partitions or args.unavailable_partitions):
+        return "--under-replicated-partitions and --unavailable-partitions need --describe"
+    return None
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    problem = _check_arguments(args)
+    if problem is not None:
+        print(f"odradek: error: {problem}", file=sys.stderr)
+        return 1
+    try:
+        lines = asyncio.run(_run(args))
+    except OperatorError as e:
+        print(f"odradek: error: {e}", file=sys.stderr)
+        return 1
+    for line in lines:
+        print(line)
+    return 0
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "topics",
+        help="create, list, describe or delete topics",
+        description="Create, list, describe or delete topics (like kafka-topics.sh).",
+    )
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]")
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--create", action="store_true", help="create a topic")
+    action.add_argument("--list", action="store_true", help="list the topics")
+    action.add_argument("--describe", action="store_true", help="describe topics")
+    action.add_argument("--delete", action="store_true", help="delete a topic")
+    parser.add_argument("--topic", help="the topic to create, delete or describe")
+    parser.add_argument("--partitions", type=int, help="partitions (default: the broker's)")
+    parser.add_argument(
+        "--replication-factor", type=int, help="replicas per partition (default: the broker's)"
+    )
+    parser.add_argument(
+        "--config", action="append", metavar="NAME=VALUE", help="a topic config override"
+    )
+    parser.add_argument(
+        "--replica-assignment",
+        metavar="B1:B2,B1:B2,...",
+        help="explicit replicas: partitions separated by commas, replicas by colons",
+    )
+    filters = parser.add_mutually_exclusive_group()
+    filters.add_argument(
+        "--under-replicated-partitions",
+        action="store_true",
+        help="describe only partitions whose ISR is smaller than their replicas",
+    )
+    filters.add_argument(
+        "--unavailable-partitions",
+        action="store_true",
+        help="describe only partitions without a live leader",
+    )
+    parser.add_argument(
+        "--if-not-exists", action="store_true", help="with --create: no error if it exists"
+    )
+    parser.add_argument(
+        "--if-exists", action="store_true", help="with --delete: no error if it does not exist"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for the brokers (default 30)"
+    )
+    parser.set_defaults(func=cmd_topics)
+    return parser
