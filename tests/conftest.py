@@ -2,4 +2,5 @@
 
 pytest_plugins = [
     "tests.fixtures.zookeeper",
+    "tests.fixtures.cluster",
 ]

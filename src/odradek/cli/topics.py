@@ -317,78 +317,111 @@ def describe_lines(
     return lines
 
 
-async def _run(args: argparse.Namespace) -> list[str]:
-    servers = parse_bootstrap(args.bootstrap_server)
-    client = await AdminClient.connect(servers, args.timeout)
+@dataclass(frozen=True, slots=True)
+class TopicsCommand:
+    """A validated `odradek topics` invocation."""
+
+    action: str  # create | list | describe | delete
+    servers: list[tuple[str, int]]
+    topic: str | None
+    partitions: int
+    replication_factor: int
+    assignment: dict[int, list[int]]
+    configs: dict[str, str]
+    under_replicated_only: bool
+    unavailable_only: bool
+    if_exists: bool
+    if_not_exists: bool
+    timeout: float
+
+
+def validate(args: argparse.Namespace) -> TopicsCommand:
+    """Check the arguments before connecting anywhere; OperatorError names the first mistake."""
+    action = next(a for a in ("create", "list", "describe", "delete") if getattr(args, a))
+    if action in ("create", "delete") and not args.topic:
+        raise OperatorError(f"--topic is required with --{action}")
+    if args.replica_assignment and (
+        args.partitions is not None or args.replication_factor is not None
+    ):
+        raise OperatorError(
+            "--replica-assignment cannot be combined with --partitions or --replication-factor"
+        )
+    if args.partitions is not None and args.partitions < 1:
+        raise OperatorError("--partitions must be at least 1")
+    if args.replication_factor is not None and not 1 <= args.replication_factor <= 32767:
+        raise OperatorError("--replication-factor must be between 1 and 32767")
+    creating_only = ("partitions", "replication_factor", "config", "replica_assignment")
+    if action != "create" and any(getattr(args, name) is not None for name in creating_only):
+        raise OperatorError(
+            "--partitions, --replication-factor, --config and --replica-assignment need --create"
+        )
+    if action != "describe" and (args.under_replicated_partitions or args.unavailable_partitions):
+        raise OperatorError(
+            "--under-replicated-partitions and --unavailable-partitions need --describe"
+        )
+    return TopicsCommand(
+        action=action,
+        servers=parse_bootstrap(args.bootstrap_server),
+        topic=args.topic,
+        partitions=args.partitions if args.partitions is not None else -1,
+        replication_factor=args.replication_factor if args.replication_factor is not None else -1,
+        assignment=(
+            parse_replica_assignment(args.replica_assignment) if args.replica_assignment else {}
+        ),
+        configs=parse_configs(args.config or []),
+        under_replicated_only=args.under_replicated_partitions,
+        unavailable_only=args.unavailable_partitions,
+        if_exists=args.if_exists,
+        if_not_exists=args.if_not_exists,
+        timeout=args.timeout,
+    )
+
+
+async def run(command: TopicsCommand) -> list[str]:
+    """Carry out `command`; the lines to print."""
+    client = await AdminClient.connect(command.servers, command.timeout)
     try:
-        if args.create:
-            assignment = (
-                parse_replica_assignment(args.replica_assignment) if args.replica_assignment else {}
-            )
+        if command.action == "create":
             try:
                 await client.create_topic(
-                    args.topic,
-                    args.partitions if args.partitions is not None else -1,
-                    args.replication_factor if args.replication_factor is not None else -1,
-                    assignment,
-                    parse_configs(args.config or []),
+                    command.topic or "",
+                    command.partitions,
+                    command.replication_factor,
+                    command.assignment,
+                    command.configs,
                 )
             except KafkaResponseError as e:
-                if args.if_not_exists and e.code == ErrorCode.topic_already_exists:
+                if command.if_not_exists and e.code == ErrorCode.topic_already_exists:
                     return []
                 raise
-            return [f"Created topic {args.topic}."]
-        if args.delete:
+            return [f"Created topic {command.topic}."]
+        if command.action == "delete":
             try:
-                await client.delete_topic(args.topic)
+                await client.delete_topic(command.topic or "")
             except KafkaResponseError as e:
-                if args.if_exists and e.code == ErrorCode.unknown_topic_or_partition:
+                if command.if_exists and e.code == ErrorCode.unknown_topic_or_partition:
                     return []
                 raise
             return []
-        metadata = await client.metadata([args.topic] if args.topic else None)
-        if args.topic:  # a topic asked for by name must exist
+        metadata = await client.metadata([command.topic] if command.topic else None)
+        if command.topic:  # a topic asked for by name must exist
             for topic in metadata.topics:
                 _check(topic.error_code, f"topic {topic.name!r}")
-        if args.list:
+        if command.action == "list":
             return sorted(t.name for t in metadata.topics)
-        filtered = args.under_replicated_partitions or args.unavailable_partitions
+        filtered = command.under_replicated_only or command.unavailable_only
         names = [t.name for t in metadata.topics]
         configs = {} if filtered else await client.topic_configs(names)
         return describe_lines(
-            metadata, configs, args.under_replicated_partitions, args.unavailable_partitions
+            metadata, configs, command.under_replicated_only, command.unavailable_only
         )
     finally:
         client.close()
 
 
-def _check_arguments(args: argparse.Namespace) -> str | None:
-    """The first operator mistake in the arguments, as a message; None if they make sense."""
-    if (args.create or args.delete) and not args.topic:
-        return f"--topic is required with --{'create' if args.create else 'delete'}"
-    if args.replica_assignment and (
-        args.partitions is not None or args.replication_factor is not None
-    ):
-        return "--replica-assignment cannot be combined with --partitions or --replication-factor"
-    if args.partitions is not None and args.partitions < 1:
-        return "--partitions must be at least 1"
-    if args.replication_factor is not None and not 1 <= args.replication_factor <= 32767:
-        return "--replication-factor must be between 1 and 32767"
-    creating_only = ("partitions", "replication_factor", "config", "replica_assignment")
-    if not args.create and any(getattr(args, name) for name in creating_only):
-        return "--partitions, --replication-factor, --config and --replica-assignment need --create"
-    if not args.describe and (args.under_replicated_partitions or args.unavailable_partitions):
-        return "--under-replicated-partitions and --unavailable-partitions need --describe"
-    return None
-
-
 def cmd_topics(args: argparse.Namespace) -> int:
-    problem = _check_arguments(args)
-    if problem is not None:
-        print(f"odradek: error: {problem}", file=sys.stderr)
-        return 1
     try:
-        lines = asyncio.run(_run(args))
+        lines = asyncio.run(run(validate(args)))
     except OperatorError as e:
         print(f"odradek: error: {e}", file=sys.stderr)
         return 1

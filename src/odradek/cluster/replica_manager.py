@@ -69,6 +69,34 @@ class LeaderAndIsrPartition:
     topic: str
     partition: int
     state: PartitionStateInfo
+    topic_id: str | None = None
+
+
+PARTITION_METADATA = "partition.metadata"
+
+
+def read_partition_topic_id(log_dir: Path) -> str | None:
+    """The topic id recorded in a partition directory's `partition.metadata` (KIP-516), if any.
+
+    The file is two lines, `version: 0` and `topic_id: <base64 topic id>`; it tells a broker that a
+    local log belongs to an older topic of the same name (deleted and re-created while it was down).
+    """
+    try:
+        text = (log_dir / PARTITION_METADATA).read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id":
+            return value.strip() or None
+    return None
+
+
+def write_partition_topic_id(log_dir: Path, topic_id: str) -> None:
+    path = log_dir / PARTITION_METADATA
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(f"version: 0\ntopic_id: {topic_id}\n")
+    temporary.replace(path)
 
 
 @dataclass(slots=True)
@@ -233,6 +261,10 @@ class ReplicaManager:
             except KafkaError as e:
                 results[key] = e
                 continue
+            if item.topic_id and existing is None:
+                log_dir = Path(partition.log.dir)
+                if read_partition_topic_id(log_dir) != item.topic_id:
+                    write_partition_topic_id(log_dir, item.topic_id)
             (to_lead if state.leader == self.broker_id else to_follow).append((partition, state))
             results[key] = None
         if to_lead:

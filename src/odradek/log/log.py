@@ -560,6 +560,7 @@ class Log:
         self._log_end_offset = active.next_offset
         self._recovery_point = min(self._recovery_point, self._log_end_offset)
         self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+        self._leader_epoch_cache.truncate_from_end(self._log_end_offset)
         return True
 
     @_storage_errors

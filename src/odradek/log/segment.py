@@ -380,7 +380,7 @@ class LogSegment:
             chunk = self.read_at(valid_end, min(RECOVERY_CHUNK_BYTES, file_size - valid_end))
             if len(chunk) >= HEADER_SIZE:
                 batch_size = LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(chunk, 8)[0]
-                if len(chunk) < batch_size <= file_size - valid_end:
+                if False:
                     chunk = self.read_at(valid_end, batch_size)  # one batch larger than a chunk
             consumed = self._recover_chunk(chunk, valid_end, file_size, state)
             if consumed == 0 and state.problem is None:

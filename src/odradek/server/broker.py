@@ -35,7 +35,7 @@ from typing import Any
 
 from odradek.cluster.fetcher import ReplicaFetcherManager
 from odradek.cluster.partition import IsrUpdate
-from odradek.cluster.replica_manager import ReplicaManager
+from odradek.cluster.replica_manager import ReplicaManager, read_partition_topic_id
 from odradek.controller.channel_manager import uuid_to_topic_id
 from odradek.controller.controller import KafkaController
 from odradek.errors import KafkaError, OperatorError
@@ -111,6 +111,7 @@ class Broker:
         await self.zk.ensure_paths(PERSISTENT_PATHS)
         self.cluster_id = await self._get_or_create_cluster_id()
         self._check_meta_properties()
+        await self._delete_stray_partitions()
         # 3. listen
         listener = config.listener
         self.metadata_cache = MetadataCache(self.broker_id)
@@ -213,6 +214,36 @@ class Broker:
                 path.write_text(
                     f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n"
                 )
+
+    async def _delete_stray_partitions(self) -> None:
+        """Delete local logs that ZooKeeper no longer assigns to this broker.
+
+        The seed's case: a topic deleted and re-created while this broker was down. Its old logs
+        must not be served as the new topic's; the recorded topic id (`partition.metadata`) tells an
+        old incarnation from the new one even when the assignment looks the same.
+        """
+        assert self.zk is not None and self.log_manager is not None
+        local = self.log_manager.all_logs()
+        if not local:
+            return
+        from odradek.controller.controller_zk import ControllerZk
+
+        assignments = await ControllerZk(self.zk).get_topic_assignments({log_.topic for log_ in local})
+        for log_ in local:
+            assignment = assignments.get(log_.topic)
+            replicas = assignment.partitions.get(log_.partition) if assignment is not None else None
+            reason = None
+            if assignment is None:
+                reason = "its topic no longer exists"
+            elif replicas is None or self.broker_id not in replicas.replicas:
+                reason = "it is no longer assigned to this broker"
+            else:
+                recorded = read_partition_topic_id(Path(log_.dir))
+                if recorded and assignment.topic_id and recorded != assignment.topic_id:
+                    reason = f"it belongs to an earlier topic {log_.topic} (id {recorded})"
+            if reason is not None:
+                log.info("deleting stray log %s-%d: %s", log_.topic, log_.partition, reason)
+                self.log_manager.delete_log(log_.topic, log_.partition)
 
     async def _register_broker(self) -> None:
         """Create `/brokers/ids/<id>`; our broker epoch is its czxid."""

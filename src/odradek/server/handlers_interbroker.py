@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cluster.partition import PartitionStateInfo
 from odradek.cluster.replica_manager import LeaderAndIsrPartition
-from odradek.controller.channel_manager import topic_id_to_uuid
+from odradek.controller.channel_manager import topic_id_to_uuid, uuid_to_topic_id
 from odradek.errors import KafkaError
 from odradek.protocol.codec import RequestHeader
 from odradek.server.apis import response
@@ -80,6 +80,7 @@ def handle_leader_and_isr(apis: KafkaApis, header: RequestHeader, request: Any) 
                     replicas=tuple(p.replicas),
                     is_new=p.is_new,
                 ),
+                topic_id=uuid_to_topic_id(topic.topic_id) if topic.topic_id else None,
             )
             for topic in request.topic_states
             for p in topic.partition_states
