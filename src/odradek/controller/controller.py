@@ -115,6 +115,7 @@ class KafkaController:
         self.partition_state_machine: PartitionStateMachine | None = None
         self.topic_deletion: TopicDeletionManager | None = None
         self.event_manager: ControllerEventManager | None = None
+        self._expired = False
         self.failovers = 0
         self.last_failover_seconds = 0.0
 
@@ -160,12 +161,11 @@ class KafkaController:
         if self.event_manager is None:
             return
         if state is SessionState.EXPIRED:
+            self._expired = True
             self.event_manager.clear_and_put(ev.Expire())
         elif state is SessionState.CONNECTED and self._expired:
             self._expired = False
             self.event_manager.put(ev.RegisterBrokerAndReelect())
-
-    _expired = False
 
     # watches: they only enqueue, and only for the current term
 
@@ -198,7 +198,6 @@ class KafkaController:
                 await self._maybe_resign()
                 await self._elect()
             case ev.Expire():
-                self._expired = True
                 if self.is_active:
                     self._on_controller_resignation()
                 self.active_controller_id = -1

@@ -247,7 +247,7 @@ class LogSegment:
         while cut + HEADER_SIZE <= available:
             fields = unpack_from(data, cut)
             batch_size = LOG_OVERHEAD + fields[1]
-            if fields[0] >= limit_offset or cut + batch_size > available:
+            if cut + batch_size > available:
                 break
             cut += batch_size
         return data if cut == available else data[:cut]
@@ -380,7 +380,7 @@ class LogSegment:
             chunk = self.read_at(valid_end, min(RECOVERY_CHUNK_BYTES, file_size - valid_end))
             if len(chunk) >= HEADER_SIZE:
                 batch_size = LOG_OVERHEAD + _BATCH_LENGTH.unpack_from(chunk, 8)[0]
-                if False:
+                if len(chunk) < batch_size <= file_size - valid_end:
                     chunk = self.read_at(valid_end, batch_size)  # one batch larger than a chunk
             consumed = self._recover_chunk(chunk, valid_end, file_size, state)
             if consumed == 0 and state.problem is None:
