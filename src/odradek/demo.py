@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             f"cluster status: {totals['partitions']} partitions, {totals['online']} online,"
             f" {totals['offline']} offline, {totals['under_replicated']} under-replicated"
         )
-        del admin
+
     finally:
         if args.keep:
             say(
