@@ -247,7 +247,7 @@ class LogSegment:
         while cut + HEADER_SIZE <= available:
             fields = unpack_from(data, cut)
             batch_size = LOG_OVERHEAD + fields[1]
-            if cut + batch_size > available:
+            if fields[0] >= limit_offset or cut + batch_size > available:
                 break
             cut += batch_size
         return data if cut == available else data[:cut]
