@@ -182,3 +182,29 @@ class StaleBrokerEpochError(KafkaError):
 class ClusterTimeoutError(OperatorError):
     """A local cluster (`odradek cluster`, `LocalCluster`) did not reach the awaited state in time:
     brokers not registered, no controller elected, a condition a test waits for never held."""
+
+
+class DataSourceOptionError(ConfigError):
+    """An option of the `odradek` Spark data source that is missing, malformed or not allowed in
+    combination with another (the message names the option)."""
+
+
+class DataLossError(OdradekError):
+    """Records a Spark read was to include no longer exist: the start offset fell below the log
+    start offset (retention), or a topic or partition was deleted. Raised only when the source's
+    `failOnDataLoss` option is true; otherwise the reader skips to what exists and logs a warning."""
+
+
+class ReadTimeoutError(OdradekError):
+    """A Spark read task waited longer than `kafkaConsumer.pollTimeoutMs` without reaching the end
+    of its offset range (no leader, or the high watermark did not advance to the planned end)."""
+
+
+class DeliveryError(KafkaError):
+    """A record the Spark sink produced was not acknowledged (`acks=all`): the broker refused it or
+    the client gave up retrying. Raised in the task, so that Spark retries it."""
+
+
+class DataSourceSchemaError(ConfigError):
+    """A DataFrame written through the `odradek` Spark sink lacks a required column or has one of
+    the wrong type (the message names the column), or a read was given a schema of its own."""

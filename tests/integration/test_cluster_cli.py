@@ -500,13 +500,18 @@ def test_cluster3_fixture_serves_clients(cluster3: LocalCluster, capsys: pytest.
 
 
 def odradek(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    started = time.monotonic()
+    result = subprocess.run(
         [sys.executable, "-m", "odradek.cli.main", *argv],
         capture_output=True,
         text=True,
         timeout=CLI_TIMEOUT_S,
         check=False,
     )
+    print(
+        f"odradek {' '.join(argv)}: exit {result.returncode} in {time.monotonic() - started:.1f}s"
+    )
+    return result
 
 
 def cli_status(directory: Path) -> dict[str, Any]:

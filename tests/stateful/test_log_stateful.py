@@ -8,6 +8,7 @@ offsets, every offset readable with its value, segments and index entries in ord
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from odradek.errors import RecordBatchTooLargeError
+from odradek.log import segment as segment_module
 from odradek.log.config import LogConfig
 from odradek.log.log import Log
 from odradek.protocol.record_batch import build_batch, decode_records, iter_batches, read_header
@@ -37,7 +39,11 @@ class ModelBatch:
 def _abandon(log: Log) -> None:
     """Drop a log without flushing or sealing anything, as a crash would (closing raw fds)."""
     for segment in log.segments():
-        for holder, name in ((segment, "_fd"), (segment.offset_index, "_fd"), (segment.time_index, "_fd")):
+        for holder, name in (
+            (segment, "_fd"),
+            (segment.offset_index, "_fd"),
+            (segment.time_index, "_fd"),
+        ):
             fd = getattr(holder, name)
             if fd is not None:
                 os.close(fd)
@@ -61,10 +67,26 @@ class LogMachine(RuleBasedStateMachine):
         segment_bytes=st.integers(150, 1_500),
         index_interval_bytes=st.sampled_from([0, 50, 200, 4096]),
         segment_index_bytes=st.sampled_from([16, 60, 10 * 1024 * 1024]),
+        scan_chunk_bytes=st.sampled_from([61, 100, segment_module.SCAN_CHUNK_BYTES]),
+        recovery_chunk_bytes=st.sampled_from([61, 150, segment_module.RECOVERY_CHUNK_BYTES]),
     )
     def open_log(
-        self, segment_bytes: int, index_interval_bytes: int, segment_index_bytes: int
+        self,
+        segment_bytes: int,
+        index_interval_bytes: int,
+        segment_index_bytes: int,
+        scan_chunk_bytes: int,
+        recovery_chunk_bytes: int,
     ) -> None:
+        # Crashes here are simulated by abandoning the log object, which keeps the page cache, so
+        # fsync has nothing to prove and only costs time (seconds on a busy disk, with a roll every
+        # few appends): make it a no-op while the machine runs.
+        self.saved_fsync = os.fsync
+        os.fsync = lambda fd: None
+        # Small read chunks make batches straddle chunk boundaries in header scans and recovery.
+        self.saved_chunks = (segment_module.SCAN_CHUNK_BYTES, segment_module.RECOVERY_CHUNK_BYTES)
+        segment_module.SCAN_CHUNK_BYTES = scan_chunk_bytes
+        segment_module.RECOVERY_CHUNK_BYTES = recovery_chunk_bytes
         self.config = LogConfig(
             segment_bytes=segment_bytes,
             index_interval_bytes=index_interval_bytes,
@@ -85,6 +107,10 @@ class LogMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         if hasattr(self, "log"):
             self.log.close()
+        if hasattr(self, "saved_fsync"):
+            os.fsync = self.saved_fsync
+        if hasattr(self, "saved_chunks"):
+            segment_module.SCAN_CHUNK_BYTES, segment_module.RECOVERY_CHUNK_BYTES = self.saved_chunks
         shutil.rmtree(self.root, ignore_errors=True)
 
     # -- model helpers ---------------------------------------------------------------------------
@@ -112,7 +138,9 @@ class LogMachine(RuleBasedStateMachine):
         self._append(sizes, value_size, new_epoch)
 
     @rule(
-        appends=st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=4), min_size=2, max_size=6),
+        appends=st.lists(
+            st.lists(st.integers(1, 4), min_size=1, max_size=4), min_size=2, max_size=6
+        ),
         value_size=st.integers(0, 20),
     )
     def append_burst(self, appends: list[list[int]], value_size: int) -> None:
@@ -198,7 +226,19 @@ class LogMachine(RuleBasedStateMachine):
         offset = data.draw(st.integers(self.log_start, self.log_end))
         max_bytes = data.draw(st.integers(0, 2_000))
         max_offset = data.draw(st.none() | st.integers(self.log_start, self.log_end))
-        min_one = data.draw(st.booleans())
+        self._check_read(offset, max_bytes, max_offset, data.draw(st.booleans()))
+
+    @precondition(lambda self: self.log_end - self.log_start > 1)
+    @rule(data=st.data())
+    def read_below_high_watermark(self, data: st.DataObject) -> None:
+        """A consumer's read: a high watermark strictly inside the log."""
+        high_watermark = data.draw(st.integers(self.log_start + 1, self.log_end - 1))
+        offset = data.draw(st.integers(self.log_start, high_watermark))
+        self._check_read(offset, 10_000, high_watermark, True)
+
+    def _check_read(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one: bool
+    ) -> None:
         result = self.log.read(offset, max_bytes, max_offset, min_one)
         limit = self.log_end if max_offset is None else max_offset
         if offset >= limit:
@@ -212,7 +252,7 @@ class LogMachine(RuleBasedStateMachine):
         assert headers[0].base_offset <= max(offset, self.log_start) <= headers[0].last_offset
         assert all(h.base_offset < limit for h in headers)
         assert len(result) <= max_bytes or len(headers) == 1
-        for previous, current in zip(headers, headers[1:], strict=False):
+        for previous, current in itertools.pairwise(headers):
             assert current.base_offset == previous.last_offset + 1
         for header in headers:
             for record in decode_records(result[header.position :]):
@@ -236,9 +276,9 @@ class LogMachine(RuleBasedStateMachine):
         if deleted:
             assert self.log.size_in_bytes >= retention_bytes
             assert self.log.log_start_offset == segments[0].base_offset >= self.log_start
-        assert (
-            len(segments) == 1 or self.log.size_in_bytes - retention_bytes < segments[0].size
-        ), "retention stopped early"
+        assert len(segments) == 1 or self.log.size_in_bytes - retention_bytes < segments[0].size, (
+            "retention stopped early"
+        )
         self.log_start = self.log.log_start_offset
         self.log.config = self.config
 
@@ -305,7 +345,7 @@ class LogMachine(RuleBasedStateMachine):
 
 
 LogMachine.TestCase.settings = settings(
-    max_examples=int(os.environ.get("ODRADEK_LOG_EXAMPLES", "60")),
+    max_examples=int(os.environ.get("ODRADEK_LOG_EXAMPLES", "150")),
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -68,7 +68,11 @@ def test_append_and_read_round_trip(tmp_path: Path) -> None:
     first = log.append_as_leader(records(3, ts=10, tag="a"), leader_epoch=4, now_ms=99)
     second = log.append_as_leader(records(2, ts=5, tag="b") + records(1, ts=50, tag="c"), 4, 99)
     assert (first.first_offset, first.last_offset, first.batch_count) == (0, 2, 1)
-    assert (first.max_timestamp, first.offset_of_max_timestamp, first.log_append_time) == (12, 2, -1)
+    assert (first.max_timestamp, first.offset_of_max_timestamp, first.log_append_time) == (
+        12,
+        2,
+        -1,
+    )
     assert (second.first_offset, second.last_offset, second.batch_count) == (3, 5, 2)
     assert (second.max_timestamp, second.offset_of_max_timestamp) == (50, 5)
     assert log.log_end_offset == 6

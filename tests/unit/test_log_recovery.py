@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from odradek.log import segment as segment_module
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import EpochEntry
 from odradek.log.log import Log
@@ -14,6 +15,15 @@ from odradek.log.naming import LEADER_EPOCH_CHECKPOINT
 from odradek.protocol.record_batch import build_batch, decode_records, iter_batches, read_header
 
 CONFIG = LogConfig(segment_bytes=1_000, index_interval_bytes=100)
+
+
+@pytest.fixture(params=["default-chunks", "tiny-chunks"], autouse=True)
+def chunk_sizes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run every test also with read chunks smaller than a batch, so that batches straddle
+    chunk boundaries during header scans and recovery."""
+    if request.param == "tiny-chunks":
+        monkeypatch.setattr(segment_module, "SCAN_CHUNK_BYTES", 70)
+        monkeypatch.setattr(segment_module, "RECOVERY_CHUNK_BYTES", 64)
 
 
 def records(n: int, ts: int, tag: str) -> bytes:
@@ -114,7 +124,7 @@ def test_garbage_appended_is_truncated(tmp_path: Path) -> None:
 
 
 def test_flipped_byte_truncates_from_the_bad_batch(tmp_path: Path) -> None:
-    log, bases = populate(tmp_path)
+    log, _bases = populate(tmp_path)
     path = active_log_file(log)
     headers = list(iter_batches(path.read_bytes()))
     assert len(headers) >= 3

@@ -117,7 +117,11 @@ def test_validate_rejects_bad_magic() -> None:
 
 def _with_fields(data: bytes, **fields: int) -> bytes:
     """Rewrite header fields and fix the CRC so that only the named problem remains."""
-    offsets = {"attributes": (21, ">h"), "last_offset_delta": (23, ">i"), "records_count": (57, ">i")}
+    offsets = {
+        "attributes": (21, ">h"),
+        "last_offset_delta": (23, ">i"),
+        "records_count": (57, ">i"),
+    }
     buf = bytearray(data)
     for name, value in fields.items():
         position, fmt = offsets[name]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import enum
 import fcntl
 import json
@@ -73,6 +74,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 HOST = "127.0.0.1"
 CLUSTER_FILE = "cluster.json"
@@ -302,6 +304,22 @@ async def _controller(zk: ZkClient) -> int | None:
 # The cluster
 
 
+def _to_json(record: Any) -> dict[str, Any]:
+    return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(record).items()}
+
+
+def _from_json(cls: type[R], obj: Mapping[str, Any]) -> R:
+    """A dataclass from its `_to_json` form; unknown keys are ignored, Path fields restored.
+    TypeError if a required key is missing."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values = {
+        key: Path(value) if value is not None and "Path" in str(fields[key].type) else value
+        for key, value in obj.items()
+        if key in fields
+    }
+    return cls(**values)
+
+
 @dataclass
 class LocalBroker:
     """One broker of a local cluster: where it listens and where its files are."""
@@ -320,36 +338,11 @@ class LocalBroker:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "host": self.host,
-            "port": self.port,
-            "pid": self.pid,
-            "dir": str(self.dir),
-            "data_dir": str(self.data_dir),
-            "log": str(self.log),
-            "config": str(self.config),
-            "rack": self.rack,
-        }
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> LocalBroker:
-        return cls(
-            id=int(obj["id"]),
-            host=str(obj["host"]),
-            port=int(obj["port"]),
-            dir=Path(obj["dir"]),
-            data_dir=Path(obj["data_dir"]),
-            log=Path(obj["log"]),
-            config=Path(obj["config"]),
-            pid=obj.get("pid"),
-            rack=obj.get("rack"),
-        )
-
 
 @dataclass
 class _ZooKeeperInfo:
+    """The private ZooKeeper (`dir` set) or an external one (only `connect`)."""
+
     connect: str
     port: int | None = None
     pid: int | None = None
@@ -365,24 +358,7 @@ class _ZooKeeperInfo:
         return self.dir / "zoo.cfg" if self.dir is not None else None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "connect": self.connect,
-            "port": self.port,
-            "pid": self.pid,
-            "dir": str(self.dir) if self.dir else None,
-            "log": str(self.log) if self.log else None,
-            "external": self.external,
-        }
-
-    @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> _ZooKeeperInfo:
-        return cls(
-            connect=str(obj["connect"]),
-            port=obj.get("port"),
-            pid=obj.get("pid"),
-            dir=Path(obj["dir"]) if obj.get("dir") else None,
-            log=Path(obj["log"]) if obj.get("log") else None,
-        )
+        return {**_to_json(self), "external": self.external}
 
 
 def _write_properties(path: Path, properties: Mapping[str, str], header: str) -> None:
@@ -489,8 +465,8 @@ class LocalCluster:
         path = directory / CLUSTER_FILE
         try:
             obj = json.loads(path.read_text())
-            zk_info = _ZooKeeperInfo.from_json(obj["zookeeper"])
-            brokers = [LocalBroker.from_json(b) for b in obj["brokers"]]
+            zk_info = _from_json(_ZooKeeperInfo, obj["zookeeper"])
+            brokers = [_from_json(LocalBroker, b) for b in obj["brokers"]]
         except FileNotFoundError:
             raise OperatorError(f"no cluster in {directory} ({CLUSTER_FILE} not found)") from None
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -639,19 +615,28 @@ class LocalCluster:
         self._forget(broker_id)
         return True
 
-    def stop(self, broker_id: int) -> None:
-        """SIGSTOP: the broker freezes, keeping its sockets and (until it expires) its session."""
-        self._signal_running(broker_id, signal.SIGSTOP)
+    def stop(self, broker_id: int, timeout: float = 10) -> None:
+        """SIGSTOP: the broker freezes, keeping its sockets and (until it expires) its session.
+        Returns once the kernel reports it stopped (signal delivery is asynchronous)."""
+        self._signal_running(broker_id, signal.SIGSTOP, ProcessState.STOPPED, timeout)
 
-    def cont(self, broker_id: int) -> None:
-        """SIGCONT: resume a broker frozen by `stop`."""
-        self._signal_running(broker_id, signal.SIGCONT)
+    def cont(self, broker_id: int, timeout: float = 10) -> None:
+        """SIGCONT: resume a broker frozen by `stop`; returns once it runs again."""
+        self._signal_running(broker_id, signal.SIGCONT, ProcessState.RUNNING, timeout)
 
-    def _signal_running(self, broker_id: int, signum: int) -> None:
+    def _signal_running(
+        self, broker_id: int, signum: int, expected: ProcessState, timeout: float
+    ) -> None:
         self.broker(broker_id)
         process = self._processes.get(broker_id)
         if process is None or not process.signal(signum):
             raise OperatorError(f"broker {broker_id} is not running")
+        self.wait_for(
+            lambda: process.state() in (expected, ProcessState.DEAD),
+            timeout,
+            f"broker {broker_id} to be {expected.value}",
+            interval=0.01,
+        )
 
     def terminate(self, broker_id: int, timeout: float = 60) -> bool:
         """SIGTERM (the broker's controlled shutdown), wait up to `timeout`, then SIGKILL.
@@ -677,15 +662,27 @@ class LocalCluster:
             self._save([broker_id])
 
     def down(self, timeout: float = 60) -> None:
-        """SIGTERM every broker at once, SIGKILL those still alive after `timeout`, then stop
-        the private ZooKeeper. The directory (data, logs, cluster.json) stays."""
-        running = [(i, p) for i, p in self._processes.items() if p.alive]
-        for _, process in running:
-            _request_exit(process)
+        """SIGTERM the brokers in parallel, SIGKILL those still alive after `timeout`, then stop
+        the private ZooKeeper. The directory (data, logs, cluster.json) stays.
+
+        The controller goes last: every other broker's controlled shutdown is a request to the
+        controller, and a controller busy shutting down itself may leave such a request
+        unanswered until it times out (`controller.socket.timeout.ms`, 30 s by default).
+        """
+        running = {i: p for i, p in self._processes.items() if p.alive}
         deadline = time.monotonic() + timeout
-        for _, process in running:
-            if not process.wait(deadline - time.monotonic()):
-                process.kill()
+        try:
+            controller = self.controller_id() if running else None
+        except OperatorError:  # ZooKeeper unreachable: no controller can be told anything
+            controller = None
+        last = [controller] if controller in running else []
+        for phase in ([i for i in running if i not in last], last):
+            for broker_id in phase:
+                _request_exit(running[broker_id])
+            for broker_id in phase:
+                process = running[broker_id]
+                if not process.wait(deadline - time.monotonic()):
+                    process.kill()
         for broker in self._brokers.values():
             broker.pid = None
         self._processes.clear()
@@ -748,7 +745,7 @@ class LocalCluster:
         (`cluster kill 1` and `cluster restart 2`) do not undo each other."""
         path = self.directory / CLUSTER_FILE
         with self._locked():
-            brokers = {b.id: b.to_json() for b in self.brokers}
+            brokers = {b.id: _to_json(b) for b in self.brokers}
             zookeeper = self.zookeeper.to_json()
             if broker_ids is not None and path.exists():
                 with contextlib.suppress(OSError, ValueError, KeyError, TypeError):

@@ -184,6 +184,14 @@ class AdminClient:
         except NetworkError:
             return self.bootstrap
 
+    async def _send_to_controller(self, api_key: int, version: int, values: Any) -> Any:
+        connection = await self._controller_connection()
+        try:
+            return await self._send(connection, api_key, version, values)
+        finally:
+            if connection is not self.bootstrap:
+                connection.close()
+
     async def create_topic(
         self,
         name: str,
@@ -202,14 +210,9 @@ class AdminClient:
             "configs": [{"name": k, "value": v} for k, v in configs.items()],
         }
         values = {"topics": [topic], "timeout": int(self.timeout * 1000), "validate_only": False}
-        connection = await self._controller_connection()
-        try:
-            response = await self._send(
-                connection, ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION, values
-            )
-        finally:
-            if connection is not self.bootstrap:
-                connection.close()
+        response = await self._send_to_controller(
+            ApiKey.CREATE_TOPICS, CREATE_TOPICS_VERSION, values
+        )
         result = response.topics[0]
         _check(result.error_code, result.error_message)
         return result
@@ -219,14 +222,9 @@ class AdminClient:
             "topics": [{"name": name, "topic_id": ZERO_UUID}],
             "timeout": int(self.timeout * 1000),
         }
-        connection = await self._controller_connection()
-        try:
-            response = await self._send(
-                connection, ApiKey.DELETE_TOPICS, DELETE_TOPICS_VERSION, values
-            )
-        finally:
-            if connection is not self.bootstrap:
-                connection.close()
+        response = await self._send_to_controller(
+            ApiKey.DELETE_TOPICS, DELETE_TOPICS_VERSION, values
+        )
         result = response.responses[0]
         _check(result.error_code, result.error_message)
 

@@ -267,12 +267,13 @@ class ReplicaManager:
                     write_partition_topic_id(log_dir, item.topic_id)
             (to_lead if state.leader == self.broker_id else to_follow).append((partition, state))
             results[key] = None
+        self.log_manager.sync_created_logs()
         if to_lead:
             if self.fetcher_manager is not None:
                 self.fetcher_manager.remove_partitions([(p.topic, p.partition) for p, _ in to_lead])
             for partition, state in to_lead:
                 partition.make_leader(state)
-                log.info(
+                log.debug(
                     "%s: leader at epoch %d, ISR %s, LEO %d, HW %d",
                     partition,
                     state.leader_epoch,
@@ -293,6 +294,14 @@ class ReplicaManager:
                 self.fetcher_manager.add_partitions(
                     [p for p in changed if p.leader_id >= 0], live_leaders
                 )
+        if to_lead or to_follow:
+            log.info(
+                "LeaderAndIsr from controller %d (epoch %d): leading %d, following %d partitions",
+                controller_id,
+                controller_epoch,
+                len(to_lead),
+                len(to_follow),
+            )
         return results
 
     def stop_replicas(

@@ -46,24 +46,30 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text`: temp file, fsync, rename, fsync the directory."""
+def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
+    """Replace `path` with `text`: temp file, fsync, rename, fsync the directory.
+
+    With `sync=False` the rename still makes the replacement atomic for readers, but a crash may
+    leave the old (or, on some file systems, an empty) file: only for files that can be rebuilt.
+    """
     temp = path.with_name(path.name + TEMP_SUFFIX)
     try:
         with open(temp, "w", encoding="utf-8") as file:
             file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
+            if sync:
+                file.flush()
+                os.fsync(file.fileno())
         os.replace(temp, path)
-        fsync_dir(path.parent)
+        if sync:
+            fsync_dir(path.parent)
     except OSError as e:
         raise KafkaStorageError(f"cannot write checkpoint {path}: {e}") from e
 
 
-def write_checkpoint(path: Path, lines: Iterable[str]) -> None:
+def write_checkpoint(path: Path, lines: Iterable[str], *, sync: bool = True) -> None:
     """Write a checkpoint file with the given entry lines (version and count are added)."""
     entries = list(lines)
-    write_atomically(path, "".join([f"{CHECKPOINT_VERSION}\n{len(entries)}\n", *entries]))
+    write_atomically(path, "".join([f"{CHECKPOINT_VERSION}\n{len(entries)}\n", *entries]), sync=sync)
 
 
 def read_checkpoint(path: Path, parse_entry: Callable[[list[str]], T]) -> list[T]:

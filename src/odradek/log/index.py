@@ -53,7 +53,10 @@ _NO_TIMESTAMP = -1
 
 
 class _SparseIndex:
-    """Append-only file of (key, value) entries with a lazily loaded in-memory copy."""
+    """Append-only file of (key, value) entries with a lazily loaded in-memory copy.
+
+    Not thread-safe: owned by one `LogSegment`, called only from the broker's event loop thread.
+    """
 
     _ENTRY: ClassVar[struct.Struct]
     _KEY_TYPE: ClassVar[str]

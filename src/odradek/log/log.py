@@ -133,7 +133,12 @@ def _append_info(
 
 
 class Log:
-    """A partition's segmented log. See the module docstring for semantics and concurrency."""
+    """A partition's segmented log (semantics in the module docstring).
+
+    Not thread-safe: called only from the broker's event loop thread, by the partition that owns
+    it and by the log manager. It takes no locks; a caller holding the partition's state must not
+    await between reading the log end offset and appending.
+    """
 
     def __init__(
         self,
@@ -678,6 +683,7 @@ class Log:
             if segment.base_offset >= end:
                 break
             segment.flush()
+        self._leader_epoch_cache.sync()
         self._recovery_point = end
 
     @_storage_errors
@@ -687,6 +693,7 @@ class Log:
             return
         for segment in self._segments:
             segment.close()
+        self._leader_epoch_cache.sync()
         self._recovery_point = self._log_end_offset
         self._closed = True
 

@@ -63,7 +63,10 @@ class _RecoveryState:
 
 
 class LogSegment:
-    """A segment file with its two indexes and, once loaded, the state needed to append to it."""
+    """A segment file with its two indexes and, once loaded, the state needed to append to it.
+
+    Not thread-safe: owned by one `Log` and called only from the broker's event loop thread.
+    """
 
     def __init__(
         self,
@@ -298,6 +301,12 @@ class LogSegment:
         bytes_since_entry = 0
         for header in self.scan_headers(position):
             next_offset = header.base_offset + header.last_offset_delta + 1
+            indexed_batch = last_entry is not None and header.position == position
+            if indexed_batch and last_entry is not None and next_offset - 1 != last_entry[0]:
+                raise CorruptIndexError(
+                    f"{self.offset_index.path}: last entry {last_entry} does not point at a "
+                    "batch ending at that offset"
+                )
             if header.max_timestamp > max_timestamp:
                 max_timestamp = header.max_timestamp
                 offset_of_max = next_offset - 1
@@ -331,12 +340,15 @@ class LogSegment:
             self._rolling_timestamp = HEADER.unpack_from(self.read_at(0, HEADER_SIZE))[8]
         return self._rolling_timestamp
 
-    def append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> None:
+    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
         """Append `data`, which holds exactly the batches `headers` describe (positions relative
         to `data`), and add index entries for them."""
         self.load_tail_state()
         position = self.size
-        os.pwrite(self.fd, data, position)
+        view = memoryview(data)
+        written = 0
+        while written < len(view):  # pwrite may write less than asked (signals, huge writes)
+            written += os.pwrite(self.fd, view[written:], position + written)
         self._dirty = True
         if position == 0 and headers:
             self._rolling_timestamp = headers[0].max_timestamp

@@ -1,0 +1,265 @@
+"""The Kafka clients of the data source (confluent-kafka, i.e. librdkafka) and their errors.
+
+Three kinds of client, each built from the checked options:
+
+* `consumer_config` -- executors read offset ranges with a Consumer that is *assigned* its
+  partition at an explicit offset. It never subscribes and never commits: offsets live in Spark's
+  checkpoint, and Odradek has no group coordinator. confluent-kafka insists on a `group.id`
+  anyway, so a fixed one is set; with no subscribe and no commit it is never used on the wire.
+  `auto.offset.reset=error` makes an out-of-range start an event the reader sees (data loss)
+  rather than a silent jump, and `enable.partition.eof` tells it when a fetch reached the HW.
+* `producer_config` -- the sink produces with `acks=all`, idempotence off (Odradek hands out no
+  producer ids) and librdkafka's retries on, and partitions keys with murmur2 as Java clients do,
+  so that a key lands in the same partition whichever client wrote it.
+* `ClusterOffsets` -- the driver's view of the cluster: topics, partitions and their earliest /
+  latest offsets, through an AdminClient (ListOffsets batched per leader, not one request per
+  partition). "Latest" is the high watermark: reads never go past committed records.
+
+librdkafka's own log lines go to the `odradek.spark.librdkafka` logger instead of stderr.
+Third-party exceptions (`confluent_kafka.KafkaException`) are translated into the project's at this
+boundary by `translate`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import KafkaException
+from confluent_kafka import TopicPartition as RdTopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from odradek.errors import (
+    BrokerNotAvailableError,
+    DataSourceOptionError,
+    KafkaError,
+    LeaderNotAvailableError,
+    NotLeaderOrFollowerError,
+    OdradekError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+from odradek.spark.offsets import TopicPartition
+
+__all__ = [
+    "ClusterOffsets",
+    "OffsetsResult",
+    "admin_config",
+    "consumer_config",
+    "producer_config",
+    "translate",
+]
+
+log = logging.getLogger(__name__)
+librdkafka_log = logging.getLogger("odradek.spark.librdkafka")
+
+CONSUMER_GROUP_ID = "odradek-spark"  # required by confluent-kafka; never used on the wire
+
+
+def _base(bootstrap_servers: str, params: Mapping[str, str], client_id: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        "client.id": client_id,
+        "logger": librdkafka_log,
+        **params,
+    }
+
+
+def consumer_config(bootstrap_servers: str, params: Mapping[str, str]) -> dict[str, Any]:
+    """A reader's Consumer: explicit assignment, no commits, end-of-partition events on."""
+    config = _base(bootstrap_servers, params, "odradek-spark-reader")
+    config.update(
+        {
+            "group.id": CONSUMER_GROUP_ID,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "allow.auto.create.topics": False,
+        }
+    )
+    return config
+
+
+def producer_config(bootstrap_servers: str, params: Mapping[str, str]) -> dict[str, Any]:
+    """The sink's Producer: acks=all, retries on, idempotence off, Java's key partitioning."""
+    config: dict[str, Any] = {
+        "linger.ms": 5,
+        "partitioner": "murmur2_random",
+        "compression.type": "none",
+    }
+    config.update(_base(bootstrap_servers, params, "odradek-spark-writer"))
+    config.update({"acks": "all", "enable.idempotence": False})
+    config.setdefault("message.send.max.retries", 2_147_483_647)
+    return config
+
+
+def admin_config(bootstrap_servers: str, params: Mapping[str, str]) -> dict[str, Any]:
+    return _base(bootstrap_servers, params, "odradek-spark-driver")
+
+
+_CODES: dict[int, type[KafkaError]] = {
+    RdKafkaError.UNKNOWN_TOPIC_OR_PART: UnknownTopicOrPartitionError,
+    RdKafkaError._UNKNOWN_PARTITION: UnknownTopicOrPartitionError,
+    RdKafkaError._UNKNOWN_TOPIC: UnknownTopicOrPartitionError,
+    RdKafkaError.NOT_LEADER_FOR_PARTITION: NotLeaderOrFollowerError,
+    RdKafkaError.LEADER_NOT_AVAILABLE: LeaderNotAvailableError,
+    RdKafkaError._TIMED_OUT: RequestTimedOutError,
+    RdKafkaError.REQUEST_TIMED_OUT: RequestTimedOutError,
+    RdKafkaError._TRANSPORT: BrokerNotAvailableError,
+    RdKafkaError._ALL_BROKERS_DOWN: BrokerNotAvailableError,
+}
+
+
+def translate(error: KafkaException | RdKafkaError, context: str) -> OdradekError:
+    """A confluent-kafka error as the project's exception, its message prefixed by `context`."""
+    rd = error.args[0] if isinstance(error, KafkaException) and error.args else error
+    if isinstance(rd, RdKafkaError):
+        if rd.code() == RdKafkaError._INVALID_ARG and "configuration" in rd.str().lower():
+            return DataSourceOptionError(f"{context}: {rd.str()}")
+        return _CODES.get(rd.code(), KafkaError)(f"{context}: {rd.str()} ({rd.name()})")
+    return KafkaError(f"{context}: {error}")
+
+
+def is_retriable(error: Any) -> bool:
+    """Whether a failed offset or metadata request may succeed if asked again (no leader yet,
+    a broker down, a timeout), as opposed to a partition that does not exist."""
+    rd = error.args[0] if isinstance(error, KafkaException) and error.args else error
+    if not isinstance(rd, RdKafkaError):
+        return False
+    if rd.code() in (RdKafkaError.UNKNOWN_TOPIC_OR_PART, RdKafkaError._UNKNOWN_PARTITION):
+        return False
+    return bool(rd.retriable()) or rd.code() in (
+        RdKafkaError._TRANSPORT,
+        RdKafkaError._TIMED_OUT,
+        RdKafkaError._ALL_BROKERS_DOWN,
+        RdKafkaError.LEADER_NOT_AVAILABLE,
+        RdKafkaError.NOT_LEADER_FOR_PARTITION,
+        RdKafkaError.REQUEST_TIMED_OUT,
+    )
+
+
+@dataclass
+class OffsetsResult:
+    """Offsets that were found, and the partitions whose offset could not be had (with why)."""
+
+    offsets: dict[TopicPartition, int]
+    failed: dict[TopicPartition, OdradekError]
+
+    def require(self) -> dict[TopicPartition, int]:
+        """All offsets, or the first failure raised."""
+        if self.failed:
+            raise self.failed[min(self.failed)]
+        return self.offsets
+
+
+class ClusterOffsets:
+    """The driver's read-only view of the cluster: topics, partitions, earliest and latest offsets.
+
+    Concurrency: one thread (the Spark driver's planning worker runs one call at a time). Holds an
+    AdminClient created on first use and dropped when pickled, so the object can travel inside a
+    reader. Request errors are retried `retries` times, `retry_interval_s` apart, when retriable.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        params: Mapping[str, str],
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        retry_interval_s: float = 1.0,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.params = dict(params)
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.retry_interval_s = retry_interval_s
+        self._admin: AdminClient | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_admin"] = None
+        return state
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            try:
+                self._admin = AdminClient(admin_config(self.bootstrap_servers, self.params))
+            except KafkaException as e:
+                raise translate(e, "creating the Kafka admin client") from None
+        return self._admin
+
+    def close(self) -> None:
+        self._admin = None  # AdminClient has no close(); dropping it stops its threads
+
+    def topics(self, expect: Iterable[TopicPartition] = ()) -> dict[str, list[int]]:
+        """Every topic with its partition numbers (no topic is auto-created by asking).
+
+        If partitions in `expect` are missing, metadata is fetched again up to `retries` times
+        before the answer is believed: a broker that just started may not know every topic yet,
+        and a partition wrongly reported gone would fail a query for data loss.
+        """
+        expected = set(expect)
+        attempt = 0
+        while True:
+            try:
+                metadata = self.admin.list_topics(timeout=self.timeout_s)
+            except KafkaException as e:
+                if attempt < self.retries and is_retriable(e):
+                    attempt += 1
+                    time.sleep(self.retry_interval_s)
+                    continue
+                raise translate(e, f"reading metadata from {self.bootstrap_servers}") from None
+            topics = {
+                name: sorted(topic.partitions)
+                for name, topic in metadata.topics.items()
+                if topic.error is None or topic.partitions
+            }
+            missing = [tp for tp in expected if tp.partition not in set(topics.get(tp.topic, ()))]
+            if not missing or attempt >= self.retries:
+                return topics
+            attempt += 1
+            log.info("partitions %s missing from metadata; asking again", sorted(missing))
+            time.sleep(self.retry_interval_s)
+
+    def list_offsets(
+        self, partitions: Iterable[TopicPartition], which: Literal["earliest", "latest"]
+    ) -> OffsetsResult:
+        """The earliest (log start) or latest (high watermark) offset of each partition.
+
+        Partitions whose request failed with a retriable error are asked again, up to `retries`
+        times; what still fails is returned in `failed` rather than raised, so that a caller can
+        carry on without one partition whose leader is moving.
+        """
+        pending = sorted(set(partitions))
+        found: dict[TopicPartition, int] = {}
+        failed: dict[TopicPartition, OdradekError] = {}
+        attempt = 0
+        while pending:
+            spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
+            request = {RdTopicPartition(tp.topic, tp.partition): spec for tp in pending}
+            retry: list[TopicPartition] = []
+            try:
+                futures = self.admin.list_offsets(request, request_timeout=self.timeout_s)
+            except KafkaException as e:
+                raise translate(e, f"listing {which} offsets") from None
+            for rd_tp, future in futures.items():
+                tp = TopicPartition(rd_tp.topic, rd_tp.partition)
+                try:
+                    found[tp] = int(future.result().offset)
+                    failed.pop(tp, None)
+                except KafkaException as e:
+                    failed[tp] = translate(e, f"listing the {which} offset of {tp}")
+                    if is_retriable(e):
+                        retry.append(tp)
+            if not retry or attempt >= self.retries:
+                break
+            attempt += 1
+            pending = retry
+            time.sleep(self.retry_interval_s)
+        return OffsetsResult(found, failed)

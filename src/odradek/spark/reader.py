@@ -1,0 +1,319 @@
+"""Reading: one offset range per Spark task on the executors, and the batch reader's planning.
+
+`RangeReader.batches(range)` runs in a Spark task. It creates one Consumer, assigns the range's
+partition at the range's start offset and consumes until the range's end, yielding an Arrow
+RecordBatch per chunk of up to `CHUNK_RECORDS` messages. Its steps:
+
+1. Ask the leader for the partition's log start offset. A start below it means records the range
+   was planned to include have been deleted (retention): with `failOnDataLoss` a DataLossError,
+   otherwise a warning and reading from the log start instead.
+2. Assign at the start offset and consume. Records at or past the range's end are dropped (the
+   plan fixed the end; anything later belongs to the next micro-batch).
+3. An end-of-partition event before the end is not an error: after a leader change the new
+   leader's high watermark can trail the old one for a moment. The reader waits, and gives up
+   only after `kafkaConsumer.pollTimeoutMs` without progress (ReadTimeoutError), or, when the
+   records are known to be gone and `failOnDataLoss` is false, with a warning.
+4. An out-of-range event (the consumer's `auto.offset.reset=error`) is data loss when the position
+   is below the log start or the topic is gone; with `failOnDataLoss` false the reader skips to the
+   log start or stops.
+
+The batch reader (`spark.read.format("odradek")`) plans on the driver: it resolves the topic
+partitions and their earliest and latest (high watermark) offsets once, turns `startingOffsets`
+and `endingOffsets` into one range per partition, and splits them for `minPartitions`.
+
+Concurrency: a RangeReader belongs to one task (one thread). The batch reader is created, planned
+and pickled by Spark; it keeps no client across the pickle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import TopicPartition as RdTopicPartition
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from odradek.errors import (
+    DataLossError,
+    DataSourceOptionError,
+    OdradekError,
+    ReadTimeoutError,
+    UnknownTopicOrPartitionError,
+)
+from odradek.spark.arrow import arrow_schema, record_batch
+from odradek.spark.clients import ClusterOffsets, consumer_config, translate
+from odradek.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetRange,
+    OffsetSpec,
+    TopicPartition,
+    plan_ranges,
+)
+from odradek.spark.options import SourceOptions
+
+__all__ = [
+    "CHUNK_RECORDS",
+    "OdradekBatchReader",
+    "RangeReader",
+    "cluster_offsets",
+    "report_data_loss",
+    "resolve_offsets",
+]
+
+log = logging.getLogger(__name__)
+
+CHUNK_RECORDS = 10_000
+_POLL_S = 0.5
+
+
+def report_data_loss(options: SourceOptions, message: str) -> None:
+    """Spark's `failOnDataLoss`: raise DataLossError, or log a warning and carry on."""
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"{message}. Some data may have been lost. If you want the query to continue "
+            "regardless, set the source option failOnDataLoss to false."
+        )
+    log.warning("%s. Some data may have been lost (failOnDataLoss=false: continuing).", message)
+
+
+def cluster_offsets(options: SourceOptions) -> ClusterOffsets:
+    return ClusterOffsets(
+        options.bootstrap_servers,
+        options.client_params,
+        timeout_s=min(30.0, options.poll_timeout_ms / 1000),
+        retries=options.fetch_offset_num_retries,
+        retry_interval_s=options.fetch_offset_retry_interval_ms / 1000,
+    )
+
+
+class RangeReader:
+    """Reads offset ranges with one Consumer (see the module docstring). One task thread."""
+
+    def __init__(self, options: SourceOptions, schema: pa.Schema) -> None:
+        self.options = options
+        self.schema = schema
+        self.timeout_s = options.poll_timeout_ms / 1000
+
+    def batches(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, OffsetRange) or partition.size == 0:
+            return  # PySpark substitutes InputPartition(None) when a plan has no ranges
+        try:
+            consumer = Consumer(
+                consumer_config(self.options.bootstrap_servers, self.options.client_params)
+            )
+        except KafkaException as e:
+            raise translate(e, "creating the Kafka consumer") from None
+        try:
+            yield from self._read(consumer, partition)
+        finally:
+            consumer.close()
+
+    def _watermarks(self, consumer: Consumer, tp: RdTopicPartition) -> tuple[int, int] | None:
+        """(log start offset, high watermark) from the leader; None if the partition is unknown."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    tp, timeout=min(10.0, self.timeout_s), cached=False
+                )
+                return int(low), int(high)
+            except KafkaException as e:
+                error = e.args[0] if e.args else None
+                if isinstance(error, RdKafkaError) and error.code() in (
+                    RdKafkaError.UNKNOWN_TOPIC_OR_PART,
+                    RdKafkaError._UNKNOWN_PARTITION,
+                    RdKafkaError._UNKNOWN_TOPIC,
+                ):
+                    return None
+                if time.monotonic() >= deadline:
+                    raise translate(
+                        e, f"reading the offsets of {tp.topic}-{tp.partition}"
+                    ) from None
+                time.sleep(_POLL_S)
+
+    def _start_offset(self, consumer: Consumer, r: OffsetRange, position: int) -> int | None:
+        """Where reading can start for `r` at `position`: position itself, the log start if
+        records were deleted and data loss is tolerated, or None if nothing can be read."""
+        tp = RdTopicPartition(r.topic, r.partition)
+        marks = self._watermarks(consumer, tp)
+        if marks is None:
+            report_data_loss(
+                self.options,
+                f"{r.topic}-{r.partition} no longer exists, offsets [{position}, "
+                f"{r.until_offset}) cannot be read",
+            )
+            return None
+        low, _ = marks
+        if position < low:
+            report_data_loss(
+                self.options,
+                f"offsets [{position}, {min(low, r.until_offset)}) of {r.topic}-{r.partition} "
+                f"were deleted (the log now starts at {low}) before they were read",
+            )
+            position = low
+        return position if position < r.until_offset else None
+
+    def _read(self, consumer: Consumer, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+        position = self._start_offset(consumer, r, r.from_offset)
+        if position is None:
+            return
+        consumer.assign([RdTopicPartition(r.topic, r.partition, position)])
+        deadline = time.monotonic() + self.timeout_s
+        while position < r.until_offset:
+            messages = consumer.consume(
+                min(CHUNK_RECORDS, r.until_offset - position), timeout=_POLL_S
+            )
+            # One partition per consumer: records arrive in offset order, events after the
+            # records fetched before them.
+            records = [
+                m for m in messages if m.error() is None and position <= m.offset() < r.until_offset
+            ]
+            if records:
+                position = records[-1].offset() + 1
+                deadline = time.monotonic() + self.timeout_s
+                yield record_batch(records, r.topic, r.partition, self.schema)
+            for message in messages:
+                error = message.error()
+                if error is None:
+                    continue
+                resume = self._on_error(consumer, r, position, error)
+                if resume is None:
+                    return
+                if resume != position:
+                    position = resume
+                    consumer.assign([RdTopicPartition(r.topic, r.partition, position)])
+                    break
+            if position < r.until_offset and time.monotonic() >= deadline:
+                self._timed_out(consumer, r, position)
+                return
+
+    def _on_error(
+        self, consumer: Consumer, r: OffsetRange, position: int, error: RdKafkaError
+    ) -> int | None:
+        """Handle a consumer event: the position to continue from, or None to stop reading."""
+        code = error.code()
+        if code == RdKafkaError._PARTITION_EOF:
+            return position  # HW below the planned end for now: keep waiting (step 3)
+        if code in (RdKafkaError._AUTO_OFFSET_RESET, RdKafkaError.OFFSET_OUT_OF_RANGE):
+            return self._start_offset(consumer, r, position)
+        if code in (RdKafkaError.UNKNOWN_TOPIC_OR_PART, RdKafkaError._UNKNOWN_PARTITION):
+            if self._watermarks(consumer, RdTopicPartition(r.topic, r.partition)) is None:
+                return self._start_offset(consumer, r, position)
+            return position
+        if error.fatal():
+            raise translate(error, f"reading {r.topic}-{r.partition}")
+        log.debug("consumer event while reading %s-%s: %s", r.topic, r.partition, error.str())
+        return position
+
+    def _timed_out(self, consumer: Consumer, r: OffsetRange, position: int) -> None:
+        """No progress for pollTimeoutMs: a timeout, unless the records are known to be gone."""
+        where = f"reading {r.topic}-{r.partition} (range [{r.from_offset}, {r.until_offset}))"
+        try:
+            marks = self._watermarks(consumer, RdTopicPartition(r.topic, r.partition))
+        except OdradekError as e:
+            raise ReadTimeoutError(
+                f"{where}: no record at offset {position} within kafkaConsumer.pollTimeoutMs="
+                f"{self.options.poll_timeout_ms} and the leader does not answer: {e}"
+            ) from None
+        if marks is None:
+            report_data_loss(self.options, f"{r.topic}-{r.partition} no longer exists")
+            return
+        high = marks[1]
+        if high > position:
+            raise ReadTimeoutError(
+                f"{where}: no record at offset {position} within kafkaConsumer.pollTimeoutMs="
+                f"{self.options.poll_timeout_ms} although the high watermark is {high}"
+            )
+        report_data_loss(
+            self.options,
+            f"offsets [{position}, {r.until_offset}) of {r.topic}-{r.partition} are gone "
+            f"(its high watermark is now {high})",
+        )
+
+
+def resolve_offsets(
+    spec: OffsetSpec,
+    partitions: list[TopicPartition],
+    low: Mapping[TopicPartition, int],
+    high: Mapping[TopicPartition, int],
+    option: str,
+    default: int,
+) -> dict[TopicPartition, int]:
+    """`spec` as real offsets for `partitions`, -2 / -1 resolved to the log start (`low`) and
+    the high watermark (`high`). Partitions a JSON spec leaves out take `default` (EARLIEST or
+    LATEST); offsets named for partitions that do not exist are an error naming `option`."""
+    given = spec.offsets or {}
+    missing = sorted(set(given) - set(partitions))
+    if missing:
+        raise UnknownTopicOrPartitionError(
+            f"{option}: {', '.join(str(tp) for tp in missing)} do not exist"
+        )
+    result = {}
+    for tp in partitions:
+        if spec.kind == "earliest":
+            offset = EARLIEST
+        elif spec.kind == "latest":
+            offset = LATEST
+        else:
+            offset = given.get(tp, default)
+        result[tp] = low[tp] if offset == EARLIEST else high[tp] if offset == LATEST else offset
+    return result
+
+
+class OdradekBatchReader(DataSourceReader):
+    """`spark.read.format("odradek")`: a bounded read planned on the driver."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.schema = schema
+        self.view = cluster_offsets(options)
+
+    def partitions(self) -> list[InputPartition]:  # type: ignore[override]
+        options = self.options
+        starting = options.starting_offsets or OffsetSpec("earliest")
+        ending = options.ending_offsets or OffsetSpec("latest")
+        try:
+            topics = self.view.topics()
+            partitions = options.subscription.resolve(topics)
+            if options.subscription.kind == "assign":
+                missing = sorted(set(options.subscription.assignment) - set(partitions))
+                if missing:
+                    raise UnknownTopicOrPartitionError(
+                        f"assign: {', '.join(str(tp) for tp in missing)} do not exist"
+                    )
+            if not partitions:
+                return []
+            low = self.view.list_offsets(partitions, "earliest").require()
+            high = self.view.list_offsets(partitions, "latest").require()
+        finally:
+            self.view.close()
+        start = resolve_offsets(starting, partitions, low, high, "startingOffsets", EARLIEST)
+        end = resolve_offsets(ending, partitions, low, high, "endingOffsets", LATEST)
+        ranges = []
+        for tp in partitions:
+            if end[tp] > high[tp]:
+                raise DataSourceOptionError(
+                    f"endingOffsets: {end[tp]} for {tp} is past its latest offset {high[tp]}"
+                )
+            if start[tp] > end[tp]:
+                raise DataSourceOptionError(
+                    f"startingOffsets: {start[tp]} for {tp} is after its ending offset {end[tp]}"
+                )
+            if start[tp] < low[tp]:
+                report_data_loss(
+                    options,
+                    f"startingOffsets: {start[tp]} for {tp} is below its log start offset "
+                    f"{low[tp]}",
+                )
+                start[tp] = low[tp]
+            ranges.append(OffsetRange(tp.topic, tp.partition, start[tp], end[tp]))
+        return list(plan_ranges(ranges, options.min_partitions, options.max_records_per_partition))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return RangeReader(self.options, arrow_schema(self.schema)).batches(partition)

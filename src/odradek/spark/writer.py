@@ -1,0 +1,324 @@
+"""Writing: `df.write.format("odradek")` and `df.writeStream.format("odradek")`.
+
+Columns, as Spark's Kafka sink takes them: `value` (string or binary, required; null writes a
+tombstone), `key` (string or binary, optional), `topic` (string; required unless the `topic`
+option is given, which then wins over the column), `partition` (int, optional; null or absent lets
+the partitioner choose, murmur2 of the key like Java clients), `headers` (array of struct<key
+string, value binary>, optional). Other columns are ignored.
+
+Each Spark task produces its rows with one Producer (`acks=all`, retries on, see
+`odradek.spark.clients`), then flushes and checks the delivery report of every record before it
+returns its commit message. Any failed delivery raises DeliveryError in the task, so Spark retries
+the task; if it gives up, the job's (or micro-batch's) `abort` runs on the driver and logs what
+the successful tasks had already written. Records stay written: a topic sink is at-least-once
+(a retried task writes its rows again), unlike a file sink, which Spark makes exactly-once.
+
+A topic that does not exist is created by the first write when the cluster allows it
+(`auto.create.topics.enable`); when it does not, the write fails at once with
+UnknownTopicOrPartitionError, on the driver for the `topic` option and in the task for topics from
+the `topic` column, instead of after librdkafka's metadata wait.
+
+Concurrency: writers are created and pickled by Spark on the driver; `write` runs in one task
+thread on an executor with its own Producer; `commit` and `abort` run on the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from odradek.errors import (
+    DataSourceOptionError,
+    DataSourceSchemaError,
+    DeliveryError,
+    UnknownTopicOrPartitionError,
+)
+from odradek.spark.clients import admin_config, producer_config, translate
+from odradek.spark.options import SinkOptions
+
+__all__ = ["OdradekBatchWriter", "OdradekStreamWriter", "WriteReport", "check_sink_schema"]
+
+log = logging.getLogger(__name__)
+
+# librdkafka's delivery timeout; Spark's Kafka sink inherits 120 s from the Java producer.
+DEFAULT_MESSAGE_TIMEOUT_MS = 120_000
+_METADATA_TIMEOUT_S = 30.0
+
+
+@dataclass
+class WriteReport(WriterCommitMessage):
+    """What one task wrote: records acknowledged per (topic, partition), with the first and last
+    offset. Travels back to the driver for commit / abort."""
+
+    records: int = 0
+    partitions: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        parts = ", ".join(
+            f"{t}-{p} offsets {first}..{last} ({n})"
+            for (t, p), (first, last, n) in sorted(self.partitions.items())
+        )
+        return f"{self.records} records" + (f": {parts}" if parts else "")
+
+
+def _is_text_or_bytes(t: DataType) -> bool:
+    return isinstance(t, StringType | BinaryType)
+
+
+def check_sink_schema(schema: StructType, options: SinkOptions) -> None:
+    """DataSourceSchemaError naming the column when a written DataFrame cannot be produced."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    if "value" not in fields:
+        raise DataSourceSchemaError("required column 'value' (string or binary) not found")
+    for name in ("value", "key"):
+        if name in fields and not _is_text_or_bytes(fields[name]):
+            raise DataSourceSchemaError(
+                f"column '{name}' must be string or binary, not {fields[name].simpleString()}"
+            )
+    if options.topic is None:
+        if "topic" not in fields:
+            raise DataSourceSchemaError(
+                "no topic: give the 'topic' option or a string column 'topic'"
+            )
+        if not isinstance(fields["topic"], StringType):
+            raise DataSourceSchemaError(
+                f"column 'topic' must be string, not {fields['topic'].simpleString()}"
+            )
+    if "partition" in fields and not isinstance(fields["partition"], IntegerType):
+        raise DataSourceSchemaError(
+            f"column 'partition' must be int, not {fields['partition'].simpleString()}"
+        )
+    if "headers" in fields:
+        headers = fields["headers"]
+        element = headers.elementType if isinstance(headers, ArrayType) else None
+        names = (
+            [(f.name, type(f.dataType)) for f in element.fields]
+            if isinstance(element, StructType)
+            else None
+        )
+        if names != [("key", StringType), ("value", BinaryType)]:
+            raise DataSourceSchemaError(
+                "column 'headers' must be array<struct<key:string,value:binary>>, not "
+                f"{headers.simpleString()}"
+            )
+
+
+def check_topic_exists(options: SinkOptions) -> None:
+    """For the `topic` option: UnknownTopicOrPartitionError now if the topic does not exist and
+    the cluster will not create it (asking for a topic's metadata creates it when allowed)."""
+    if options.topic is None:
+        return
+    admin = AdminClient(admin_config(options.bootstrap_servers, options.client_params))
+    _check_topics(admin, [options.topic])
+
+
+def _check_topics(client: Any, topics: list[str]) -> None:
+    for topic in topics:
+        try:
+            metadata = client.list_topics(topic=topic, timeout=_METADATA_TIMEOUT_S)
+        except KafkaException as e:
+            raise translate(e, f"reading the metadata of topic {topic!r}") from None
+        entry = metadata.topics.get(topic)
+        error = entry.error if entry is not None else None
+        if entry is None or (
+            error is not None
+            and error.code() in (RdKafkaError.UNKNOWN_TOPIC_OR_PART, RdKafkaError._UNKNOWN_TOPIC)
+        ):
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} does not exist and the cluster does not create topics on "
+                "demand (auto.create.topics.enable=false): create it first"
+            )
+
+
+class _TaskProducer:
+    """Produces one task's rows and checks every delivery report. One task thread."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        params = dict(options.client_params)
+        params.setdefault("message.timeout.ms", str(DEFAULT_MESSAGE_TIMEOUT_MS))
+        self.options = options
+        self.flush_timeout_s = int(params["message.timeout.ms"]) / 1000 + 30
+        try:
+            self.producer = Producer(producer_config(options.bootstrap_servers, params))
+        except KafkaException as e:
+            raise translate(e, "creating the Kafka producer") from None
+        self.report = WriteReport()
+        self.failures: list[tuple[RdKafkaError, str]] = []
+        self.failed = 0
+        self.checked_topics: set[str] = set()
+
+    def _on_delivery(self, error: RdKafkaError | None, message: Any) -> None:
+        if error is not None:
+            self.failed += 1
+            if len(self.failures) < 5:
+                self.failures.append((error, f"{message.topic()}-{message.partition()}"))
+            return
+        key = (message.topic(), message.partition())
+        offset = message.offset()
+        seen = self.report.partitions.get(key)
+        if seen is None:
+            self.report.partitions[key] = (offset, offset, 1)
+        else:
+            self.report.partitions[key] = (min(seen[0], offset), max(seen[1], offset), seen[2] + 1)
+
+    def _column(self, batch: pa.RecordBatch, name: str) -> list[Any] | None:
+        index = batch.schema.get_field_index(name)
+        return None if index < 0 else batch.column(index).to_pylist()
+
+    def _topics(self, batch: pa.RecordBatch) -> list[Any]:
+        if self.options.topic is not None:
+            topics = [self.options.topic]
+            column = None
+        else:
+            column = batch.column(batch.schema.get_field_index("topic"))
+            if column.null_count:
+                raise DataSourceSchemaError(
+                    "a row has a null 'topic' and no 'topic' option was given"
+                )
+            topics = pc.unique(column).to_pylist()
+        new = [t for t in topics if t not in self.checked_topics]
+        if new:
+            _check_topics(self.producer, new)
+            self.checked_topics.update(new)
+        return [self.options.topic] * batch.num_rows if column is None else column.to_pylist()
+
+    def _produce(self, topic: str, value: Any, key: Any, partition: int, headers: Any) -> None:
+        while True:
+            try:
+                self.producer.produce(
+                    topic, value, key, partition, on_delivery=self._on_delivery, headers=headers
+                )
+                return
+            except BufferError:
+                self.producer.poll(0.05)  # local queue full: serve delivery reports, retry
+            except KafkaException as e:
+                raise translate(e, f"producing to {topic}") from None
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> WriteReport:
+        produced = 0
+        for batch in batches:
+            n = batch.num_rows
+            if n == 0:
+                continue
+            topics = self._topics(batch)
+            values = self._column(batch, "value")
+            keys = self._column(batch, "key") or [None] * n
+            partitions = self._column(batch, "partition")
+            headers = self._column(batch, "headers")
+            for i in range(n):
+                partition = partitions[i] if partitions is not None else None
+                header = headers[i] if headers is not None else None
+                self._produce(
+                    topics[i],
+                    values[i] if values is not None else None,
+                    keys[i],
+                    -1 if partition is None else partition,
+                    [(h["key"], h["value"]) for h in header] if header else None,
+                )
+            produced += n
+            self.producer.poll(0)
+        self._flush(produced)
+        self.report.records = produced
+        return self.report
+
+    def _flush(self, produced: int) -> None:
+        deadline = time.monotonic() + self.flush_timeout_s
+        remaining = self.producer.flush(self.flush_timeout_s)
+        while remaining and time.monotonic() < deadline:
+            remaining = self.producer.flush(max(0.1, deadline - time.monotonic()))
+        if self.failed or remaining:
+            examples = "; ".join(f"{where}: {e.str()} ({e.name()})" for e, where in self.failures)
+            raise DeliveryError(
+                f"{self.failed} of {produced} records were not delivered"
+                + (f" and {remaining} got no delivery report" if remaining else "")
+                + (f" (e.g. {examples})" if examples else ""),
+                code=_broker_code(self.failures[0][0]) if self.failures else None,
+            )
+
+
+def _broker_code(error: RdKafkaError) -> ErrorCode | None:
+    """The Kafka error code of a broker error (librdkafka's local errors are negative)."""
+    try:
+        return ErrorCode(error.code()) if error.code() > 0 else None
+    except ValueError:
+        return None
+
+
+def _log_abort(what: str, messages: list[WriterCommitMessage | None]) -> None:
+    written = [m for m in messages if isinstance(m, WriteReport)]
+    total = sum(m.records for m in written)
+    failed_tasks = sum(1 for m in messages if m is None)
+    log.warning(
+        "%s aborted (%d task(s) failed). Records already written stay in their topics (the "
+        "odradek sink is at-least-once): %d records from %d task(s)%s",
+        what,
+        failed_tasks,
+        total,
+        len(written),
+        "".join(f"\n  {m.describe()}" for m in written),
+    )
+
+
+class OdradekBatchWriter(DataSourceArrowWriter):
+    """`df.write.format("odradek")` (append only: a topic cannot be overwritten)."""
+
+    def __init__(self, options: SinkOptions, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise DataSourceOptionError(
+                "mode('overwrite') is not supported: a topic is append-only; use mode('append')"
+            )
+        check_sink_schema(schema, options)
+        check_topic_exists(options)
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
+        return _TaskProducer(self.options).write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        total = sum(m.records for m in messages if isinstance(m, WriteReport))
+        log.info("odradek write committed: %d records from %d task(s)", total, len(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        _log_abort("odradek write", messages)
+
+
+class OdradekStreamWriter(DataSourceStreamArrowWriter):
+    """`df.writeStream.format("odradek")`: every micro-batch appended to the topic(s)."""
+
+    def __init__(self, options: SinkOptions, schema: StructType) -> None:
+        check_sink_schema(schema, options)
+        check_topic_exists(options)
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
+        return _TaskProducer(self.options).write(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        total = sum(m.records for m in messages if isinstance(m, WriteReport))
+        log.info("odradek micro-batch %d committed: %d records", batchId, total)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        _log_abort(f"odradek micro-batch {batchId}", messages)

@@ -1,0 +1,251 @@
+"""A single broker that crashes keeps what it acknowledged, and recovers a torn log tail.
+
+Both tests use a private one-broker cluster (`make_cluster(1)`): they SIGKILL the broker and
+edit its segment files while it is down, which the shared `cluster3` must never see.
+
+* `test_sigkill_while_producing_loses_no_acknowledged_record`: a confluent-kafka producer with
+  acks=1 writes from a thread; the broker is SIGKILLed mid-stream and restarted; every record
+  whose delivery report carried an offset must be in the log at exactly that offset. (acks=1 on
+  one replica means "appended to the leader's log": a process crash does not lose page-cache
+  writes, so nothing acknowledged may go missing.)
+* `test_torn_tail_is_truncated_to_the_last_valid_batch`: the broker is stopped (SIGKILL, and once
+  a clean SIGTERM shutdown), its active segment is damaged the ways a crash or a disk can damage
+  it -- cut in the middle of the last batch, garbage appended, a whole batch with a bad CRC
+  appended -- and restarted. Recovery must cut the segment after the last valid batch (see
+  `odradek.log.recovery`), serve everything before it, and continue appending from there.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from odradek.cli.launcher import LocalCluster
+from odradek.log.naming import log_dir_name
+from odradek.protocol.record_batch import build_batch, iter_batches
+from tests.fixtures.cluster import wait_until
+from tests.integration import _wire
+from tests.integration._clients import Rec, consume, create_topic, produce, unique_topic
+
+RESTART_TIMEOUT_S = 90.0
+
+
+def latest_offset_or_none(cluster: LocalCluster, topic: str) -> int | None:
+    """The partition's latest offset, or None while the broker cannot answer it yet."""
+    try:
+        return _wire.log_end_offset(cluster.broker(1).bootstrap, topic)
+    except (OSError, AssertionError, _wire.ConnectionClosed, _wire.NoAnswer):
+        return None
+
+
+def wait_for_latest(cluster: LocalCluster, topic: str, expected: int) -> None:
+    seen: list[int | None] = []
+
+    def reached() -> bool:
+        seen.append(latest_offset_or_none(cluster, topic))
+        return seen[-1] == expected
+
+    wait_until(reached, RESTART_TIMEOUT_S, f"latest offset {expected} (last answer {seen[-1:]})")
+
+
+def read_all(cluster: LocalCluster, topic: str, end: int) -> list[bytes | None]:
+    """Every value in offsets [0, end), checking the offsets come back contiguous."""
+    consumed = consume("confluent", cluster.bootstrap_servers, topic, 0, 0, end)
+    assert [c.offset for c in consumed] == list(range(end)), "offsets are not contiguous"
+    return [c.value for c in consumed]
+
+
+# ---------------------------------------------------------------------------------------------
+# SIGKILL under load
+
+
+class StreamingProducer:
+    """A confluent-kafka producer (acks=1, no idempotence) writing numbered values to partition
+    0 from a background thread until stopped, recording every delivery report.
+
+    Concurrency: the producing thread owns `producer`; delivery callbacks run on it too (inside
+    `poll`/`flush`), and append under `lock`, which the test thread takes to read the results.
+    """
+
+    MAX_QUEUED = 200  # keep the client's queue short, so that flushing at the end is quick
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.topic = topic
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "1",
+                "enable.idempotence": False,
+                "linger.ms": 2,
+                "message.timeout.ms": 120_000,
+                "retry.backoff.ms": 100,
+                "reconnect.backoff.ms": 50,
+                "reconnect.backoff.max.ms": 500,
+            }
+        )
+        self.lock = threading.Lock()
+        self.acknowledged: list[tuple[int, bytes]] = []  # (offset, value), in report order
+        self.failed: list[tuple[bytes, KafkaError]] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="streaming-producer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        with self.lock:
+            if error is None:
+                self.acknowledged.append((message.offset(), message.value()))
+            else:
+                self.failed.append((message.value(), error))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if len(self.producer) >= self.MAX_QUEUED:
+                self.producer.poll(0.05)  # waits for delivery reports, not a fixed time
+                continue
+            value = f"record-{self.sent:08d}".encode()
+            self.producer.produce(self.topic, value, partition=0, on_delivery=self._on_delivery)
+            self.sent += 1
+            self.producer.poll(0)
+
+    def acknowledged_count(self) -> int:
+        with self.lock:
+            return len(self.acknowledged)
+
+    def stop(self) -> int:
+        """Stop producing and wait for every outstanding report; the records still unreported."""
+        self._stop.set()
+        self._thread.join(30)
+        return self.producer.flush(RESTART_TIMEOUT_S)
+
+
+def test_sigkill_while_producing_loses_no_acknowledged_record(make_cluster: Any):
+    cluster = make_cluster(1)
+    topic = unique_topic("crash")
+    create_topic(cluster.bootstrap_servers, topic, replication_factor=1)
+    producer = StreamingProducer(cluster.bootstrap_servers, topic)
+    producer.start()
+    try:
+        wait_until(lambda: producer.acknowledged_count() >= 300, 60, "300 acknowledged records")
+        assert cluster.kill(1)
+        with producer.lock:
+            before_crash = list(producer.acknowledged)
+        sent_at_crash = producer.sent
+        # Records keep coming while the broker is down; they wait in the client and are sent
+        # (or fail) once it is back.
+        wait_until(lambda: producer.sent >= sent_at_crash + 50, 30, "records sent while down")
+        cluster.start_broker(1, timeout=RESTART_TIMEOUT_S)
+        acknowledged_at_restart = producer.acknowledged_count()
+        wait_until(
+            lambda: producer.acknowledged_count() >= acknowledged_at_restart + 300,
+            RESTART_TIMEOUT_S,
+            "300 more acknowledged records after the restart",
+        )
+    finally:
+        unreported = producer.stop()
+    assert unreported == 0
+
+    acknowledged = producer.acknowledged
+    end = max(offset for offset, _ in acknowledged) + 1
+    latest = wait_until(
+        lambda: (
+            (found := latest_offset_or_none(cluster, topic)) is not None and found >= end and found
+        ),
+        RESTART_TIMEOUT_S,
+        f"every acknowledged offset (< {end}) below the high watermark",
+    )
+    log = read_all(cluster, topic, latest)
+    lost = [(o, v) for o, v in acknowledged if log[o] != v]
+    assert not lost, f"{len(lost)} of {len(acknowledged)} acknowledged records lost: {lost[:5]}"
+    # Before the crash nothing was retried, so the log holds those records in send order.
+    offsets_in_send_order = [o for o, _ in sorted(before_crash, key=lambda ov: ov[1])]
+    assert offsets_in_send_order == sorted(offsets_in_send_order)
+    # And the log holds nothing the producer did not send.
+    sent = {f"record-{i:08d}".encode() for i in range(producer.sent)}
+    assert set(log) <= sent
+
+
+# ---------------------------------------------------------------------------------------------
+# Torn tails
+
+
+def active_segment(cluster: LocalCluster, topic: str) -> Path:
+    directory = Path(cluster.broker(1).data_dir) / log_dir_name(topic, 0)
+    return max(directory.glob("*.log"))
+
+
+def produce_batches(bootstrap: str, topic: str, first: int, count: int, size: int) -> None:
+    """`count` batches of `size` records each, values "v<offset>", straight to the leader."""
+    with _wire.WireConnection.to(bootstrap) as connection:
+        for number in range(count):
+            base = first + number * size
+            batch = build_batch(
+                [
+                    (b"k", f"v{base + i}".encode(), [], 1_700_000_000_000 + base + i)
+                    for i in range(size)
+                ]
+            )
+            answer = _wire.produce(connection, topic, 0, batch)
+            assert (answer.error_code, answer.base_offset) == (0, base)
+
+
+def expected_values(end: int) -> list[bytes | None]:
+    return [f"v{offset}".encode() for offset in range(end)]
+
+
+def assert_recovered(cluster: LocalCluster, topic: str, end: int) -> None:
+    """The broker serves exactly offsets [0, end) and appends continue at `end`."""
+    wait_for_latest(cluster, topic, end)
+    assert read_all(cluster, topic, end) == expected_values(end)
+    record = Rec(b"k", f"v{end}".encode(), (), 1_700_000_000_000 + end)
+    assert produce("confluent", cluster.bootstrap_servers, topic, 0, [record], acks=1) == [end]
+    assert read_all(cluster, topic, end + 1) == expected_values(end + 1)
+
+
+def test_torn_tail_is_truncated_to_the_last_valid_batch(make_cluster: Any):
+    cluster = make_cluster(1)
+    bootstrap = cluster.broker(1).bootstrap
+    topic = unique_topic("torn")
+    create_topic(cluster.bootstrap_servers, topic, replication_factor=1)
+    produce_batches(bootstrap, topic, 0, 20, 5)
+    wait_for_latest(cluster, topic, 100)
+
+    # 1. A crash in the middle of writing the last batch: half of it reached the file.
+    assert cluster.kill(1)
+    segment = active_segment(cluster, topic)
+    data = segment.read_bytes()
+    last = list(iter_batches(data))[-1]
+    assert (last.base_offset, last.records_count) == (95, 5)
+    segment.write_bytes(data[: last.position + last.size // 2])
+    cluster.start_broker(1, timeout=RESTART_TIMEOUT_S)
+    assert_recovered(cluster, topic, 95)  # appends offset 95 again
+    assert segment.stat().st_size > last.position  # cut at the batch, then appended to
+
+    # 2. Garbage after the last batch, found after a clean shutdown (which skips full recovery).
+    assert cluster.terminate(1)
+    rng = random.Random(20240601)
+    with open(segment, "ab") as file:
+        file.write(rng.randbytes(1000))
+    cluster.start_broker(1, timeout=RESTART_TIMEOUT_S)
+    assert_recovered(cluster, topic, 96)
+
+    # 3. A whole, well-formed batch whose records do not match its CRC.
+    assert cluster.kill(1)
+    data = segment.read_bytes()
+    last = list(iter_batches(data))[-1]
+    assert last.next_offset == 97
+    forged = bytearray(data[last.position : last.position + last.size])
+    struct.pack_into(">q", forged, 0, 97)  # the next offset: only the CRC gives it away
+    forged[-1] ^= 0xFF
+    with open(segment, "ab") as file:
+        file.write(forged)
+    cluster.start_broker(1, timeout=RESTART_TIMEOUT_S)
+    assert_recovered(cluster, topic, 97)
+    assert list(iter_batches(segment.read_bytes()))[-1].next_offset == 98

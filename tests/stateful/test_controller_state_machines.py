@@ -1,0 +1,655 @@
+"""The controller's two state machines driven through its real event processor by hypothesis.
+
+Two controller candidates (`KafkaController`, each with its own session on one in-memory ZooKeeper)
+and up to five brokers. The rules play everyone but the controller, by changing ZooKeeper as they
+would and then letting the controllers handle whatever their watches queued:
+
+* admins create topics (random partitions, RF and unclean-election config, with or without a topic
+  id), add partitions, and queue topics for deletion;
+* brokers register, die, bounce (re-register with a new epoch before the controller looks), shut
+  down cleanly (ControlledShutdown, retried as a broker does, then deregister), and answer the
+  controller's requests in order (StopReplica with or without errors);
+* leaders shrink or expand their ISR with a conditional write, notifying the controller at once or
+  later (so that the controller's own writes race them and must retry on BadVersion);
+* the active controller's session expires, or it is deposed while it still has an event to handle
+  (its writes must be fenced by `/controller_epoch`).
+
+Watches are the only way the controllers hear of changes (the fake ZooKeeper fires them), so a lost
+watch shows up as a broken invariant. After every step, with every queue drained, the invariants
+below are checked against the active controller and the fake ZooKeeper, and every partition state
+write and request since the previous step is audited.
+
+Run: `.venv/bin/pytest tests/stateful/test_controller_state_machines.py`. A failure prints the
+shortest step sequence hypothesis found; `--hypothesis-seed=N` repeats a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from unittest import mock
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from kio.schema.errors import ErrorCode
+
+from odradek.controller import controller as controller_module
+from odradek.controller import events as ev
+from odradek.controller.channel_manager import LEADER_DURING_DELETE, uuid_to_topic_id
+from odradek.controller.context import PartitionReplica, TopicPartition
+from odradek.controller.controller import KafkaController
+from odradek.controller.states import STATE_CHANGE_LOGGER_NAME, PartitionState, ReplicaState
+from odradek.protocol.build import build
+from odradek.protocol.codec import ApiKey
+from odradek.protocol.messages import (
+    LeaderAndIsrResponseV5,
+    StopReplicaResponseV3,
+    UpdateMetadataResponseV7,
+)
+from odradek.zk.errors import ControllerMovedError
+from odradek.zk.znodes import ControllerEpochZNode, ControllerZNode
+from tests.fakes.channel import RecordingChannelManager, SentRequest
+from tests.fakes.controller_zk import (
+    FakeControllerZk,
+    FakeZooKeeper,
+    PartitionStateWrite,
+    decode_partition_state_write,
+)
+
+T = TypeVar("T")
+
+BROKER_IDS = (1, 2, 3, 4, 5)
+CANDIDATE_IDS = (101, 102)
+TOPIC_NAMES = ("alpha", "beta", "gamma", "delta")
+UNCLEAN_CONFIG = "unclean.leader.election.enable"
+MAX_EVENTS_PER_STEP = 1_000
+SHUTDOWN_RETRIES = 3  # as a broker's controlled.shutdown.max.retries
+
+
+class InlineEventQueue:
+    """Stands in for `ControllerEventManager`: the controller's `put` lands here, and the test
+    processes the events one at a time, in order, when it drains the queues."""
+
+    def __init__(self) -> None:
+        self.events: deque[Any] = deque()
+
+    def put(self, event: Any) -> None:
+        self.events.append(event)
+
+    def put_threadsafe(self, event: Any) -> None:
+        self.events.append(event)
+
+    def clear_and_put(self, event: Any, processor: KafkaController) -> None:
+        while self.events:
+            processor.preempt(self.events.popleft())
+        self.events.append(event)
+
+
+@dataclass
+class Candidate:
+    """A broker's controller component with its own ZooKeeper session and event queue."""
+
+    broker_id: int
+    zk: FakeControllerZk
+    controller: KafkaController
+    queue: InlineEventQueue
+
+
+@dataclass
+class ChannelRecord:
+    """A channel created by a failover, with the epoch its controller was elected with."""
+
+    owner: int
+    epoch: int
+    channel: RecordingChannelManager
+    audited: int = 0
+
+
+class StateChangeErrors(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@dataclass
+class History:
+    """What the audit of ZooKeeper's write log has learned so far."""
+
+    audited_writes: int = 0
+    epoch: int = 0  # /controller_epoch as of the last audited write
+    last_state: dict[TopicPartition, Any] = field(default_factory=dict)
+    ever_held: dict[TopicPartition, set[tuple[int, int, tuple[int, ...], int]]] = field(
+        default_factory=dict
+    )
+
+
+class ControllerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.tree = FakeZooKeeper()
+        self.admin = FakeControllerZk(self.tree)  # brokers', admins' and leaders' writes
+        self.candidates: list[Candidate] = []
+        self.channels: list[ChannelRecord] = []
+        self.unclean: dict[str, bool] = {}
+        self.pending_isr_notifications: set[TopicPartition] = set()
+        self.stale_cache_ok: set[TopicPartition] = set()
+        self.acknowledged_deletions: set[tuple[str, int, int]] = set()
+        self.history = History()
+        self.topic_counter = 0
+        self.state_errors = StateChangeErrors()
+        logging.getLogger(STATE_CHANGE_LOGGER_NAME).addHandler(self.state_errors)
+        self._patch = mock.patch.object(
+            controller_module, "ControllerChannelManager", self._new_channel
+        )
+        self._patch.start()
+
+    def teardown(self) -> None:
+        self._patch.stop()
+        logging.getLogger(STATE_CHANGE_LOGGER_NAME).removeHandler(self.state_errors)
+        pending = asyncio.all_tasks(self.loop)
+        if pending:
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self.loop.close()
+
+    # plumbing
+
+    def _new_channel(self, controller_id: int, request_timeout: float) -> RecordingChannelManager:
+        channel = RecordingChannelManager(controller_id, request_timeout)
+        owner = next(c for c in self.candidates if c.broker_id == controller_id)
+        self.channels.append(ChannelRecord(controller_id, owner.controller.context.epoch, channel))
+        return channel
+
+    def run(self, coroutine: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(coroutine)
+
+    async def _process(self, candidate: Candidate, event: Any) -> None:
+        """One event, as the event manager runs it; only a fenced write may fail (and must be
+        handled by `on_error`): any other exception fails the test."""
+        try:
+            await candidate.controller.process(event)
+        except ControllerMovedError as error:
+            await candidate.controller.on_error(event, error)
+
+    def drain(self, first: Candidate | None = None) -> None:
+        """Process queued events until every queue is empty; `first`'s queue has priority."""
+        order = list(self.candidates)
+        if first is not None:
+            order.remove(first)
+            order.insert(0, first)
+        for _ in range(MAX_EVENTS_PER_STEP):
+            busy = next((c for c in order if c.queue.events), None)
+            if busy is None:
+                return
+            self.run(self._process(busy, busy.queue.events.popleft()))
+        raise AssertionError(f"the controllers still had events after {MAX_EVENTS_PER_STEP}")
+
+    @property
+    def active(self) -> Candidate:
+        active = [c for c in self.candidates if c.controller.is_active]
+        assert len(active) == 1, f"{len(active)} active controllers"
+        return active[0]
+
+    def active_channel(self) -> RecordingChannelManager:
+        controller = self.active.controller
+        assert isinstance(controller.channel, RecordingChannelManager)
+        return controller.channel
+
+    def live(self) -> set[int]:
+        return self.admin.registered_broker_ids()
+
+    def dead(self) -> set[int]:
+        return set(BROKER_IDS) - self.live()
+
+    def zk_topics(self) -> set[str]:
+        return self.admin.topics()
+
+    def deletable_topics(self) -> list[str]:
+        return sorted(self.zk_topics() - self.admin.topics_queued_for_deletion())
+
+    # set-up
+
+    @initialize(live=st.sets(st.sampled_from(BROKER_IDS), min_size=1))
+    def start_cluster(self, live: set[int]) -> None:
+        for broker_id in sorted(live):
+            self.admin.register_broker(broker_id)
+        for broker_id in CANDIDATE_IDS:
+            zk = FakeControllerZk(self.tree)
+            controller = KafkaController(
+                broker_id,
+                zk.client,  # type: ignore[arg-type]
+                request_timeout=30.0,
+                unclean_leader_election_default=False,
+                delete_topic_enable=True,
+                register_broker=_nothing,
+            )
+            queue = InlineEventQueue()
+            controller.event_manager = queue  # type: ignore[assignment]
+            queue.put(ev.Startup())
+            self.candidates.append(Candidate(broker_id, zk, controller, queue))
+        self.drain()
+
+    # admins
+
+    @precondition(lambda self: bool(self.live()) and len(self.zk_topics()) < len(TOPIC_NAMES))
+    @rule(data=st.data())
+    def create_topic(self, data: st.DataObject) -> None:
+        free = sorted(set(TOPIC_NAMES) - self.zk_topics() - self.admin.topics_queued_for_deletion())
+        if not free:
+            return
+        topic = data.draw(st.sampled_from(free), label="topic")
+        live = sorted(self.live())
+        partitions = data.draw(st.integers(1, 3), label="partitions")
+        rf = data.draw(st.integers(1, min(3, len(live))), label="rf")
+        assignment = {
+            p: tuple(data.draw(st.permutations(live), label=f"replicas of {p}")[:rf])
+            for p in range(partitions)
+        }
+        unclean = data.draw(st.booleans(), label="unclean")
+        with_id = data.draw(st.booleans(), label="with topic id")
+        self.topic_counter += 1
+        topic_id = uuid_to_topic_id(uuid.UUID(int=self.topic_counter)) if with_id else None
+        self.unclean[topic] = unclean
+        self.acknowledged_deletions = {r for r in self.acknowledged_deletions if r[0] != topic}
+        self.admin.create_topic(
+            topic,
+            assignment,
+            config={UNCLEAN_CONFIG: "true" if unclean else "false"},
+            topic_id=topic_id,
+        )
+        self.drain()
+
+    @precondition(lambda self: bool(self.live()) and bool(self.deletable_topics()))
+    @rule(data=st.data())
+    def add_partitions(self, data: st.DataObject) -> None:
+        topic = data.draw(st.sampled_from(self.deletable_topics()), label="topic")
+        current = self.admin.topic_assignment(topic)
+        assert current is not None
+        live = sorted(self.live())
+        rf = min(len(current[0]), len(live))
+        count = data.draw(st.integers(1, 2), label="new partitions")
+        added = {
+            p: tuple(data.draw(st.permutations(live), label=f"replicas of {p}")[:rf])
+            for p in range(len(current), len(current) + count)
+        }
+        self.admin.add_partitions(topic, added)
+        self.drain()
+
+    @precondition(lambda self: bool(self.deletable_topics()))
+    @rule(data=st.data())
+    def delete_topic(self, data: st.DataObject) -> None:
+        topic = data.draw(st.sampled_from(self.deletable_topics()), label="topic")
+        self.admin.request_topic_deletion(topic)
+        self.drain()
+
+    # brokers
+
+    @precondition(lambda self: bool(self.live()))
+    @rule(data=st.data())
+    def kill_broker(self, data: st.DataObject) -> None:
+        broker_id = data.draw(st.sampled_from(sorted(self.live())), label="broker")
+        self.admin.deregister_broker(broker_id)
+        self.drain()
+
+    @precondition(lambda self: bool(self.dead()))
+    @rule(data=st.data())
+    def start_broker(self, data: st.DataObject) -> None:
+        broker_id = data.draw(st.sampled_from(sorted(self.dead())), label="broker")
+        self.admin.register_broker(broker_id)
+        self.drain()
+
+    @precondition(lambda self: bool(self.live()))
+    @rule(data=st.data())
+    def bounce_broker(self, data: st.DataObject) -> None:
+        """The broker restarts before the controller handles the change: same id, new epoch."""
+        broker_id = data.draw(st.sampled_from(sorted(self.live())), label="broker")
+        self.admin.deregister_broker(broker_id)
+        self.admin.register_broker(broker_id)
+        self.drain()
+
+    @precondition(lambda self: bool(self.live()))
+    @rule(data=st.data())
+    def controlled_shutdown(self, data: st.DataObject) -> None:
+        """ControlledShutdown, retried while the broker still leads something, then the broker
+        stops (deregisters) whatever the answer, as Kafka's broker does."""
+        broker_id = data.draw(st.sampled_from(sorted(self.live())), label="broker")
+        candidate = self.active
+        broker_epoch = candidate.controller.context.broker_epoch(broker_id)
+        for _ in range(SHUTDOWN_RETRIES):
+            result: asyncio.Future[Any] = self.loop.create_future()
+            candidate.queue.put(ev.ControlledShutdown(broker_id, broker_epoch, result))
+            self.drain()
+            assert result.done(), "ControlledShutdown was never answered"
+            assert result.exception() is None, f"ControlledShutdown failed: {result.exception()}"
+            if not result.result():
+                break
+        self.admin.deregister_broker(broker_id)
+        self.drain()
+
+    @precondition(lambda self: bool(self._brokers_with_pending_requests()))
+    @rule(data=st.data())
+    def broker_answers(self, data: st.DataObject) -> None:
+        """One broker answers its oldest requests, in order, up to and including the first
+        StopReplica; a StopReplica with deletion may fail for some partitions."""
+        channel = self.active_channel()
+        broker_id = data.draw(
+            st.sampled_from(self._brokers_with_pending_requests()), label="broker"
+        )
+        while channel.pending(broker_id):
+            request = channel.pending(broker_id)[0]
+            failing: set[TopicPartition] = set()
+            if request.api_key == ApiKey.STOP_REPLICA:
+                partitions = sorted(_stop_replica_partitions(request))
+                failing = data.draw(
+                    st.sets(st.sampled_from(partitions)) if partitions else st.just(set()),
+                    label="failing partitions",
+                )
+                for tp, delete in _stop_replica_partitions(request).items():
+                    if delete and tp not in failing:
+                        self.acknowledged_deletions.add((*tp, broker_id))
+            channel.answer_next(broker_id, lambda r, failing=failing: _response(r, failing))
+            self.drain()
+            if request.api_key == ApiKey.STOP_REPLICA:
+                break
+
+    def _brokers_with_pending_requests(self) -> list[int]:
+        if not self.candidates:
+            return []
+        channel = self.active_channel()
+        return sorted({r.broker_id for r in channel.pending()} & self.live())
+
+    # leaders
+
+    def _led_partitions(self) -> list[TopicPartition]:
+        live = self.live()
+        deleting = self.admin.topics_queued_for_deletion()
+        return sorted(
+            tp
+            for tp, state in self.admin.partition_states().items()
+            if state.leader in live and tp[0] not in deleting
+        )
+
+    @precondition(lambda self: bool(self._led_partitions()))
+    @rule(data=st.data(), notify=st.booleans())
+    def leader_changes_isr(self, data: st.DataObject, notify: bool) -> None:
+        """A leader shrinks or expands its ISR (conditional write) and notifies the controller
+        now or later. Only live replicas can rejoin; any follower can be dropped."""
+        tp = data.draw(st.sampled_from(self._led_partitions()), label="partition")
+        state = self.admin.partition_state(tp)
+        assignment = self.admin.topic_assignment(tp[0])
+        assert state is not None and assignment is not None
+        live = self.live()
+        followers = [
+            r for r in assignment[tp[1]] if r != state.leader and (r in state.isr or r in live)
+        ]
+        chosen = data.draw(st.sets(st.sampled_from(followers)) if followers else st.just(set()))
+        isr = [state.leader, *(r for r in followers if r in chosen)]
+        if sorted(isr) == sorted(state.isr):
+            return
+        self.admin.leader_update_isr(tp, isr, notify=notify)
+        if notify:
+            self.stale_cache_ok.discard(tp)
+        else:
+            self.pending_isr_notifications.add(tp)
+            self.stale_cache_ok.add(tp)
+        self.drain()
+
+    @precondition(lambda self: bool(self.pending_isr_notifications))
+    @rule()
+    def deliver_isr_notifications(self) -> None:
+        self.admin.notify_isr_change(sorted(self.pending_isr_notifications))
+        self.pending_isr_notifications.clear()
+        self.stale_cache_ok.clear()
+        self.drain()
+
+    # controllers
+
+    @rule(data=st.data())
+    def controller_session_expires(self, data: st.DataObject) -> None:
+        """ZooKeeper expires the active controller's session: `/controller` goes, the other
+        candidate hears of it; the old one resigns, reconnects and re-registers."""
+        old = self.active
+        self.tree.expire_session(old.zk.client.session_id)
+        old.queue.clear_and_put(ev.Expire(), old.controller)
+        first = data.draw(st.sampled_from(self.candidates), label="first to act")
+        self.drain(first=first)
+        old.zk.client.renew()
+        old.queue.put(ev.RegisterBrokerAndReelect())
+        self.drain()
+
+    @precondition(lambda self: bool(self.live()))
+    @rule(data=st.data())
+    def controller_deposed_while_busy(self, data: st.DataObject) -> None:
+        """A broker dies and, before the active controller handles it, an operator deletes
+        `/controller`: the other candidate wins and handles everything first, then the old one
+        handles its stale BrokerChange, whose writes must be fenced, and resigns."""
+        old = self.active
+        broker_id = data.draw(st.sampled_from(sorted(self.live())), label="broker")
+        self.admin.deregister_broker(broker_id)
+        self.tree.delete(ControllerZNode.path())
+        standby = next(c for c in self.candidates if c is not old)
+        self.drain(first=standby)
+        assert not old.controller.is_active
+
+    # invariants
+
+    @invariant()
+    def one_controller_with_the_current_epoch(self) -> None:
+        if not self.candidates:
+            return
+        context = self.active.controller.context
+        epoch, epoch_zk_version = self.admin.controller_epoch()
+        assert (context.epoch, context.epoch_zk_version) == (epoch, epoch_zk_version)
+        assert self.admin.controller_id() == self.active.broker_id
+
+    @invariant()
+    def context_mirrors_zookeeper(self) -> None:
+        """Live brokers, assignments and the leader/ISR cache equal what ZooKeeper holds (except
+        partitions whose leader's ISR change has not been notified yet)."""
+        if not self.candidates:
+            return
+        context = self.active.controller.context
+        assert set(context.live_brokers) == self.live()
+        for broker_id, info in context.live_brokers.items():
+            assert info.broker_epoch == self.tree.get(f"/brokers/ids/{broker_id}")[1].czxid
+        zk_assignments = {t: self.admin.topic_assignment(t) for t in self.zk_topics()}
+        assert context.assignments == zk_assignments
+        zk_states = self.admin.partition_states()
+        for tp in list(self.stale_cache_ok):
+            if context.leadership.get(tp) == zk_states.get(tp):
+                self.stale_cache_ok.discard(tp)
+        for tp in set(zk_states) | set(context.leadership):
+            if tp in self.stale_cache_ok:
+                continue
+            assert context.leadership.get(tp) == zk_states.get(tp), f"cache of {tp}"
+
+    @invariant()
+    def online_partitions_have_a_live_leader_in_their_isr(self) -> None:
+        if not self.candidates:
+            return
+        context = self.active.controller.context
+        live = self.live()
+        for tp in context.partitions_in_states(PartitionState.OnlinePartition):
+            state = context.leadership[tp]
+            assert state.leader in live, f"{tp} is online with dead leader {state.leader}"
+            assert state.leader in state.isr, f"{tp}: leader {state.leader} not in {state.isr}"
+
+    @invariant()
+    def replica_states_agree_with_brokers_and_partitions(self) -> None:
+        if not self.candidates:
+            return
+        context = self.active.controller.context
+        live = self.live()
+        for replica, state in context.replica_states.items():
+            if replica.replica not in live:
+                assert state is not ReplicaState.OnlineReplica, f"{replica} of a dead broker"
+        for tp in context.partitions_in_states(PartitionState.OnlinePartition):
+            for broker_id in context.partition_replica_assignment(tp):
+                if broker_id in live:
+                    state = context.replica_states.get(PartitionReplica(*tp, broker_id))
+                    assert state in (ReplicaState.OnlineReplica, ReplicaState.NewReplica), (
+                        f"replica {broker_id} of online {tp} is {state}"
+                    )
+
+    @invariant()
+    def zookeeper_partition_states_are_well_formed(self) -> None:
+        for tp, state in self.admin.partition_states().items():
+            assignment = self.admin.topic_assignment(tp[0]) or {}
+            replicas = assignment.get(tp[1], ())
+            assert state.isr, f"{tp} has an empty ISR"
+            assert set(state.isr) <= set(replicas), f"{tp}: ISR {state.isr} not in AR {replicas}"
+            assert state.leader == -1 or state.leader in replicas, f"{tp}: leader not in AR"
+
+    @invariant()
+    def every_partition_state_write_is_legal(self) -> None:
+        """Audit the writes since the last step: leader epochs never decrease, the ISR is never
+        empty, a fenced write carries the epoch of the controller that passed the fence, and with
+        unclean election off a new leader comes from the previous ISR."""
+        self._audit_writes()
+
+    def _audit_writes(self) -> None:
+        history = self.history
+        writes = self.tree.writes[history.audited_writes :]
+        history.audited_writes += len(writes)
+        for write in writes:
+            if write.path == ControllerEpochZNode.path() and write.after is not None:
+                history.epoch = ControllerEpochZNode.decode(write.after, write.version).epoch
+                continue
+            decoded = decode_partition_state_write(write)
+            if decoded is not None:
+                self._audit_state_write(decoded)
+
+    def _audit_state_write(self, write: PartitionStateWrite) -> None:
+        history = self.history
+        tp, before, after = write.tp, write.before, write.after
+        if after is None:
+            history.last_state.pop(tp, None)
+            return
+        assert after.isr, f"{tp}: empty ISR written"
+        assert after.leader == -1 or after.leader in after.isr, f"{tp}: leader outside the ISR"
+        history.ever_held.setdefault(tp, set()).add(
+            (after.leader, after.leader_epoch, after.isr, after.zk_version)
+        )
+        if write.by_controller:
+            assert after.controller_epoch == history.epoch, (
+                f"{tp} written with controller epoch {after.controller_epoch}, "
+                f"fence at {history.epoch}"
+            )
+        if before is not None:
+            assert after.leader_epoch >= before.leader_epoch, f"{tp}: leader epoch went down"
+            new_leader = after.leader not in (-1, before.leader)
+            if new_leader and not self.unclean.get(tp[0], False):
+                assert after.leader in before.isr, (
+                    f"{tp}: unclean election of {after.leader} (ISR was {before.isr})"
+                )
+        history.last_state[tp] = after
+
+    @invariant()
+    def every_request_carries_its_controllers_epoch(self) -> None:
+        """Every request a channel carried names the epoch its controller was elected with (the
+        active one's is the current epoch); LeaderAndIsr and UpdateMetadata only tell brokers
+        leader/ISR states that ZooKeeper held; no request went to a broker without a sender."""
+        self._audit_writes()  # so that `ever_held` knows this step's writes
+        current_epoch, _ = self.admin.controller_epoch()
+        for record in self.channels:
+            new: list[SentRequest] = record.channel.sent[record.audited :]
+            record.audited = len(record.channel.sent)
+            assert record.channel.dropped == [], "request to a broker without a sender"
+            for request in new:
+                assert request.controller_epoch == record.epoch
+            for api_key in (ApiKey.LEADER_AND_ISR, ApiKey.UPDATE_METADATA):
+                for entry in RecordingChannelManager._iter_partitions(
+                    [r for r in new if r.api_key == api_key]
+                ):
+                    state = entry.state
+                    if int(state.leader) == LEADER_DURING_DELETE:
+                        continue
+                    held = (
+                        int(state.leader),
+                        int(state.leader_epoch),
+                        tuple(int(r) for r in state.isr),
+                        int(state.zk_version),
+                    )
+                    assert held in self.history.ever_held.get(entry.tp, set()), (
+                        f"{ApiKey(api_key).name} told broker {entry.broker_id} {held} for "
+                        f"{entry.tp}, a state ZooKeeper never held"
+                    )
+        if self.candidates:
+            active = self.active.broker_id
+            assert any(r.owner == active and r.epoch == current_epoch for r in self.channels)
+
+    @invariant()
+    def deletion_succeeds_only_for_acknowledged_replicas(self) -> None:
+        """ReplicaDeletionSuccessful means the broker answered a StopReplica with deletion for
+        that replica without an error."""
+        if not self.candidates:
+            return
+        context = self.active.controller.context
+        for replica, state in context.replica_states.items():
+            if state is ReplicaState.ReplicaDeletionSuccessful:
+                key = (replica.topic, replica.partition, replica.replica)
+                assert key in self.acknowledged_deletions, f"{replica} deleted without an answer"
+
+    CHECK_REFUSED = False
+
+    @invariant()
+    def no_transition_was_refused(self) -> None:
+        """The callbacks only ask for valid transitions: a refused one (an ERROR on the
+        state-change log) means the controller's bookkeeping and its callbacks disagree."""
+        errors, self.state_errors.messages = self.state_errors.messages, []
+        if self.CHECK_REFUSED:
+            assert errors == []
+
+
+async def _nothing() -> None:
+    return None
+
+
+def _stop_replica_partitions(request: SentRequest) -> dict[TopicPartition, bool]:
+    return {
+        (topic_state.topic_name, int(state.partition_index)): bool(state.delete_partition)
+        for topic_state in request.request.topic_states
+        for state in topic_state.partition_states
+    }
+
+
+def _response(request: SentRequest, failing: set[TopicPartition]) -> Any:
+    """A broker's answer: success, except KAFKA_STORAGE_ERROR for `failing` StopReplica parts."""
+    if request.api_key == ApiKey.STOP_REPLICA:
+        return build(
+            StopReplicaResponseV3,
+            {
+                "error_code": ErrorCode.none,
+                "partition_errors": [
+                    {
+                        "topic_name": tp[0],
+                        "partition_index": tp[1],
+                        "error_code": (
+                            ErrorCode.kafka_storage_error if tp in failing else ErrorCode.none
+                        ),
+                    }
+                    for tp in _stop_replica_partitions(request)
+                ],
+            },
+        )
+    if request.api_key == ApiKey.LEADER_AND_ISR:
+        return build(LeaderAndIsrResponseV5, {"error_code": ErrorCode.none, "topics": []})
+    return build(UpdateMetadataResponseV7, {"error_code": ErrorCode.none})
+
+
+ControllerMachine.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestControllerStateMachines = ControllerMachine.TestCase
