@@ -120,6 +120,7 @@ class ZNode:
     czxid: int
     mzxid: int
     ephemeral_owner: int
+    children: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,18 +193,18 @@ class FakeZooKeeper:
 
     def exists(self, path: str) -> ZnodeStat | None:
         node = self._nodes.get(path)
-        return self._stat(path, node) if node is not None else None
+        return self._stat(node) if node is not None else None
 
     def get(self, path: str) -> tuple[bytes, ZnodeStat]:
         node = self._nodes.get(path)
         if node is None:
             raise NoNodeError(f"NoNodeError at {path}", path=path)
-        return node.data, self._stat(path, node)
+        return node.data, self._stat(node)
 
     def get_children(self, path: str) -> list[str]:
         if path not in self._nodes:
             raise NoNodeError(f"NoNodeError at {path}", path=path)
-        return sorted(self._child_names(self._nodes, path))
+        return sorted(self._nodes[path].children)
 
     def paths(self) -> list[str]:
         return sorted(self._nodes)
@@ -250,7 +251,7 @@ class FakeZooKeeper:
         session_id: int = NO_SESSION,
     ) -> None:
         if recursive and path in self._nodes:
-            for child in sorted(self._child_names(self._nodes, path)):
+            for child in sorted(self._nodes[path].children):
                 self.delete(posixpath.join(path, child), recursive=True, session_id=session_id)
         self._commit([DeleteOp(path, version)], session_id=session_id, atomic=True)
 
@@ -322,7 +323,8 @@ class FakeZooKeeper:
                 f"/controller_epoch is no longer at znode version {epoch_zk_version}"
             )
 
-    def _stat(self, path: str, node: ZNode, nodes: Mapping[str, ZNode] | None = None) -> ZnodeStat:
+    @staticmethod
+    def _stat(node: ZNode) -> ZnodeStat:
         return ZnodeStat(
             czxid=node.czxid,
             mzxid=node.mzxid,
@@ -333,13 +335,9 @@ class FakeZooKeeper:
             aversion=0,
             ephemeralOwner=node.ephemeral_owner,
             dataLength=len(node.data),
-            numChildren=len(self._child_names(self._nodes if nodes is None else nodes, path)),
+            numChildren=len(node.children),
             pzxid=node.mzxid,
         )
-
-    @staticmethod
-    def _child_names(nodes: Mapping[str, ZNode], path: str) -> list[str]:
-        return [posixpath.basename(p) for p in nodes if p != ROOT and _parent(p) == path]
 
     def _commit(
         self,
@@ -414,7 +412,11 @@ class FakeZooKeeper:
                 if op.ephemeral and owner == NO_SESSION:
                     raise ZkOperationError(f"ephemeral {path} without a session", path=path)
                 nodes[path] = ZNode(op.data, 0, 0, zxid, zxid, owner)
-                nodes[parent_path] = dataclasses.replace(parent, cversion=parent.cversion + 1)
+                nodes[parent_path] = dataclasses.replace(
+                    parent,
+                    cversion=parent.cversion + 1,
+                    children=parent.children | {posixpath.basename(path)},
+                )
                 writes.append(ZNodeWrite(zxid, path, None, op.data, 0, session_id, fenced))
                 events.append((self._data_watches, path, WatchEventKind.CREATED))
                 events.append((self._child_watches, parent_path, WatchEventKind.CHILD))
@@ -432,19 +434,23 @@ class FakeZooKeeper:
                     ZNodeWrite(zxid, path, node.data, op.data, node.version + 1, session_id, fenced)
                 )
                 events.append((self._data_watches, path, WatchEventKind.CHANGED))
-                return self._stat(path, nodes[path], nodes)
+                return self._stat(nodes[path])
             case DeleteOp():
                 node = nodes.get(path)
                 if node is None:
                     raise NoNodeError(f"NoNodeError at {path}", path=path)
                 if op.version != ANY_VERSION and op.version != node.version:
                     raise BadVersionError(f"BadVersionError at {path}", path=path)
-                if self._child_names(nodes, path):
+                if node.children:
                     raise NotEmptyError(f"NotEmptyError at {path}", path=path)
                 del nodes[path]
                 parent_path = _parent(path)
                 parent = nodes[parent_path]
-                nodes[parent_path] = dataclasses.replace(parent, cversion=parent.cversion + 1)
+                nodes[parent_path] = dataclasses.replace(
+                    parent,
+                    cversion=parent.cversion + 1,
+                    children=parent.children - {posixpath.basename(path)},
+                )
                 writes.append(
                     ZNodeWrite(zxid, path, node.data, None, node.version, session_id, fenced)
                 )
@@ -713,12 +719,13 @@ class FakeControllerZk(ControllerZk):
     def partition_states(self) -> dict[TopicPartition, LeaderAndIsr]:
         """Every partition state znode in the tree."""
         states: dict[TopicPartition, LeaderAndIsr] = {}
-        for path in self.tree.paths():
-            tp = _state_path_partition(path)
-            if tp is not None:
-                state = self.partition_state(tp)
+        for topic in self.topics():
+            if self.tree.exists(TopicPartitionsZNode.path(topic)) is None:
+                continue
+            for child in self.tree.get_children(TopicPartitionsZNode.path(topic)):
+                state = self.partition_state((topic, int(child)))
                 if state is not None:
-                    states[tp] = state
+                    states[(topic, int(child))] = state
         return states
 
     def write_partition_state(

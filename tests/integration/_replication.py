@@ -34,7 +34,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,7 +76,9 @@ def unique_topic(prefix: str) -> str:
 # One request to one broker
 
 
-async def _request(broker: LocalBroker, api_key: ApiKey, version: int, values: dict[str, Any]) -> Any:
+async def _request(
+    broker: LocalBroker, api_key: ApiKey, version: int, values: dict[str, Any]
+) -> Any:
     connection = await BrokerConnection.connect(
         broker.host, broker.port, timeout=REQUEST_TIMEOUT_S, client_id="replication-test"
     )
@@ -158,7 +160,9 @@ def wait_for_metadata(
             return {b: v for b, v in views.items() if v is not None}
         return None
 
-    return wait_until(check, timeout, f"{what} in the metadata of brokers {ids}")
+    found = wait_until(check, timeout, f"{what} in the metadata of brokers {ids}")
+    assert found is not None
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +329,28 @@ def zk_partition_state(
     return asyncio.run(read())
 
 
+def rewrite_partition_state(cluster: LocalCluster, topic: str, partition: int) -> int:
+    """Write the partition state znode back unchanged, conditionally on its version; returns
+    the new version.
+
+    This is what a leader sees when the controller has changed the partition's state and its
+    LeaderAndIsr has not reached the leader yet: the content may look the same, but the version
+    the leader holds is stale, so the leader's next conditional ISR write is rejected.
+    """
+
+    async def rewrite() -> int:
+        zk = ZkClient(cluster.zookeeper_connect, session_timeout_s=ZK_TIMEOUT_S)
+        await zk.start(timeout=ZK_TIMEOUT_S)
+        try:
+            path = TopicPartitionStateZNode.path(topic, partition)
+            data, stat = await zk.get(path)
+            return int((await zk.set(path, data, version=stat.version)).version)
+        finally:
+            await zk.close()
+
+    return asyncio.run(rewrite())
+
+
 def wait_for_isr(
     cluster: LocalCluster, topic: str, partition: int, isr: Iterable[int], timeout: float
 ) -> LeaderIsrAndControllerEpoch:
@@ -335,7 +361,9 @@ def wait_for_isr(
         state = zk_partition_state(cluster, topic, partition)
         return state if sorted(state.isr) == expected else None
 
-    return wait_until(check, timeout, f"the ISR of {topic}-{partition} to be {expected} in ZooKeeper")
+    return wait_until(
+        check, timeout, f"the ISR of {topic}-{partition} to be {expected} in ZooKeeper"
+    )
 
 
 def wait_for_zk_leader(
@@ -473,11 +501,13 @@ def wait_for_identical_replicas(
         return common or None
 
     try:
-        return wait_until(check, timeout, f"identical replicas {list(broker_ids)}")
+        common = wait_until(check, timeout, f"identical replicas {list(broker_ids)}")
     except AssertionError as e:
         raise AssertionError(
             f"{e}\n{describe_difference(cluster, broker_ids, topic, partition)}"
         ) from None
+    assert common is not None
+    return common
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,7 +524,8 @@ def create_topic(
     """Create `topic` with an explicit replica assignment (partition i on `assignment[i]`, the
     first replica preferred) through confluent-kafka's AdminClient, then wait until every live
     broker's metadata shows the preferred replica leading each partition."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "logger": log})
+    config: dict[str, Any] = {"bootstrap.servers": cluster.bootstrap_servers, "logger": log}
+    admin = AdminClient(config)
     # librdkafka wants the partition count with an explicit assignment, and no replication factor.
     new_topic = NewTopic(
         topic,
@@ -505,14 +536,19 @@ def create_topic(
     admin.create_topics([new_topic], operation_timeout=timeout)[topic].result(timeout)
     live = [b for b in cluster.broker_ids if cluster.is_alive(b)]
     for index, replicas in enumerate(assignment):
+        preferred = replicas[0]
+
+        def led_by_preferred(view: PartitionView, preferred: int = preferred) -> bool:
+            return view.leader == preferred
+
         wait_for_metadata(
             cluster,
             topic,
             index,
             live,
-            lambda v, preferred=replicas[0]: v.leader == preferred,
+            led_by_preferred,
             timeout,
-            f"{topic}-{index} led by {replicas[0]}",
+            f"{topic}-{index} led by {preferred}",
         )
 
 
@@ -520,10 +556,20 @@ def create_topic(
 class Delivery:
     """One delivery report: the value sent and where it was acknowledged (or the error)."""
 
-    value: bytes
+    value: bytes | None
     partition: int
     offset: int
     error: ConfluentKafkaError | None
+
+    @classmethod
+    def of(cls, error: ConfluentKafkaError | None, message: Message) -> Delivery:
+        partition, offset = message.partition(), message.offset()
+        return cls(
+            message.value(),
+            -1 if partition is None else partition,
+            -1 if offset is None else offset,
+            error,
+        )
 
 
 def producer_config(bootstrap: str, acks: str, **overrides: Any) -> dict[str, Any]:
@@ -556,9 +602,9 @@ class Deliveries:
     def failed(self) -> list[Delivery]:
         return [d for d in self.reports if d.error is not None]
 
-    def acknowledged_by_partition(self) -> dict[int, dict[int, bytes]]:
+    def acknowledged_by_partition(self) -> dict[int, dict[int, bytes | None]]:
         """partition -> {offset: value} of every acknowledged record."""
-        result: dict[int, dict[int, bytes]] = {}
+        result: dict[int, dict[int, bytes | None]] = {}
         for d in self.acknowledged:
             result.setdefault(d.partition, {})[d.offset] = d.value
         return result
@@ -572,9 +618,7 @@ class AckedProducer:
         self._producer = Producer(producer_config(bootstrap, acks, **overrides))
 
     def _on_delivery(self, error: ConfluentKafkaError | None, message: Message) -> None:
-        self.deliveries.reports.append(
-            Delivery(message.value(), message.partition(), message.offset(), error)
-        )
+        self.deliveries.reports.append(Delivery.of(error, message))
 
     def send(
         self,
@@ -638,6 +682,7 @@ class StreamingProducer:
         self._lock = threading.Lock()
         self._deliveries = Deliveries()
         self._stopping = threading.Event()
+        self._abandoning = threading.Event()
         self._error: BaseException | None = None
         self._unfinished = 0
         self._thread = threading.Thread(target=self._run, name=f"producer-{prefix}", daemon=True)
@@ -648,9 +693,7 @@ class StreamingProducer:
 
     def _on_delivery(self, error: ConfluentKafkaError | None, message: Message) -> None:
         with self._lock:
-            self._deliveries.reports.append(
-                Delivery(message.value(), message.partition(), message.offset(), error)
-            )
+            self._deliveries.reports.append(Delivery.of(error, message))
 
     def _run(self) -> None:
         try:
@@ -669,9 +712,20 @@ class StreamingProducer:
                 except BufferError:
                     pass
                 producer.poll(self.interval)
-            self._unfinished = producer.flush(90)
+            if self._abandoning.is_set():
+                producer.purge()
+                self._unfinished = producer.flush(10)
+            else:
+                self._unfinished = producer.flush(90)
         except BaseException as e:  # reported by stop(), in the test thread
             self._error = e
+
+    def abandon(self) -> None:
+        """Stop at once, dropping what is still queued: the test has already failed, and waiting
+        out the message timeouts would only delay its report."""
+        self._abandoning.set()
+        self._stopping.set()
+        self._thread.join(30)
 
     def acknowledged_count(self) -> int:
         with self._lock:
@@ -692,7 +746,7 @@ class StreamingProducer:
 
 
 def assert_acknowledged_present(
-    acknowledged: dict[int, bytes], records: Sequence[Record], where: str
+    acknowledged: Mapping[int, bytes | None], records: Sequence[Record], where: str
 ) -> None:
     """Every acknowledged (offset, value) is in `records` at that offset."""
     by_offset = {r.offset: r.value for r in records}

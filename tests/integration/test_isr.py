@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
 from confluent_kafka import KafkaError as ConfluentKafkaError
 from kafka import KafkaConsumer, TopicPartition
 from kio.schema.errors import ErrorCode
@@ -42,6 +43,11 @@ from tests.integration._replication import (
     wait_for_isr,
     wait_for_metadata,
     zk_partition_state,
+)
+
+# kafka-python 3.0 loads its protocol schemas with importlib.resources' deprecated functions.
+pytestmark = pytest.mark.filterwarnings(
+    r"ignore:.* is deprecated\. Use files\(\) instead:DeprecationWarning"
 )
 
 LAG_TIME_MS = 3000
@@ -196,8 +202,8 @@ def test_a_consumer_never_receives_records_above_the_high_watermark(
         cluster.stop(lagging_id)
         isr_version = zk_partition_state(cluster, topic, 0).zk_version
         for i in range(20):
-            answer = produce_raw(leader, topic, 0, [b"pending-%d" % i], acks=1)
-            assert answer.error == ErrorCode.none
+            produced = produce_raw(leader, topic, 0, [b"pending-%d" % i], acks=1)
+            assert produced.error == ErrorCode.none
         leader_end = log_end_offset(replica_batches(leader, topic, 0))
         assert leader_end == 30
         answer = fetch_records(leader, topic, 0, 0)
@@ -207,8 +213,7 @@ def test_a_consumer_never_receives_records_above_the_high_watermark(
         assert (above.error, above.records) == (ErrorCode.none, [])
         hw_error, hw = latest_offset(leader, topic, 0)
         assert hw_error == ErrorCode.none
-        # A real consumer polling again and again gets nothing new (the HW never decreases, so
-        # the HW read after a poll bounds what that poll could have returned).
+        # A real consumer, already at the HW, polls again and again and gets nothing new.
         for _ in range(5):
             polled = [r.offset for rs in consumer.poll(timeout_ms=100).values() for r in rs]
             assert polled == [], polled

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.launcher import LocalCluster
@@ -49,6 +50,8 @@ from tests.integration._replication import (
 )
 
 TIMEOUT_S = 60.0
+# A dead leader's session expires after 6 s (the development default); the election follows.
+ELECTION_TIMEOUT_S = 25.0
 LAG_TIME_MS = 3000
 
 
@@ -74,6 +77,15 @@ def _values(batches: list[StoredBatch]) -> dict[int, bytes | None]:
     return {r.offset: r.value for r in records_of(batches)}
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "bug: PartitionStateMachine._elect_leaders elects from the controller's cached ISR; the "
+        "leader's ISR expansion (written to ZooKeeper, announced by a batched isr_change "
+        "notification) has not reached the cache when the leader dies, so the partition goes "
+        "leaderless instead of electing the follower that is in the ZooKeeper ISR"
+    ),
+)
 def test_follower_restarted_with_a_stale_high_watermark_keeps_acknowledged_records(
     make_cluster: Callable[..., LocalCluster],
 ):
@@ -109,7 +121,7 @@ def test_follower_restarted_with_a_stale_high_watermark_keeps_acknowledged_recor
         cluster.kill(a)
         acknowledged_when_a_died = stream.acknowledged_count()
         state = wait_for_zk_leader(
-            cluster, topic, 0, lambda s: s.leader == b, TIMEOUT_S, f"broker {b} to lead"
+            cluster, topic, 0, lambda s: s.leader == b, ELECTION_TIMEOUT_S, f"broker {b} to lead"
         )
         assert list(state.isr) == [b]
         wait_until(
@@ -117,8 +129,10 @@ def test_follower_restarted_with_a_stale_high_watermark_keeps_acknowledged_recor
             TIMEOUT_S,
             "writes to the new leader",
         )
-    finally:
-        second = stream.stop()
+    except BaseException:
+        stream.abandon()
+        raise
+    second = stream.stop()
     assert not second.failed, second.failed[:5]
 
     acked = {**first.acknowledged_by_partition()[0], **second.acknowledged_by_partition()[0]}

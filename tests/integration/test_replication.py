@@ -18,6 +18,7 @@ from collections.abc import Callable
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.launcher import LocalCluster
+from tests.fixtures.cluster import wait_until
 from tests.integration._replication import (
     AckedProducer,
     StreamingProducer,
@@ -35,7 +36,6 @@ from tests.integration._replication import (
     wait_for_zk_leader,
     zk_partition_state,
 )
-from tests.fixtures.cluster import wait_until
 
 RECORDS = 3000
 REPLICATION_TIMEOUT_S = 30.0
@@ -154,8 +154,10 @@ def test_clients_follow_a_new_leader_after_the_leader_is_killed_mid_stream(
             FAILOVER_TIMEOUT_S,
             "300 more acknowledged records after the leader change",
         )
-    finally:
-        deliveries = stream.stop()
+    except BaseException:
+        stream.abandon()
+        raise
+    deliveries = stream.stop()
     assert not deliveries.failed, deliveries.failed[:5]
     acked = deliveries.acknowledged_by_partition()[0]
 
@@ -178,7 +180,11 @@ def test_clients_follow_a_new_leader_after_the_leader_is_killed_mid_stream(
         "the old leader back in the ISR",
     )
     common = wait_for_identical_replicas(
-        cluster, [*survivors, old_leader], topic, 0, REPLICATION_TIMEOUT_S,
+        cluster,
+        [*survivors, old_leader],
+        topic,
+        0,
+        REPLICATION_TIMEOUT_S,
         min_end_offset=read.high_watermark,
     )
     assert_acknowledged_present(acked, records_of(common), "every replica's files")

@@ -28,6 +28,8 @@ def test_assign_and_file_format(cache: LeaderEpochCache) -> None:
     assert not cache.assign(3, 200)  # same epoch, later offset: nothing new
     assert not cache.assign(2, 300)  # stale epoch: ignored
     assert cache.epoch_entries() == [EpochEntry(0, 0), EpochEntry(3, 150)]
+    assert not cache.path.exists()  # written lazily, by sync()
+    cache.sync()
     assert cache.path.read_text() == "0\n2\n0 0\n3 150\n"
     reloaded = LeaderEpochCache(cache.path)
     assert reloaded.epoch_entries() == cache.epoch_entries()
@@ -80,6 +82,7 @@ def test_truncate_from_end(cache: LeaderEpochCache) -> None:
     assert cache.epoch_entries() == [EpochEntry(1, 0), EpochEntry(2, 100)]
     cache.truncate_from_end(50)
     assert cache.epoch_entries() == [EpochEntry(1, 0)]
+    cache.sync()
     assert LeaderEpochCache(cache.path).epoch_entries() == [EpochEntry(1, 0)]
 
 
@@ -94,6 +97,7 @@ def test_truncate_from_start(cache: LeaderEpochCache) -> None:
     assert cache.epoch_entries() == [EpochEntry(3, 200)]
     cache.truncate_from_start(250)
     assert cache.epoch_entries() == [EpochEntry(3, 250)]
+    cache.sync()
     assert LeaderEpochCache(cache.path).epoch_entries() == [EpochEntry(3, 250)]
 
 
@@ -101,6 +105,7 @@ def test_clear_and_flush(cache: LeaderEpochCache) -> None:
     cache.assign(1, 0)
     cache.clear_and_flush()
     assert cache.epoch_entries() == []
+    cache.sync()
     assert cache.path.read_text() == "0\n0\n"
 
 

@@ -51,7 +51,7 @@ from typing import Any, TypeVar
 
 from odradek.errors import ClusterTimeoutError, OperatorError
 from odradek.zk.client import ZkClient
-from odradek.zk.errors import NoNodeError, ZkError
+from odradek.zk.errors import InvalidZNodeDataError, NoNodeError, ZkError
 from odradek.zk.server import ZooKeeperServer, port_is_free
 from odradek.zk.znodes import (
     BrokerIdsZNode,
@@ -246,10 +246,17 @@ def _free_ports(count: int) -> list[int]:
 
 
 def _run(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion from synchronous code, even inside a running event loop."""
+    """Run a coroutine to completion from synchronous code, even inside a running event loop.
+
+    ZooKeeper errors (a connection lost for good, a session expired) become OperatorError here,
+    so that the command line reports them in one line.
+    """
 
     async def main() -> T:
-        return await factory()
+        try:
+            return await factory()
+        except ZkError as e:
+            raise OperatorError(f"ZooKeeper: {e}") from None
 
     try:
         asyncio.get_running_loop()
@@ -870,8 +877,9 @@ class LocalCluster:
         }
         try:
             view = _run(lambda: read_status(self.zookeeper.connect, _STATUS_CONNECT_TIMEOUT_S))
-        except OperatorError:
+        except OperatorError as e:
             view = None
+            zookeeper["error"] = str(e)
         zookeeper["reachable"] = view is not None
         registered: dict[int, Any] = view["registered"] if view else {}
         brokers = []
@@ -1005,13 +1013,14 @@ async def read_status(connect: str, connect_timeout: float = 10.0) -> dict[str, 
         entry = topics[topic]
         replicas = list(decoded[topic].partitions[partition].replicas)
         leader, isr = -1, []
-        if isinstance(got, tuple):
-            state = TopicPartitionStateZNode.decode(got[0], got[1].version)
-            leader, isr = state.leader, list(state.isr)
-        elif isinstance(got, ZkError):
-            pass  # an undecodable state: reported as offline, like a missing one
-        elif isinstance(got, BaseException):
+        if isinstance(got, BaseException):
             raise got
+        if got is not None:
+            try:
+                state = TopicPartitionStateZNode.decode(got[0], got[1].version)
+                leader, isr = state.leader, list(state.isr)
+            except InvalidZNodeDataError:
+                pass  # an undecodable state counts as offline, like a missing one
         detail = {"topic": topic, "partition": partition, "leader": leader}
         detail.update({"replicas": replicas, "isr": isr})
         entry["partitions"] += 1

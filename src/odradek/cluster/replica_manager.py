@@ -93,10 +93,9 @@ def read_partition_topic_id(log_dir: Path) -> str | None:
 
 
 def write_partition_topic_id(log_dir: Path, topic_id: str) -> None:
-    path = log_dir / PARTITION_METADATA
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(f"version: 0\ntopic_id: {topic_id}\n")
-    temporary.replace(path)
+    # Written in place: a torn file reads as "no topic id", which only skips one stray check.
+    with open(log_dir / PARTITION_METADATA, "w") as file:
+        file.write(f"version: 0\ntopic_id: {topic_id}\n")
 
 
 @dataclass(slots=True)

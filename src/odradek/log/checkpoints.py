@@ -69,7 +69,9 @@ def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
 def write_checkpoint(path: Path, lines: Iterable[str], *, sync: bool = True) -> None:
     """Write a checkpoint file with the given entry lines (version and count are added)."""
     entries = list(lines)
-    write_atomically(path, "".join([f"{CHECKPOINT_VERSION}\n{len(entries)}\n", *entries]), sync=sync)
+    write_atomically(
+        path, "".join([f"{CHECKPOINT_VERSION}\n{len(entries)}\n", *entries]), sync=sync
+    )
 
 
 def read_checkpoint(path: Path, parse_entry: Callable[[list[str]], T]) -> list[T]:

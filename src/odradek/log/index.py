@@ -211,6 +211,11 @@ class _SparseIndex:
             os.fsync(self._fd)
         self._dirty = False
 
+    def ensure_file(self) -> None:
+        """Create the (empty) file if no entry has created it yet."""
+        if self._fd is None and not self.path.exists():
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
+
     def close(self) -> None:
         """Close the file; the index stays usable (it reopens lazily)."""
         if self._fd is not None:

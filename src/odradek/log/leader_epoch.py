@@ -198,14 +198,11 @@ class LeaderEpochCache:
         self._flush()
 
     def _flush(self) -> None:
-        # Not fsynced: every batch carries its leader epoch, so a checkpoint lost in a crash is
-        # rebuilt from the data by recovery (see Log.open). Fsyncing here cost two disk syncs per
-        # partition on every leadership change.
-        write_checkpoint(
-            self.path,
-            (f"{e} {o}\n" for e, o in zip(self._epochs, self._start_offsets, strict=True)),
-            sync=False,
-        )
+        # Written lazily: `sync` writes the file, and the log calls it before it advances its
+        # recovery point and when it closes. Every batch carries its leader epoch, so after a crash
+        # recovery re-records the epochs of everything past the recovery point from the data (see
+        # Log.open); an epoch with no data yet needs no entry to survive a crash. Writing here cost
+        # a file replacement (and two disk syncs) per partition on every leadership change.
         self._unsynced = True
 
     def sync(self) -> None:

@@ -85,6 +85,7 @@ class Broker:
         self._tasks: list[asyncio.Task[Any]] = []
         self._metadata_waiters: list[asyncio.Future[None]] = []
         self._auto_creating: set[str] = set()
+        self._log_configs: dict[str, Any] = {}
         self._stopped = asyncio.Event()
         self._shutting_down = False
         self.started = False
@@ -131,7 +132,7 @@ class Broker:
             self.broker_id,
             self.log_manager,
             self.metadata_cache,
-            lambda topic: log_config_for(config, self.topic_configs.get(topic)),
+            self.log_config_for,
             lambda topic: int(
                 effective_topic_config(config, self.topic_configs.get(topic))["min.insync.replicas"]
             ),
@@ -322,9 +323,17 @@ class Broker:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def log_config_for(self, topic: str) -> Any:
+        """The topic's log config (broker defaults overridden by the topic's), memoised."""
+        config = self._log_configs.get(topic)
+        if config is None:
+            config = self._log_configs[topic] = log_config_for(self.config, self.topic_configs.get(topic))
+        return config
+
     def _on_topic_config_change(self, topic: str, overrides: dict[str, str]) -> None:
         assert self.log_manager is not None
-        config = log_config_for(self.config, overrides)
+        self._log_configs.pop(topic, None)
+        config = self.log_config_for(topic)
         for partition in list(self.replica_manager.partitions.values()):
             if partition.topic == topic and partition.log is not None:
                 partition.log.config = config

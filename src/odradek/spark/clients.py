@@ -169,7 +169,7 @@ class ClusterOffsets:
         self,
         bootstrap_servers: str,
         params: Mapping[str, str],
-        timeout_s: float = 30.0,
+        timeout_s: float = 10.0,
         retries: int = 3,
         retry_interval_s: float = 1.0,
     ) -> None:
@@ -210,6 +210,7 @@ class ClusterOffsets:
             try:
                 metadata = self.admin.list_topics(timeout=self.timeout_s)
             except KafkaException as e:
+                self._admin = None
                 if attempt < self.retries and is_retriable(e):
                     attempt += 1
                     time.sleep(self.retry_interval_s)
@@ -228,14 +229,23 @@ class ClusterOffsets:
             time.sleep(self.retry_interval_s)
 
     def list_offsets(
-        self, partitions: Iterable[TopicPartition], which: Literal["earliest", "latest"]
+        self,
+        partitions: Iterable[TopicPartition],
+        which: Literal["earliest", "latest"],
+        retries: int | None = None,
     ) -> OffsetsResult:
         """The earliest (log start) or latest (high watermark) offset of each partition.
 
         Partitions whose request failed with a retriable error are asked again, up to `retries`
-        times; what still fails is returned in `failed` rather than raised, so that a caller can
-        carry on without one partition whose leader is moving.
+        times (default: the configured number); what still fails is returned in `failed` rather
+        than raised, so that a caller can carry on without one partition whose leader is moving.
+
+        After any failure the AdminClient is replaced: librdkafka's admin client keeps using its
+        cached leaders and leader epochs after a leader change (and is answered
+        FENCED_LEADER_EPOCH, or waits for a dead broker until the request times out, then reports
+        offset -1001), where a new client starts from fresh metadata.
         """
+        retries = self.retries if retries is None else retries
         pending = sorted(set(partitions))
         found: dict[TopicPartition, int] = {}
         failed: dict[TopicPartition, OdradekError] = {}
@@ -247,17 +257,28 @@ class ClusterOffsets:
             try:
                 futures = self.admin.list_offsets(request, request_timeout=self.timeout_s)
             except KafkaException as e:
+                self._admin = None
                 raise translate(e, f"listing {which} offsets") from None
             for rd_tp, future in futures.items():
                 tp = TopicPartition(rd_tp.topic, rd_tp.partition)
                 try:
-                    found[tp] = int(future.result().offset)
-                    failed.pop(tp, None)
+                    offset = int(future.result().offset)
                 except KafkaException as e:
                     failed[tp] = translate(e, f"listing the {which} offset of {tp}")
                     if is_retriable(e):
                         retry.append(tp)
-            if not retry or attempt >= self.retries:
+                    continue
+                if offset < 0:  # librdkafka's answer when the leader did not reply in time
+                    failed[tp] = RequestTimedOutError(
+                        f"listing the {which} offset of {tp}: no answer from its leader"
+                    )
+                    retry.append(tp)
+                    continue
+                found[tp] = offset
+                failed.pop(tp, None)
+            if failed:
+                self._admin = None
+            if not retry or attempt >= retries:
                 break
             attempt += 1
             pending = retry

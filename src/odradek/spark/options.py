@@ -96,6 +96,8 @@ def kafka_params(options: Mapping[str, str], sink: bool = False) -> dict[str, st
         if not key.startswith("kafka."):
             continue
         name = key[len("kafka.") :]
+        if name == "bootstrap.servers":
+            continue  # given to every client explicitly
         reason = _REFUSED_CLIENT_PARAMS.get(name) or (
             _REFUSED_SINK_PARAMS.get(name) if sink else None
         )

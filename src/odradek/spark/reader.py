@@ -86,7 +86,7 @@ def cluster_offsets(options: SourceOptions) -> ClusterOffsets:
     return ClusterOffsets(
         options.bootstrap_servers,
         options.client_params,
-        timeout_s=min(30.0, options.poll_timeout_ms / 1000),
+        timeout_s=min(10.0, options.poll_timeout_ms / 1000),
         retries=options.fetch_offset_num_retries,
         retry_interval_s=options.fetch_offset_retry_interval_ms / 1000,
     )
