@@ -49,7 +49,7 @@ from odradek.server.apis import KafkaApis
 from odradek.server.config import KafkaConfig
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.topic_configs import TopicConfigs
-from odradek.server.topics import effective_topic_config, log_config_for
+from odradek.server.topics import log_config_for
 from odradek.zk.client import CreateOp, SessionState, ZkClient
 from odradek.zk.errors import BadVersionError, NodeExistsError, NoNodeError, ZkError
 from odradek.zk.znodes import (
@@ -133,9 +133,7 @@ class Broker:
             self.log_manager,
             self.metadata_cache,
             self.log_config_for,
-            lambda topic: int(
-                effective_topic_config(config, self.topic_configs.get(topic))["min.insync.replicas"]
-            ),
+            lambda topic: self.log_config_for(topic).min_insync_replicas,
             self._write_isr,
             self._publish_isr_changes,
             config["replica.lag.time.max.ms"],
@@ -322,6 +320,10 @@ class Broker:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+    def forget_topic(self, topic: str) -> None:
+        self.topic_configs.forget(topic)
+        self._log_configs.pop(topic, None)
 
     def log_config_for(self, topic: str) -> Any:
         """The topic's log config (broker defaults overridden by the topic's), memoised."""

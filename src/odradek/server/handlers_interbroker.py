@@ -152,7 +152,7 @@ def handle_update_metadata(apis: KafkaApis, header: RequestHeader, request: Any)
     )
     for topic in {t for t, _ in deleted}:
         if not broker.metadata_cache.contains_topic(topic):
-            broker.topic_configs.forget(topic)
+            broker.forget_topic(topic)
     broker.on_metadata_updated()
     return response(header, {"error_code": ErrorCode.none})
 
