@@ -402,11 +402,6 @@ def test_new_partition_adopts_an_existing_state_znode_whose_leader_is_live() -> 
     assert h.context.partition_states[TP] is P.OnlinePartition
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: partition_state_machine._initialize_leader_and_isr adopts an existing state znode "
-    "(NodeExistsError) and marks the partition OnlinePartition even when its leader is dead",
-)
 def test_new_partition_does_not_go_online_with_an_existing_state_naming_a_dead_leader() -> None:
     h = Harness(live=[1, 2, 3])
     h.add_topic(TOPIC, {0: [1, 2, 3]})

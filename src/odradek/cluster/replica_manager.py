@@ -518,7 +518,7 @@ class ReplicaManager:
             offsets = by_dir.get(Path(log_dir), {})
             try:
                 write_offset_checkpoint(Path(log_dir) / HIGH_WATERMARK_CHECKPOINT, offsets)
-            except OSError as e:
+            except (OSError, KafkaError) as e:
                 log.error("cannot write the high watermark checkpoint in %s: %s", log_dir, e)
 
     async def _checkpoint_loop(self, interval: float) -> None:

@@ -198,11 +198,15 @@ class PartitionStateMachine:
             for tp in existing_to_adopt:
                 if tp in adopted:
                     written[tp] = adopted[tp]
+        adopted_offline: list[TopicPartition] = []
         for tp, result in written.items():
             if isinstance(result, ZkError):
                 results[tp] = result
                 continue
             context.leadership[tp] = result
+            if tp in existing_to_adopt and result.leader not in context.live_brokers:
+                adopted_offline.append(tp)
+                continue
             self.batch.add_leader_and_isr_request_for_brokers(
                 [r for r in context.partition_replica_assignment(tp) if r in context.live_brokers],
                 tp,
@@ -212,6 +216,11 @@ class PartitionStateMachine:
             )
             self._transition(tp, PartitionState.OnlinePartition, result)
             results[tp] = result
+        if adopted_offline:
+            # The adopted state names a dead leader: the partition is offline and needs an election.
+            for tp in adopted_offline:
+                self._transition(tp, PartitionState.OfflinePartition)
+            results.update(await self._elect_leaders(adopted_offline, ElectionStrategy.OFFLINE))
         return results
 
     # Online/Offline -> OnlinePartition
