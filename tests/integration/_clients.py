@@ -15,11 +15,15 @@ What each client cannot express is stated where it matters: kcat sets no per-rec
 (librdkafka stamps the produce time), gives every record of one run the same headers, and splits
 "key:value" lines, so its records have non-null ASCII keys and values without ':' or newlines.
 
-`stored_batches` reads a partition's segment files straight from a broker's data directory, to
-check that what a client compressed is what the broker stored (the broker never re-encodes).
+`StreamingProducer` keeps a confluent-kafka producer writing from a thread while a test crashes
+the broker or throws garbage at it, and records every delivery report. `stored_batches` reads a
+partition's segment files straight from a broker's data directory, to check that what a client
+compressed is what the broker stored (the broker never re-encodes). `create_topic` first waits
+until the brokers serve metadata (`wait_until_serving` says why).
 
 Concurrency: every function is synchronous and owns the client objects it creates; aiokafka runs
-on a private event loop (`asyncio.run`). Waits are deadlines, never fixed sleeps.
+on a private event loop (`asyncio.run`); `StreamingProducer` states its own rules. Waits are
+deadlines, never fixed sleeps.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -34,12 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.cli.launcher import LocalCluster
 from odradek.log.naming import log_dir_name, parse_segment_file_name
 from odradek.protocol.record_batch import BatchHeader, iter_batches
+from tests.fixtures.cluster import wait_until
+from tests.integration import _wire
 
 CLIENTS = ("confluent", "kafka-python", "aiokafka", "kcat")
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -90,6 +97,30 @@ class ClientError(AssertionError):
 # Topics
 
 
+def wait_until_serving(bootstrap: str, timeout: float = 30.0) -> None:
+    """Wait until every broker of `bootstrap` answers Metadata with all of them and a controller.
+
+    `LocalCluster.up` returns once the brokers are registered and a controller is elected, which
+    can be before a broker has received its first UpdateMetadata: its Metadata answer is then
+    "no brokers, controller -1", and librdkafka's AdminClient, given that answer, waits for a
+    controller until its request times out instead of asking again. A user's first CreateTopics
+    would hit the same window; the tests wait it out here, so that they test what they mean to.
+    """
+    servers = bootstrap.split(",")
+
+    def serving() -> bool:
+        for server in servers:
+            try:
+                controller, brokers = _wire.cluster_view(server)
+            except (OSError, _wire.ConnectionClosed, _wire.NoAnswer):
+                return False
+            if controller < 0 or len(brokers) < len(servers):
+                return False
+        return True
+
+    wait_until(serving, timeout, f"brokers {bootstrap} to serve metadata")
+
+
 def create_topic(
     bootstrap: str,
     topic: str,
@@ -98,6 +129,7 @@ def create_topic(
     configs: dict[str, str] | None = None,
 ) -> None:
     """CreateTopics through confluent-kafka's AdminClient; raises the client's KafkaException."""
+    wait_until_serving(bootstrap)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
         [NewTopic(topic, partitions, replication_factor, config=configs or {})],
@@ -311,6 +343,69 @@ def _produce_kcat(
     if result.returncode != 0 or b"ERROR" in result.stderr:
         raise ClientError(f"kcat -P exited {result.returncode}: {result.stderr.decode()[-2000:]}")
     return None
+
+
+class StreamingProducer:
+    """A confluent-kafka producer (no idempotence) writing numbered values ("record-00000042")
+    to partition 0 from a background thread until stopped, recording every delivery report.
+
+    Concurrency: the producing thread owns `producer`; delivery callbacks run on it too (inside
+    `poll`/`flush`), and append under `lock`, which the test thread takes to read the results.
+    """
+
+    MAX_QUEUED = 200  # keep the client's queue short, so that flushing at the end is quick
+
+    def __init__(self, bootstrap: str, topic: str, acks: int) -> None:
+        self.topic = topic
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": str(acks),
+                "enable.idempotence": False,
+                "linger.ms": 2,
+                "message.timeout.ms": 120_000,
+                "retry.backoff.ms": 100,
+                "reconnect.backoff.ms": 50,
+                "reconnect.backoff.max.ms": 500,
+            }
+        )
+        self.lock = threading.Lock()
+        self.acknowledged: list[tuple[int, bytes]] = []  # (offset, value), in report order
+        self.failed: list[tuple[bytes, KafkaError]] = []
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="streaming-producer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        with self.lock:
+            if error is None:
+                self.acknowledged.append((message.offset(), message.value()))
+            else:
+                self.failed.append((message.value(), error))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if len(self.producer) >= self.MAX_QUEUED:
+                self.producer.poll(0.05)  # waits for delivery reports, not a fixed time
+                continue
+            value = f"record-{self.sent:08d}".encode()
+            self.producer.produce(self.topic, value, partition=0, on_delivery=self._on_delivery)
+            self.sent += 1
+            self.producer.poll(0)
+
+    def acknowledged_count(self) -> int:
+        with self.lock:
+            return len(self.acknowledged)
+
+    def stop(self, timeout: float = CLIENT_TIMEOUT_S) -> int:
+        """Stop producing and wait up to `timeout` for every outstanding report; returns the
+        number of records still unreported."""
+        self._stop.set()
+        self._thread.join(30)
+        return self.producer.flush(timeout)
 
 
 # ---------------------------------------------------------------------------------------------

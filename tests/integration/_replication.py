@@ -62,7 +62,6 @@ LIST_OFFSETS_VERSION = 6
 METADATA_VERSION = 12
 LATEST_TIMESTAMP = -1
 CONSUMER_REPLICA_ID = -1
-NO_LEADER = -1
 REQUEST_TIMEOUT_S = 15.0
 ZK_TIMEOUT_S = 10.0
 
@@ -83,8 +82,8 @@ async def _request(
         broker.host, broker.port, timeout=REQUEST_TIMEOUT_S, client_id="replication-test"
     )
     try:
-        request = build(request_class(api_key, version), values)
-        return await connection.send(api_key, version, request, timeout=REQUEST_TIMEOUT_S)
+        message = build(request_class(api_key, version), values)
+        return await connection.send(api_key, version, message, timeout=REQUEST_TIMEOUT_S)
     finally:
         connection.close()
 

@@ -26,7 +26,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.build import build
-from odradek.protocol.codec import ApiKey, decode_response, encode_request, request_class
+from odradek.protocol.codec import (
+    ApiKey,
+    decode_response,
+    encode_request,
+    is_flexible,
+    request_class,
+)
 
 SIZE = struct.Struct(">i")
 HEADER_PREFIX = struct.Struct(">hhih")  # api_key, api_version, correlation_id, client_id length
@@ -39,6 +45,7 @@ API_VERSIONS_VERSION = 3
 EARLIEST = -2
 LATEST = -1
 DEFAULT_TIMEOUT_S = 15.0
+CLIENT_ID = "wire-test"
 
 
 class ConnectionClosed(Exception):
@@ -165,6 +172,23 @@ class WireConnection:
 # The requests the tests send
 
 
+def request_frame(api_key: int, version: int, correlation_id: int, values: dict[str, Any]) -> bytes:
+    """A framed, well-formed request built from plain values (client id CLIENT_ID)."""
+    request = build(request_class(api_key, version), values)
+    return encode_request(api_key, version, correlation_id, CLIENT_ID, request)
+
+
+def body_start(api_key: int, version: int) -> int:
+    """Where the body begins in a `request_frame` (size prefix included): after the header's
+    fixed part, the client id and, for flexible versions, the empty tagged fields."""
+    return (
+        SIZE.size
+        + HEADER_PREFIX.size
+        + len(CLIENT_ID)
+        + (1 if is_flexible(api_key, version) else 0)
+    )
+
+
 def produce_values(topic: str, partition: int, records: bytes, acks: int = 1) -> dict[str, Any]:
     return {
         "transactional_id": None,
@@ -273,6 +297,15 @@ def list_offset(connection: WireConnection, topic: str, partition: int, timestam
     if answer.error_code != ErrorCode.none:
         raise AssertionError(f"ListOffsets {topic}-{partition}: {ErrorCode(answer.error_code)!r}")
     return int(answer.offset)
+
+
+def cluster_view(bootstrap: str) -> tuple[int, set[int]]:
+    """(controller id, broker ids) as one broker's Metadata answers them."""
+    with WireConnection.to(bootstrap) as connection:
+        response = connection.request(
+            ApiKey.METADATA, METADATA_VERSION, {"topics": [], "allow_auto_topic_creation": False}
+        )
+    return int(response.controller_id), {int(b.node_id) for b in response.brokers}
 
 
 def log_end_offset(bootstrap: str, topic: str, partition: int = 0) -> int:

@@ -19,18 +19,22 @@ from __future__ import annotations
 
 import random
 import struct
-import threading
 from pathlib import Path
 from typing import Any
-
-from confluent_kafka import KafkaError, Message, Producer
 
 from odradek.cli.launcher import LocalCluster
 from odradek.log.naming import log_dir_name
 from odradek.protocol.record_batch import build_batch, iter_batches
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
-from tests.integration._clients import Rec, consume, create_topic, produce, unique_topic
+from tests.integration._clients import (
+    Rec,
+    StreamingProducer,
+    consume,
+    create_topic,
+    produce,
+    unique_topic,
+)
 
 RESTART_TIMEOUT_S = 90.0
 
@@ -64,74 +68,11 @@ def read_all(cluster: LocalCluster, topic: str, end: int) -> list[bytes | None]:
 # SIGKILL under load
 
 
-class StreamingProducer:
-    """A confluent-kafka producer (acks=1, no idempotence) writing numbered values to partition
-    0 from a background thread until stopped, recording every delivery report.
-
-    Concurrency: the producing thread owns `producer`; delivery callbacks run on it too (inside
-    `poll`/`flush`), and append under `lock`, which the test thread takes to read the results.
-    """
-
-    MAX_QUEUED = 200  # keep the client's queue short, so that flushing at the end is quick
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.topic = topic
-        self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "acks": "1",
-                "enable.idempotence": False,
-                "linger.ms": 2,
-                "message.timeout.ms": 120_000,
-                "retry.backoff.ms": 100,
-                "reconnect.backoff.ms": 50,
-                "reconnect.backoff.max.ms": 500,
-            }
-        )
-        self.lock = threading.Lock()
-        self.acknowledged: list[tuple[int, bytes]] = []  # (offset, value), in report order
-        self.failed: list[tuple[bytes, KafkaError]] = []
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="streaming-producer", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        with self.lock:
-            if error is None:
-                self.acknowledged.append((message.offset(), message.value()))
-            else:
-                self.failed.append((message.value(), error))
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if len(self.producer) >= self.MAX_QUEUED:
-                self.producer.poll(0.05)  # waits for delivery reports, not a fixed time
-                continue
-            value = f"record-{self.sent:08d}".encode()
-            self.producer.produce(self.topic, value, partition=0, on_delivery=self._on_delivery)
-            self.sent += 1
-            self.producer.poll(0)
-
-    def acknowledged_count(self) -> int:
-        with self.lock:
-            return len(self.acknowledged)
-
-    def stop(self, timeout: float = RESTART_TIMEOUT_S) -> int:
-        """Stop producing and wait up to `timeout` for every outstanding report; returns the
-        number of records still unreported."""
-        self._stop.set()
-        self._thread.join(30)
-        return self.producer.flush(timeout)
-
-
 def test_sigkill_while_producing_loses_no_acknowledged_record(make_cluster: Any):
     cluster = make_cluster(1)
     topic = unique_topic("crash")
     create_topic(cluster.bootstrap_servers, topic, replication_factor=1)
-    producer = StreamingProducer(cluster.bootstrap_servers, topic)
+    producer = StreamingProducer(cluster.bootstrap_servers, topic, acks=1)
     producer.start()
     try:
         wait_until(lambda: producer.acknowledged_count() >= 300, 60, "300 acknowledged records")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import pytest
 from confluent_kafka import KafkaError as ConfluentKafkaError
 from kafka import KafkaConsumer, TopicPartition
 from kio.schema.errors import ErrorCode
@@ -45,16 +44,12 @@ from tests.integration._replication import (
     zk_partition_state,
 )
 
-# kafka-python 3.0 loads its protocol schemas with importlib.resources' deprecated functions.
-pytestmark = pytest.mark.filterwarnings(
-    r"ignore:.* is deprecated\. Use files\(\) instead:DeprecationWarning"
-)
-
 LAG_TIME_MS = 3000
 SESSION_TIMEOUT_MS = 30000
 ISR_TIMEOUT_S = 30.0
-# A paused follower's last fetch may have waited this long at the leader before it was frozen.
-REPLICA_FETCH_WAIT_S = 0.5
+# How much earlier than the pause a follower may have last been caught up: its last fetch can
+# have waited replica.fetch.wait.max.ms (0.5 s) at the leader, and the one before that as long.
+CAUGHT_UP_SLACK_S = 1.0
 
 
 def _leader_and_followers(cluster: LocalCluster) -> tuple[int, int, int]:
@@ -85,7 +80,7 @@ def test_paused_followers_leave_and_rejoin_the_isr_and_min_insync_replicas_guard
     cluster.stop(first_id)
     paused_at = time.monotonic()
     state = wait_for_isr(cluster, topic, 0, [leader_id, second_id], ISR_TIMEOUT_S)
-    assert time.monotonic() - paused_at >= LAG_TIME_MS / 1000 - REPLICA_FETCH_WAIT_S
+    assert time.monotonic() - paused_at >= LAG_TIME_MS / 1000 - CAUGHT_UP_SLACK_S
     assert state.leader == leader_id
     wait_for_metadata(
         cluster,

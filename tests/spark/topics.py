@@ -163,7 +163,7 @@ class BackgroundProducer(threading.Thread):
         self.acked: list[bytes] = []
         self.failed: list[KafkaError] = []
         self.sent = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def _on_delivery(self, error: KafkaError | None, message: Any) -> None:
         if error is None:
@@ -173,7 +173,7 @@ class BackgroundProducer(threading.Thread):
 
     def run(self) -> None:
         started = time.monotonic()
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             due = int((time.monotonic() - started) * self.rate) - self.sent
             for _ in range(max(0, min(due, 1000))):
                 value = f"{self.prefix}-{self.sent}".encode()
@@ -185,6 +185,6 @@ class BackgroundProducer(threading.Thread):
 
     def stop(self) -> None:
         """Stop producing and wait for every delivery report."""
-        self._stop.set()
+        self._halt.set()
         self.join(30)
         self.client.flush(90)
