@@ -225,12 +225,12 @@ class Fuzzer:
     def expect_closed(self, kind: str, data: bytes) -> None:
         outcome = exchange(self.bootstrap, data, wait=True)
         if not outcome.closed or outcome.frames:
-            raise self.fail(f"{kind}: {data[:40]!r}... left the connection {outcome}")
+            raise self.fail(f"{kind}: {data.hex()} left the connection {outcome}")
 
     def expect_answer_or_closed(self, kind: str, data: bytes, correlation_id: int) -> None:
         outcome = exchange(self.bootstrap, data, wait=True)
         if outcome.timed_out:
-            raise self.fail(f"{kind}: {data[:40]!r}... neither answered nor closed")
+            raise self.fail(f"{kind}: {data.hex()} neither answered nor closed")
         for frame in outcome.frames:
             (answered,) = struct.unpack_from(">i", frame)
             if answered != correlation_id:

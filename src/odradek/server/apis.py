@@ -49,6 +49,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
 }
 
 Handler = Callable[["KafkaApis", RequestHeader, Any], Any]
@@ -60,6 +64,7 @@ class KafkaApis:
     def __init__(self, broker: Broker) -> None:
         from odradek.server import (
             handlers_admin,
+            handlers_configs,
             handlers_fetch,
             handlers_interbroker,
             handlers_metadata,
@@ -76,6 +81,10 @@ class KafkaApis:
             ApiKey.METADATA: handlers_metadata.handle_metadata,
             ApiKey.CREATE_TOPICS: handlers_admin.handle_create_topics,
             ApiKey.DELETE_TOPICS: handlers_admin.handle_delete_topics,
+            ApiKey.DESCRIBE_CONFIGS: handlers_configs.handle_describe_configs,
+            ApiKey.ALTER_CONFIGS: handlers_configs.handle_alter_configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: handlers_configs.handle_incremental_alter_configs,
+            ApiKey.CREATE_PARTITIONS: handlers_configs.handle_create_partitions,
             ApiKey.LEADER_AND_ISR: handlers_interbroker.handle_leader_and_isr,
             ApiKey.UPDATE_METADATA: handlers_interbroker.handle_update_metadata,
             ApiKey.STOP_REPLICA: handlers_interbroker.handle_stop_replica,

@@ -9,7 +9,6 @@ topics for the controller and answers once they are gone from this broker's meta
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -156,5 +155,3 @@ def handle_delete_topics(apis: KafkaApis, header: RequestHeader, request: Any) -
 
     return delete()
 
-
-__all__ = ["asyncio"]

@@ -1,0 +1,245 @@
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) and CreatePartitions (37).
+
+Topic configs live in `/config/topics/<topic>` and every broker learns of a change through a
+`/config/changes` notification (see `topic_configs`). DescribeConfigs answers for topics (the
+effective value of every topic config this broker implements, with its source: the topic's override or
+the broker default) and for this broker (its static properties). Broker configs are read-only here:
+altering them is refused with INVALID_REQUEST rather than silently ignored.
+
+CreatePartitions grows a topic's assignment in `/brokers/topics/<topic>` (conditionally on the znode
+version read); the controller's watch on that znode creates the new partitions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from odradek.errors import InvalidConfigurationError, KafkaError
+from odradek.protocol.codec import RequestHeader
+from odradek.server.admin import ConcurrentAssignmentChange
+from odradek.server.apis import response
+from odradek.server.config import DEFINITIONS
+from odradek.server.topics import TOPIC_CONFIGS, effective_topic_config
+
+if TYPE_CHECKING:
+    from odradek.server.apis import KafkaApis
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+CONFIG_TYPES = {"int": 3, "long": 5, "bool": 1, "enum": 2, "string": 2, "list": 7, "double": 6}
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+async def _describe_topic(
+    apis: KafkaApis, name: str, keys: set[str] | None
+) -> list[dict[str, Any]]:
+    broker = apis.broker
+    overrides = await broker.admin.topic_config(name)
+    effective = effective_topic_config(broker.config, overrides)
+    entries = []
+    for key, value in sorted(effective.items()):
+        if keys is not None and key not in keys:
+            continue
+        definition = TOPIC_CONFIGS[key]
+        entries.append(
+            {
+                "name": key,
+                "value": _text(value),
+                "read_only": False,
+                "config_source": SOURCE_DYNAMIC_TOPIC if key in overrides else SOURCE_DEFAULT,
+                "is_sensitive": False,
+                "synonyms": (),
+                "config_type": CONFIG_TYPES.get(definition.kind, 2),
+                "documentation": None,
+            }
+        )
+    return entries
+
+
+def _describe_broker(apis: KafkaApis, keys: set[str] | None) -> list[dict[str, Any]]:
+    config = apis.broker.config
+    entries = []
+    for key, definition in sorted(DEFINITIONS.items()):
+        if keys is not None and key not in keys:
+            continue
+        entries.append(
+            {
+                "name": key,
+                "value": _text(config[key]),
+                "read_only": True,
+                "config_source": SOURCE_STATIC_BROKER
+                if key in config.originals
+                else SOURCE_DEFAULT,
+                "is_sensitive": False,
+                "synonyms": (),
+                "config_type": CONFIG_TYPES.get(definition.type, 2),
+                "documentation": None,
+            }
+        )
+    return entries
+
+
+def handle_describe_configs(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+    async def describe() -> Any:
+        results = []
+        for resource in request.resources:
+            keys = (
+                set(resource.configuration_keys)
+                if resource.configuration_keys is not None
+                else None
+            )
+            result: dict[str, Any] = {
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "resource_type": resource.resource_type,
+                "resource_name": resource.resource_name,
+                "configs": (),
+            }
+            try:
+                if resource.resource_type == TOPIC_RESOURCE:
+                    await apis.broker.admin.topic_assignment(resource.resource_name)
+                    result["configs"] = await _describe_topic(apis, resource.resource_name, keys)
+                elif resource.resource_type == BROKER_RESOURCE:
+                    if resource.resource_name not in ("", str(apis.broker.broker_id)):
+                        raise KafkaError(
+                            f"this is broker {apis.broker.broker_id}, not {resource.resource_name}",
+                            ErrorCode.invalid_request,
+                        )
+                    result["configs"] = _describe_broker(apis, keys)
+                else:
+                    raise KafkaError(
+                        f"resource type {resource.resource_type} is not supported",
+                        ErrorCode.invalid_request,
+                    )
+            except KafkaError as e:
+                result["error_code"] = e.code
+                result["error_message"] = str(e)
+            results.append(result)
+        return response(header, {"throttle_time": 0, "results": results})
+
+    return describe()
+
+
+async def _alter(apis: KafkaApis, request: Any, incremental: bool) -> list[dict[str, Any]]:
+    admin = apis.broker.admin
+    results = []
+    for resource in request.resources:
+        result: dict[str, Any] = {
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "resource_type": resource.resource_type,
+            "resource_name": resource.resource_name,
+        }
+        try:
+            if resource.resource_type != TOPIC_RESOURCE:
+                raise KafkaError("only topic configs can be altered", ErrorCode.invalid_request)
+            name = resource.resource_name
+            current = await admin.topic_config(name) if incremental else {}
+            for entry in resource.configs:
+                operation = int(getattr(entry, "config_operation", OP_SET))
+                if entry.name not in TOPIC_CONFIGS:
+                    raise InvalidConfigurationError(
+                        f"unknown or unsupported topic config {entry.name!r}"
+                    )
+                if operation == OP_SET:
+                    if entry.value is None:
+                        raise InvalidConfigurationError(f"topic config {entry.name} needs a value")
+                    current[entry.name] = entry.value
+                elif operation == OP_DELETE:
+                    current.pop(entry.name, None)
+                else:
+                    raise InvalidConfigurationError(
+                        f"{entry.name} is not a list config: APPEND/SUBTRACT do not apply"
+                    )
+            if request.validate_only:
+                await admin.topic_assignment(name)
+                from odradek.server.topics import validate_topic_configs
+
+                validate_topic_configs(current)
+            else:
+                await admin.set_topic_config(name, current)
+        except KafkaError as e:
+            result["error_code"] = e.code
+            result["error_message"] = str(e)
+        results.append(result)
+    return results
+
+
+def handle_alter_configs(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+    async def alter() -> Any:
+        return response(
+            header, {"throttle_time": 0, "responses": await _alter(apis, request, False)}
+        )
+
+    return alter()
+
+
+def handle_incremental_alter_configs(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+    async def alter() -> Any:
+        return response(
+            header, {"throttle_time": 0, "responses": await _alter(apis, request, True)}
+        )
+
+    return alter()
+
+
+def handle_create_partitions(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+    broker = apis.broker
+
+    async def create() -> Any:
+        results = []
+        grown: dict[str, int] = {}
+        for topic in request.topics:
+            result: dict[str, Any] = {
+                "name": topic.name,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+            }
+            try:
+                manual = (
+                    [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
+                )
+                for attempt in range(3):
+                    current, added = await broker.admin.prepare_partitions(
+                        topic.name, topic.count, manual
+                    )
+                    if request.validate_only:
+                        break
+                    try:
+                        await broker.admin.add_partitions(current, added)
+                        grown[topic.name] = topic.count
+                        break
+                    except ConcurrentAssignmentChange:
+                        if attempt == 2:
+                            raise
+            except KafkaError as e:
+                result["error_code"] = e.code
+                result["error_message"] = str(e)
+            results.append(result)
+        if grown:
+            ready = await broker.wait_for_metadata(
+                lambda: all(
+                    broker.metadata_cache.partition_count(t) >= n
+                    and all(p.leader >= 0 for p in broker.metadata_cache.topics.get(t, {}).values())
+                    for t, n in grown.items()
+                ),
+                max(0.0, request.timeout.total_seconds()),
+            )
+            if not ready:
+                for result in results:
+                    if result["name"] in grown:
+                        result["error_code"] = ErrorCode.request_timed_out
+        return response(header, {"throttle_time": 0, "results": results})
+
+    return create()
