@@ -160,9 +160,9 @@ class Outcome:
     timed_out: bool = False
 
 
-def exchange(bootstrap: str, data: bytes, wait: bool) -> Outcome:
-    """Send `data` on a new connection; with `wait`, read until the broker closes it (frames
-    received on the way are kept) or ANSWER_TIMEOUT_S passes."""
+def exchange(bootstrap: str, data: bytes, wait: bool, answers: int = 0) -> Outcome:
+    """Send `data` on a new connection; with `wait`, read until the broker closes it, or has
+    sent `answers` frames (0: any number), or ANSWER_TIMEOUT_S passes."""
     with _wire.WireConnection.to(bootstrap) as connection:
         if not connection.send_bytes(data):
             return Outcome(closed=True, frames=[])
@@ -170,12 +170,13 @@ def exchange(bootstrap: str, data: bytes, wait: bool) -> Outcome:
             return Outcome(closed=False, frames=[])
         frames: list[bytes] = []
         try:
-            while True:
+            while not answers or len(frames) < answers:
                 frames.append(connection.read_frame(ANSWER_TIMEOUT_S))
         except _wire.ConnectionClosed:
             return Outcome(closed=True, frames=frames)
         except _wire.NoAnswer:
             return Outcome(closed=False, frames=frames, timed_out=True)
+        return Outcome(closed=False, frames=frames)
 
 
 class Fuzzer:
@@ -228,7 +229,7 @@ class Fuzzer:
             raise self.fail(f"{kind}: {data.hex()} left the connection {outcome}")
 
     def expect_answer_or_closed(self, kind: str, data: bytes, correlation_id: int) -> None:
-        outcome = exchange(self.bootstrap, data, wait=True)
+        outcome = exchange(self.bootstrap, data, wait=True, answers=1)
         if outcome.timed_out:
             raise self.fail(f"{kind}: {data.hex()} neither answered nor closed")
         for frame in outcome.frames:
