@@ -208,3 +208,10 @@ class DeliveryError(KafkaError):
 class DataSourceSchemaError(ConfigError):
     """A DataFrame written through the `odradek` Spark sink lacks a required column or has one of
     the wrong type (the message names the column), or a read was given a schema of its own."""
+
+
+class GroupStateError(KafkaError):
+    """A group coordinator invariant broke: an invalid group state transition, a member that
+    should exist but does not. A bug, never a client mistake: reported as UNKNOWN_SERVER_ERROR."""
+
+    code = ErrorCode.unknown_server_error

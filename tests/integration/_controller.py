@@ -10,7 +10,7 @@ The controller tests ask four kinds of question, and each has its helpers here:
   until it holds together with a condition (every partition led, say). Only the topics a test
   names are compared: `cluster3` is shared, and other tests' topics come and go.
 * **What does ZooKeeper hold?** `zk_controller`, `zk_topic`, `zk_partition_states`, `zk_exists`,
-  `zk_children`, `zk_stat` read znodes on a fresh session; `zk_write_topic` writes
+  `zk_children`, `zk_stat`, `zk_topic_config` read znodes on a fresh session; `zk_write_topic` writes
   `/brokers/topics/<t>` the way an admin tool without a broker would. `zk_call` runs any coroutine
   against a `ZkClient`, for the fencing tests that drive `ControllerZk` themselves.
 * **What does a broker do with a controller request?** `send_leader_and_isr`,
@@ -46,7 +46,9 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cli.launcher import LocalBroker, LocalCluster
 from odradek.controller.channel_manager import topic_id_to_uuid
-from odradek.protocol.codec import ApiKey
+from odradek.network.client import BrokerConnection
+from odradek.protocol.build import build
+from odradek.protocol.codec import ApiKey, request_class
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import NoNodeError
 from odradek.zk.znodes import (
@@ -55,12 +57,12 @@ from odradek.zk.znodes import (
     ControllerZNode,
     LeaderIsrAndControllerEpoch,
     TopicAssignment,
+    TopicConfigZNode,
     TopicPartitionStateZNode,
     TopicZNode,
 )
 from tests.fixtures.cluster import wait_until
 from tests.integration import _clients
-from tests.integration._replication import request
 
 T = TypeVar("T")
 
@@ -71,9 +73,37 @@ LEADER_AND_ISR_VERSION = 5
 UPDATE_METADATA_VERSION = 7
 STOP_REPLICA_VERSION = 3
 ZK_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 15.0
 ADMIN_TIMEOUT_MS = 30_000
 PLAINTEXT = 0  # UpdateMetadata's security protocol id
 STATE_CHANGE_LOG = "state-change.log"
+
+
+# ---------------------------------------------------------------------------------------------
+# One request to one broker
+
+
+def request(
+    broker: LocalBroker,
+    api_key: ApiKey,
+    version: int,
+    values: dict[str, Any],
+    timeout: float = REQUEST_TIMEOUT_S,
+) -> Any:
+    """Send one request to `broker` on a fresh connection; the decoded response. NetworkError
+    if the broker cannot be reached or does not answer within `timeout` seconds."""
+
+    async def send() -> Any:
+        connection = await BrokerConnection.connect(
+            broker.host, broker.port, timeout=timeout, client_id="controller-test"
+        )
+        try:
+            message = build(request_class(api_key, version), values)
+            return await connection.send(api_key, version, message, timeout=timeout)
+        finally:
+            connection.close()
+
+    return asyncio.run(send())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,6 +371,19 @@ def zk_partition_states(
     return zk_call(cluster, read)
 
 
+def zk_topic_config(cluster: LocalCluster, topic: str) -> dict[str, str] | None:
+    """`/config/topics/<topic>` decoded, or None if it does not exist."""
+
+    async def read(zk: ZkClient) -> dict[str, str] | None:
+        try:
+            data, stat = await zk.get(TopicConfigZNode.path(topic))
+        except NoNodeError:
+            return None
+        return dict(TopicConfigZNode.decode(data, stat.version, topic).config)
+
+    return zk_call(cluster, read)
+
+
 def zk_exists(cluster: LocalCluster, paths: Iterable[str]) -> dict[str, bool]:
     wanted = list(paths)
 
@@ -522,6 +565,7 @@ def send_stop_replica(
     partition: int,
     leader_epoch: int,
     delete: bool,
+    timeout: float = REQUEST_TIMEOUT_S,
 ) -> Any:
     """One StopReplica v3 for one partition; the decoded response."""
     return request(
@@ -545,6 +589,7 @@ def send_stop_replica(
                 }
             ],
         },
+        timeout,
     )
 
 

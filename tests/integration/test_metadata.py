@@ -1,8 +1,5 @@
 """Every broker's Metadata, replica placement, and client routing on real 3-broker clusters.
 
-* The session cluster (`cluster3`, started with the launcher) has exactly one controller:
-  `/controller` names one registered broker, and every broker's Metadata names the same one and
-  lists the same three brokers.
 * Topics with replication factor 1, 2 and 3 and 60 partitions each: leaders spread evenly (each
   broker leads 20, within one), replicas spread evenly, no broker twice in a partition, and every
   broker answers Metadata identically -- leaders, replicas, ISR, leader epochs, topic ids,
@@ -24,7 +21,6 @@ from odradek.cli.launcher import LocalCluster
 from tests.integration._controller import (
     create_topics,
     leaders_per_broker,
-    metadata_by_broker,
     replicas_per_broker,
     roundtrip,
     topic_spec,
@@ -43,19 +39,6 @@ pytestmark = pytest.mark.filterwarnings(
 
 PARTITIONS = 60
 AGREEMENT_TIMEOUT_S = 60.0
-
-
-def test_exactly_one_controller_named_by_zookeeper_and_every_broker(cluster3: LocalCluster):
-    state = zk_controller(cluster3)
-    assert state.broker_id in cluster3.broker_ids, state
-    assert cluster3.registered_brokers() == cluster3.broker_ids
-    assert state.epoch >= 1, state
-    expected_brokers = [(b.id, b.host, b.port) for b in cluster3.brokers]
-    for broker_id, view in metadata_by_broker(cluster3, []).items():
-        assert view.controller_id == state.broker_id, (broker_id, view)
-        assert [(b.id, b.host, b.port) for b in view.brokers] == expected_brokers, broker_id
-    # One cluster id, the same on every broker.
-    assert len({v.cluster_id for v in metadata_by_broker(cluster3, []).values()}) == 1
 
 
 def test_placement_is_balanced_and_every_broker_answers_metadata_identically(

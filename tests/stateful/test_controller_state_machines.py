@@ -134,9 +134,24 @@ class History:
     ever_held: dict[TopicPartition, set[tuple[int, int, tuple[int, ...], int]]] = field(
         default_factory=dict
     )
+    leader_of_epoch: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
 
 
 class ControllerMachine(RuleBasedStateMachine):
+    # Known bugs, each pinned by a strict xfail regression test at the end of this file. Set
+    # CHECK_DELETION_ACKS and empty KNOWN_REFUSED_TRANSITIONS once they are fixed.
+    CHECK_DELETION_ACKS = False  # test_stop_replica_answer_completes_only_the_replicas_it_names
+    KNOWN_REFUSED_TRANSITIONS: tuple[tuple[str, str], ...] = (
+        # test_deletion_resumed_after_a_broker_returns_repeats_no_transition
+        ("NonExistentPartition", "OfflinePartition"),
+        ("NonExistentPartition", "NonExistentPartition"),
+        ("ReplicaDeletionSuccessful", "OfflineReplica"),
+        ("ReplicaDeletionSuccessful", "ReplicaDeletionStarted"),
+        # test_broker_death_during_deletion_refuses_no_transition
+        ("ReplicaDeletionStarted", "OfflineReplica"),
+        ("ReplicaDeletionSuccessful", "ReplicaDeletionIneligible"),
+    )
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
@@ -223,8 +238,9 @@ class ControllerMachine(RuleBasedStateMachine):
 
     # set-up
 
-    @initialize(live=st.sets(st.sampled_from(BROKER_IDS), min_size=1))
-    def start_cluster(self, live: set[int]) -> None:
+    @initialize(live=st.sets(st.sampled_from(BROKER_IDS), min_size=1), data=st.data())
+    def start_cluster(self, live: set[int], data: st.DataObject) -> None:
+        """Brokers, both candidates (the first to handle its Startup wins), one or two topics."""
         for broker_id in sorted(live):
             self.admin.register_broker(broker_id)
         for broker_id in CANDIDATE_IDS:
@@ -242,12 +258,10 @@ class ControllerMachine(RuleBasedStateMachine):
             queue.put(ev.Startup())
             self.candidates.append(Candidate(broker_id, zk, controller, queue))
         self.drain()
+        for _ in range(data.draw(st.integers(1, 2), label="initial topics")):
+            self._create_topic(data)
 
-    # admins
-
-    @precondition(lambda self: bool(self.live()) and len(self.zk_topics()) < len(TOPIC_NAMES))
-    @rule(data=st.data())
-    def create_topic(self, data: st.DataObject) -> None:
+    def _create_topic(self, data: st.DataObject) -> None:
         free = sorted(set(TOPIC_NAMES) - self.zk_topics() - self.admin.topics_queued_for_deletion())
         if not free:
             return
@@ -272,6 +286,13 @@ class ControllerMachine(RuleBasedStateMachine):
             topic_id=topic_id,
         )
         self.drain()
+
+    # admins
+
+    @precondition(lambda self: bool(self.live()) and len(self.zk_topics()) < len(TOPIC_NAMES))
+    @rule(data=st.data())
+    def create_topic(self, data: st.DataObject) -> None:
+        self._create_topic(data)
 
     @precondition(lambda self: bool(self.live()) and bool(self.deletable_topics()))
     @rule(data=st.data())
@@ -327,6 +348,9 @@ class ControllerMachine(RuleBasedStateMachine):
         """ControlledShutdown, retried while the broker still leads something, then the broker
         stops (deregisters) whatever the answer, as Kafka's broker does."""
         broker_id = data.draw(st.sampled_from(sorted(self.live())), label="broker")
+        self._controlled_shutdown(broker_id)
+
+    def _controlled_shutdown(self, broker_id: int) -> None:
         candidate = self.active
         broker_epoch = candidate.controller.context.broker_epoch(broker_id)
         for _ in range(SHUTDOWN_RETRIES):
@@ -383,9 +407,7 @@ class ControllerMachine(RuleBasedStateMachine):
             if state.leader in live and tp[0] not in deleting
         )
 
-    @precondition(lambda self: bool(self._led_partitions()))
-    @rule(data=st.data(), notify=st.booleans())
-    def leader_changes_isr(self, data: st.DataObject, notify: bool) -> None:
+    def _leader_changes_isr(self, data: st.DataObject, notify: bool) -> TopicPartition | None:
         """A leader shrinks or expands its ISR (conditional write) and notifies the controller
         now or later. Only live replicas can rejoin; any follower can be dropped."""
         tp = data.draw(st.sampled_from(self._led_partitions()), label="partition")
@@ -396,17 +418,43 @@ class ControllerMachine(RuleBasedStateMachine):
         followers = [
             r for r in assignment[tp[1]] if r != state.leader and (r in state.isr or r in live)
         ]
-        chosen = data.draw(st.sets(st.sampled_from(followers)) if followers else st.just(set()))
+        chosen = data.draw(
+            st.sets(st.sampled_from(followers)) if followers else st.just(set()), label="ISR"
+        )
         isr = [state.leader, *(r for r in followers if r in chosen)]
         if sorted(isr) == sorted(state.isr):
-            return
+            return None
         self.admin.leader_update_isr(tp, isr, notify=notify)
         if notify:
             self.stale_cache_ok.discard(tp)
         else:
             self.pending_isr_notifications.add(tp)
             self.stale_cache_ok.add(tp)
+        return tp
+
+    @precondition(lambda self: bool(self._led_partitions()))
+    @rule(data=st.data(), notify=st.booleans())
+    def leader_changes_isr(self, data: st.DataObject, notify: bool) -> None:
+        self._leader_changes_isr(data, notify)
         self.drain()
+
+    @precondition(lambda self: bool(self._led_partitions()))
+    @rule(data=st.data(), clean=st.booleans())
+    def isr_change_races_the_controller(self, data: st.DataObject, clean: bool) -> None:
+        """A leader changes the ISR and, before its notification, a replica of that partition
+        shuts down (cleanly or not): the controller's write names a stale version and must
+        retry on a fresh read."""
+        tp = self._leader_changes_isr(data, notify=False)
+        if tp is None:
+            return
+        assignment = self.admin.topic_assignment(tp[0]) or {}
+        victims = sorted(set(assignment.get(tp[1], ())) & self.live())
+        broker_id = data.draw(st.sampled_from(victims), label="broker")
+        if clean:
+            self._controlled_shutdown(broker_id)
+        else:
+            self.admin.deregister_broker(broker_id)
+            self.drain()
 
     @precondition(lambda self: bool(self.pending_isr_notifications))
     @rule()
@@ -519,9 +567,10 @@ class ControllerMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_partition_state_write_is_legal(self) -> None:
-        """Audit the writes since the last step: leader epochs never decrease, the ISR is never
-        empty, a fenced write carries the epoch of the controller that passed the fence, and with
-        unclean election off a new leader comes from the previous ISR."""
+        """Audit the writes since the last step: leader epochs never decrease and each has one
+        leader, the ISR is never empty and holds the leader, a fenced write carries the epoch of
+        the controller that passed the fence, and with unclean election off a new leader comes
+        from the previous ISR."""
         self._audit_writes()
 
     def _audit_writes(self) -> None:
@@ -539,14 +588,21 @@ class ControllerMachine(RuleBasedStateMachine):
     def _audit_state_write(self, write: PartitionStateWrite) -> None:
         history = self.history
         tp, before, after = write.tp, write.before, write.after
-        if after is None:
+        if after is None:  # the topic was deleted: a new one may reuse the name
             history.last_state.pop(tp, None)
+            history.leader_of_epoch.pop(tp, None)
             return
         assert after.isr, f"{tp}: empty ISR written"
         assert after.leader == -1 or after.leader in after.isr, f"{tp}: leader outside the ISR"
         history.ever_held.setdefault(tp, set()).add(
             (after.leader, after.leader_epoch, after.isr, after.zk_version)
         )
+        if after.leader != -1:
+            leaders = history.leader_of_epoch.setdefault(tp, {})
+            leader = leaders.setdefault(after.leader_epoch, after.leader)
+            assert leader == after.leader, (
+                f"{tp}: leader epoch {after.leader_epoch} had leader {leader}, now {after.leader}"
+            )
         if write.by_controller:
             assert after.controller_epoch == history.epoch, (
                 f"{tp} written with controller epoch {after.controller_epoch}, "
@@ -607,16 +663,18 @@ class ControllerMachine(RuleBasedStateMachine):
                 key = (replica.topic, replica.partition, replica.replica)
                 assert key in self.acknowledged_deletions, f"{replica} deleted without an answer"
 
-    CHECK_REFUSED = False
-    CHECK_DELETION_ACKS = False
-
     @invariant()
     def no_transition_was_refused(self) -> None:
         """The callbacks only ask for valid transitions: a refused one (an ERROR on the
-        state-change log) means the controller's bookkeeping and its callbacks disagree."""
+        state-change log) means the controller's bookkeeping and its callbacks disagree. The
+        refusals of known topic-deletion bugs are tolerated (see KNOWN_REFUSED_TRANSITIONS)."""
         errors, self.state_errors.messages = self.state_errors.messages, []
-        if self.CHECK_REFUSED:
-            assert errors == []
+        unexpected = [
+            m
+            for m in errors
+            if not any(f" from {a} to {b}:" in m for a, b in self.KNOWN_REFUSED_TRANSITIONS)
+        ]
+        assert unexpected == []
 
 
 async def _nothing() -> None:

@@ -5,7 +5,8 @@ APIs it has a handler for, in exactly the version ranges those handlers understa
 features from this list, so advertising anything more would invite requests we cannot answer).
 
 Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
-`handlers_admin`, `handlers_interbroker`); each is `handle(apis, header, request) -> response | awaitable`.
+`handlers_admin`, `handlers_configs`, `handlers_groups`, `handlers_interbroker`); each is
+`handle(apis, header, request) -> response | awaitable`.
 A request for an unknown API or an unsupported version closes the connection (as Kafka does), except
 ApiVersions, which is answered with UNSUPPORTED_VERSION and the supported list in a v0 response
 (KIP-511), so that a newer client can retry with an older version.
@@ -53,6 +54,18 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.CREATE_PARTITIONS: (0, 3),
+    # Consumer groups (handlers_groups): the ranges of Kafka 3.x in ZooKeeper mode, bounded below
+    # by the oldest version kio describes.
+    ApiKey.FIND_COORDINATOR: (0, 4),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.OFFSET_COMMIT: (2, 8),
+    ApiKey.OFFSET_FETCH: (1, 8),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.DELETE_GROUPS: (0, 2),
 }
 
 Handler = Callable[["KafkaApis", RequestHeader, Any], Any]
@@ -66,12 +79,16 @@ class KafkaApis:
             handlers_admin,
             handlers_configs,
             handlers_fetch,
+            handlers_groups,
             handlers_interbroker,
             handlers_metadata,
             handlers_produce,
         )
 
         self.broker = broker
+        # The connection of the request being dispatched: valid only in the synchronous part of a
+        # handler (before its first await). Group membership records the client's address.
+        self.connection: ClientConnection | None = None
         self.handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: handle_api_versions,
             ApiKey.PRODUCE: handlers_produce.handle_produce,
@@ -89,6 +106,16 @@ class KafkaApis:
             ApiKey.UPDATE_METADATA: handlers_interbroker.handle_update_metadata,
             ApiKey.STOP_REPLICA: handlers_interbroker.handle_stop_replica,
             ApiKey.CONTROLLED_SHUTDOWN: handlers_interbroker.handle_controlled_shutdown,
+            ApiKey.FIND_COORDINATOR: handlers_groups.handle_find_coordinator,
+            ApiKey.JOIN_GROUP: handlers_groups.handle_join_group,
+            ApiKey.SYNC_GROUP: handlers_groups.handle_sync_group,
+            ApiKey.HEARTBEAT: handlers_groups.handle_heartbeat,
+            ApiKey.LEAVE_GROUP: handlers_groups.handle_leave_group,
+            ApiKey.OFFSET_COMMIT: handlers_groups.handle_offset_commit,
+            ApiKey.OFFSET_FETCH: handlers_groups.handle_offset_fetch,
+            ApiKey.LIST_GROUPS: handlers_groups.handle_list_groups,
+            ApiKey.DESCRIBE_GROUPS: handlers_groups.handle_describe_groups,
+            ApiKey.DELETE_GROUPS: handlers_groups.handle_delete_groups,
         }
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         if missing:
@@ -106,6 +133,7 @@ class KafkaApis:
                 f"unsupported version {header.api_version} of api {ApiKey(header.api_key).name}"
             )
         request = decode_request_body(header, frame)
+        self.connection = connection
         return self.handlers[header.api_key](self, header, request)
 
 

@@ -47,7 +47,9 @@ from odradek.protocol.codec import ApiKey
 from odradek.server.admin import AdminManager
 from odradek.server.apis import KafkaApis
 from odradek.server.config import KafkaConfig
+from odradek.server.group_coordinator import GroupCoordinator
 from odradek.server.metadata_cache import MetadataCache
+from odradek.server.offset_store import OffsetStore
 from odradek.server.topic_configs import TopicConfigs
 from odradek.server.topics import log_config_for
 from odradek.zk.client import CreateOp, SessionState, ZkClient
@@ -81,6 +83,8 @@ class Broker:
         self.controller: KafkaController = None  # type: ignore[assignment]
         self.admin: AdminManager = None  # type: ignore[assignment]
         self.topic_configs: TopicConfigs = None  # type: ignore[assignment]
+        self.offset_store: OffsetStore = None  # type: ignore[assignment]
+        self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]
         self.socket_server: SocketServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._metadata_waiters: list[asyncio.Future[None]] = []
@@ -116,6 +120,10 @@ class Broker:
         # 3. listen
         listener = config.listener
         self.metadata_cache = MetadataCache(self.broker_id)
+        # The group coordinator exists before we listen, so no group request finds it missing;
+        # its timers start with the other periodic work (7).
+        self.offset_store = OffsetStore(self.zk)
+        self.group_coordinator = GroupCoordinator.for_broker(self, self.offset_store)
         apis = KafkaApis(self)
         self.socket_server = SocketServer(
             listener.host or "0.0.0.0",
@@ -162,6 +170,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
+        self.group_coordinator.start_for_broker(self)
         self.started = True
         log.info(
             "broker %d started: listening on %s:%d, cluster %s, %d logs",
@@ -227,7 +236,9 @@ class Broker:
             return
         from odradek.controller.controller_zk import ControllerZk
 
-        assignments = await ControllerZk(self.zk).get_topic_assignments({log_.topic for log_ in local})
+        assignments = await ControllerZk(self.zk).get_topic_assignments(
+            {log_.topic for log_ in local}
+        )
         for log_ in local:
             assignment = assignments.get(log_.topic)
             replicas = assignment.partitions.get(log_.partition) if assignment is not None else None
@@ -329,7 +340,9 @@ class Broker:
         """The topic's log config (broker defaults overridden by the topic's), memoised."""
         config = self._log_configs.get(topic)
         if config is None:
-            config = self._log_configs[topic] = log_config_for(self.config, self.topic_configs.get(topic))
+            config = self._log_configs[topic] = log_config_for(
+                self.config, self.topic_configs.get(topic)
+            )
         return config
 
     def _on_topic_config_change(self, topic: str, overrides: dict[str, str]) -> None:
@@ -468,6 +481,9 @@ class Broker:
             if self.started:
                 with contextlib.suppress(Exception):
                     await self.controlled_shutdown()
+            if self.group_coordinator is not None:
+                # Parked JoinGroup/SyncGroup requests get NOT_COORDINATOR while we still can answer.
+                await self.group_coordinator.shutdown()
             if self.socket_server is not None:
                 await self.socket_server.stop()
             if self.controller is not None:
