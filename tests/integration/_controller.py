@@ -278,9 +278,11 @@ def wait_for_agreement(
         return None
 
     try:
-        return wait_until(check, timeout, f"brokers {ids} to agree on {what}")
+        agreed = wait_until(check, timeout, f"brokers {ids} to agree on {what}")
     except AssertionError as e:
         raise AssertionError(f"{e}\n{describe_views(last)}") from None
+    assert agreed is not None  # wait_until returns only a truthy result
+    return agreed
 
 
 # ---------------------------------------------------------------------------------------------

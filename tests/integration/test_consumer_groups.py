@@ -129,7 +129,8 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
 
 
 def find_coordinator(bootstrap: str, group: str) -> int:
-    with _wire.WireConnection.to(bootstrap) as connection:
+    """The group's coordinator as the first broker of `bootstrap` answers FindCoordinator v3."""
+    with _wire.WireConnection.to(bootstrap.split(",")[0]) as connection:
         answer = connection.request(ApiKey.FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
     assert answer.error_code == ErrorCode.none, answer
     return int(answer.node_id)
@@ -495,7 +496,7 @@ def test_group_moves_when_its_coordinator_dies(make_cluster: Any) -> None:
 
         def moved() -> bool:
             try:
-                return find_coordinator(survivors.split(",")[0], group) != coordinator_id
+                return find_coordinator(survivors, group) != coordinator_id
             except (OSError, _wire.ConnectionClosed, _wire.NoAnswer):
                 return False
 

@@ -10,6 +10,9 @@ change propagation and the state-change log.
 * Fencing, ZooKeeper side: a partition state write made with the `/controller_epoch` znode
   version of an older epoch (a deposed controller's) fails with ControllerMovedError, and the
   partition state znode is unchanged.
+* Fencing of an earlier incarnation (KIP-380): a broker restarted while its old session still
+  lives refuses a request carrying its old broker epoch with STALE_BROKER_EPOCH (xfail: the
+  broker applies such requests until it has registered).
 * Failover: SIGKILL the controller broker; once its session expires another broker wins
   `/controller` with the epoch one higher, every partition is led by a survivor, and the
   survivors' Metadata agrees. The killed broker restarts, gets its replicas back (in the ISR
@@ -47,6 +50,7 @@ from odradek.zk.znodes import (
 )
 from tests.fixtures.cluster import wait_until
 from tests.integration._controller import (
+    ControllerState,
     MetadataView,
     TopicInfo,
     create_topics,
@@ -276,23 +280,27 @@ def test_a_restarted_broker_refuses_requests_addressed_to_its_previous_incarnati
 
     cluster.kill(bounced)
     cluster.start_broker(bounced, wait=False)
-    wait_until(lambda: _answers(cluster, bounced), 30, f"broker {bounced}'s new process to listen")
-    assert zk_broker_epoch(cluster, bounced) == old_epoch, "the old registration is gone already"
-    answer = send_stop_replica(
-        cluster.broker(bounced),
-        controller_id=controller.broker_id,
-        controller_epoch=controller.epoch,
-        broker_epoch=old_epoch,
-        topic=topic,
-        partition=0,
-        leader_epoch=zk_partition_states(cluster, topic, [0])[0].leader_epoch,
-        delete=True,
-        # A broker may hold the request until it has registered (as Kafka does): the old
-        # session must expire first.
-        timeout=BOUNCE_SESSION_TIMEOUT_MS / 1000 + 20,
-    )
-    assert partition_dir(cluster.broker(bounced), topic, 0).is_dir(), "the log was deleted"
-    assert answer.error_code == ErrorCode.stale_broker_epoch, answer
+    try:
+        wait_until(lambda: _answers(cluster, bounced), 30, f"broker {bounced}'s new process")
+        assert zk_broker_epoch(cluster, bounced) == old_epoch, "the old registration is gone"
+        answer = send_stop_replica(
+            cluster.broker(bounced),
+            controller_id=controller.broker_id,
+            controller_epoch=controller.epoch,
+            broker_epoch=old_epoch,
+            topic=topic,
+            partition=0,
+            leader_epoch=zk_partition_states(cluster, topic, [0])[0].leader_epoch,
+            delete=True,
+            # A broker may hold the request until it has registered (as Kafka does): the old
+            # session must expire first.
+            timeout=BOUNCE_SESSION_TIMEOUT_MS / 1000 + 20,
+        )
+        assert partition_dir(cluster.broker(bounced), topic, 0).is_dir(), "the log was deleted"
+        assert answer.error_code == ErrorCode.stale_broker_epoch, answer
+    finally:
+        # A process still waiting to register would hold up the cluster's teardown.
+        cluster.kill(bounced)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,11 +335,12 @@ def test_killed_controller_is_replaced_and_gets_its_replicas_back_on_restart(
 
     # 1. Another broker wins /controller once the dead one's session expires; the epoch grows
     #    by exactly one (a single election).
-    new = wait_until(
-        lambda: (s := zk_controller(cluster)).broker_id in survivors and s,
-        FAILOVER_TIMEOUT_S,
-        "a surviving broker to become controller",
-    )
+    def elected() -> ControllerState | None:
+        state = zk_controller(cluster)
+        return state if state.broker_id in survivors else None
+
+    new = wait_until(elected, FAILOVER_TIMEOUT_S, "a surviving broker to become controller")
+    assert new is not None
     assert new.epoch == old.epoch + 1, (old, new)
 
     # 2. Every partition is led by a survivor, the dead broker left every ISR, and the
@@ -491,6 +500,7 @@ def test_isr_changes_are_propagated_through_consumed_notifications(
         timeout=ISR_TIMEOUT_S,
         what="the expanded ISR",
     )
+    assert shrunk is not None
     expanded = wait_until(
         lambda: _notifications_consumed(cluster, shrunk + 2),
         ISR_TIMEOUT_S,
@@ -514,6 +524,7 @@ def test_isr_changes_are_propagated_through_consumed_notifications(
         ISR_TIMEOUT_S,
         f"the controller to delete {created}",
     )
+    assert expanded is not None
     assert _notifications_consumed(cluster, expanded + 2) is not None
 
 

@@ -24,7 +24,9 @@ Deletion:
   (`/brokers/topics/<t>`, `/config/topics/<t>`, `/admin/delete_topics/<t>`) and its partition
   directories from every broker's data directory; the same name created again is an empty topic.
 * Deleting while a replica's broker is down: the live brokers delete at once, the deletion stays
-  pending in ZooKeeper, and completes (the returned broker's directories too) once it is back.
+  pending in ZooKeeper, and completes (the returned broker's directories too) once it is back;
+  only the returned broker's replicas are retried, so the controller refuses no state transition
+  (xfail: the whole deletion is started again).
 """
 
 from __future__ import annotations
@@ -37,7 +39,13 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.launcher import LocalCluster
-from odradek.zk.znodes import DeleteTopicsTopicZNode, TopicConfigZNode, TopicZNode
+from odradek.zk.znodes import (
+    DeleteTopicsTopicZNode,
+    LeaderIsrAndControllerEpoch,
+    TopicAssignment,
+    TopicConfigZNode,
+    TopicZNode,
+)
 from tests.fixtures.cluster import wait_until
 from tests.integration._controller import (
     MetadataView,
@@ -120,14 +128,16 @@ def test_a_topic_written_straight_to_zookeeper_is_created_by_the_controller(
     zk_write_topic(cluster3, topic, assignment_json(assignment))
     controller = zk_controller(cluster3)
 
-    states = wait_until(
-        lambda: (
-            (s := zk_partition_states(cluster3, topic, assignment)).keys() == assignment.keys()
-            and s
-        ),
-        AGREEMENT_TIMEOUT_S,
-        f"partition state znodes of {topic}",
-    )
+    def all_states() -> dict[int, LeaderIsrAndControllerEpoch] | None:
+        found = zk_partition_states(cluster3, topic, assignment)
+        return found if found.keys() == assignment.keys() else None
+
+    def with_topic_id() -> TopicAssignment | None:
+        found = zk_topic(cluster3, topic)
+        return found if found is not None and found.topic_id is not None else None
+
+    states = wait_until(all_states, AGREEMENT_TIMEOUT_S, f"partition state znodes of {topic}")
+    assert states is not None
     for partition, replicas in assignment.items():
         state = states[partition]
         assert (state.leader, sorted(state.isr), state.leader_epoch) == (
@@ -136,11 +146,8 @@ def test_a_topic_written_straight_to_zookeeper_is_created_by_the_controller(
             0,
         ), (partition, state)
         assert state.controller_epoch == controller.epoch
-    written = wait_until(
-        lambda: (a := zk_topic(cluster3, topic)) is not None and a.topic_id is not None and a,
-        AGREEMENT_TIMEOUT_S,
-        f"the controller to give {topic} a topic id",
-    )
+    written = wait_until(with_topic_id, AGREEMENT_TIMEOUT_S, f"a topic id for {topic}")
+    assert written is not None
     assert {p: list(a.replicas) for p, a in written.partitions.items()} == assignment
     view = wait_for_agreement(cluster3, [topic], _led(topic, len(assignment)), what="the topic")
     info = view.topic(topic)

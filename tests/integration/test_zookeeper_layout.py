@@ -69,6 +69,12 @@ def kafka_topic_id(value: uuid.UUID | str) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
+def confluent_topic_id(value: Any) -> str:
+    """A confluent-kafka `Uuid` in Kafka's text form (its own str() uses standard base64)."""
+    most, least = value.get_most_significant_bits(), value.get_least_significant_bits()
+    return kafka_topic_id(uuid.UUID(int=((most % 2**64) << 64) | (least % 2**64)))
+
+
 def is_millis_text(value: object) -> bool:
     now = int(time.time() * 1000)
     return isinstance(value, str) and value.isdigit() and now - DAY_MS < int(value) <= now + 60_000
@@ -124,7 +130,7 @@ def test_zookeeper_holds_kafkas_layout(cluster3: LocalCluster, zk: KazooClient):
     }
     assert assignment["version"] == 2
     assert assignment["adding_replicas"] == {} and assignment["removing_replicas"] == {}
-    assert assignment["topic_id"] == topic_id == str(description.topic_id)
+    assert assignment["topic_id"] == topic_id == confluent_topic_id(description.topic_id)
     replicas = assignment["partitions"]
     assert sorted(replicas) == ["0", "1", "2"]
     for partition in description.partitions:

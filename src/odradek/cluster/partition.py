@@ -42,6 +42,7 @@ from odradek.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
+from odradek.zk.errors import SessionExpiredError
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +211,13 @@ class Partition:
         self.leader_id = NO_LEADER
         self._fail_hw_waiters(NotLeaderOrFollowerError(f"{self} was stopped"))
         self._wake_data_waiters()
+
+    def fence(self, reason: str) -> None:
+        """Stop taking writes as leader until the next LeaderAndIsr (a zombie leader)."""
+        if self.is_leader and not self.fenced:
+            log.warning("%s: fenced (%s): no writes until the controller tells us our role", self, reason)
+        self.fenced = True
+        self._fail_hw_waiters(NotLeaderOrFollowerError(f"{self}: leadership is being moved"))
 
     # leader: appends
 
@@ -398,6 +406,13 @@ class Partition:
     ) -> None:
         try:
             new_version = await self._isr_writer(update)
+        except SessionExpiredError:
+            # Our session expired: the controller has seen this broker die and moved (or is
+            # moving) leadership. Like a rejected write, this makes us a zombie until told our role.
+            if self.isr_state is pending:
+                self.isr_state = CommittedIsr(pending.isr)
+            self.fence("the ZooKeeper session expired")
+            return
         except Exception as e:  # ZooKeeper unavailable: keep the old ISR, retry on the next trigger
             log.warning("%s: ISR write failed (%s); keeping %s", self, e, sorted(pending.isr))
             if self.isr_state is pending:
@@ -413,8 +428,7 @@ class Partition:
                 update.zk_version,
             )
             self.isr_state = CommittedIsr(pending.isr)
-            self.fenced = True
-            self._fail_hw_waiters(NotLeaderOrFollowerError(f"{self}: leadership is being moved"))
+            self.fence("the partition state znode changed")
             return
         self.isr_state = CommittedIsr(frozenset(update.isr))
         self.partition_epoch = new_version

@@ -248,6 +248,8 @@ class ReplicaManager:
                 or (
                     state.leader_epoch == existing.leader_epoch
                     and state.zk_version <= existing.partition_epoch
+                    # A fenced leader waits for exactly this: the controller restating its role.
+                    and not (existing.fenced and state.zk_version == existing.partition_epoch)
                 )
             ):
                 results[key] = StaleControllerEpochError(

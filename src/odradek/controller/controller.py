@@ -658,7 +658,8 @@ class KafkaController:
             for tp in context.partitions_led_by(event.broker_id)
             if len(context.partition_replica_assignment(tp)) > 1
         ]
-        event.result.set_result(remaining)
+        if not event.result.done():
+            event.result.set_result(remaining)
 
     # responses
 

@@ -230,6 +230,12 @@ class PartitionStateMachine:
     ) -> PartitionResult:
         context = self.context
         results: PartitionResult = {}
+        # Leaders change ISRs in ZooKeeper themselves and tell the controller later (batched ISR
+        # change notifications): elect from what ZooKeeper holds now, as Kafka's
+        # doElectLeaderForPartitions does, never from the cached ISR alone.
+        known = [tp for tp in partitions if tp in context.leadership]
+        if known:
+            context.leadership.update(await self.zk.get_partition_states(known))
         remaining = [tp for tp in partitions if tp in context.leadership]
         for tp in partitions:
             if tp not in context.leadership:

@@ -289,7 +289,13 @@ class Broker:
 
     def _on_session_state(self, state: SessionState) -> None:
         if state is SessionState.EXPIRED:
-            log.warning("ZooKeeper session expired; the broker will re-register")
+            # The controller has seen us die: every partition we lead is being (or has been)
+            # given to another replica. Stop taking writes now rather than at our next ISR write.
+            log.warning("ZooKeeper session expired; fencing our leaderships and re-registering")
+            if self.replica_manager is not None:
+                for partition in self.replica_manager.partitions.values():
+                    if partition.is_leader:
+                        partition.fence("the ZooKeeper session expired")
 
     # hooks used by handlers and components
 
