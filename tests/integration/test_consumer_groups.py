@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
@@ -158,6 +159,15 @@ def test_confluent_group_splits_commits_rebalances_and_resumes(cluster3: LocalCl
             "the two consumers to split the six partitions",
         )
         owned = {0: assigned(first), 1: assigned(second)}
+        # The admin client sees the same group through ListGroups and DescribeGroups.
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        listed = admin.list_consumer_groups().result(CLIENT_TIMEOUT_S)
+        assert group in {g.group_id for g in listed.valid}
+        description = admin.describe_consumer_groups([group])[group].result(CLIENT_TIMEOUT_S)
+        assert description.state is ConsumerGroupState.STABLE
+        assert sorted(
+            {tp.partition for tp in m.assignment.topic_partitions} for m in description.members
+        ) == sorted(owned.values())
         # 2. Everything produced is consumed exactly once between them, each from its own.
         produce(bootstrap, topic, dict.fromkeys(range(6), 20), "a")
         got: dict[int, list[Position]] = {}
@@ -423,6 +433,19 @@ def test_commit_errors_storage_and_group_admin(cluster3: LocalCluster) -> None:
     create_topic(bootstrap, topic, partitions=1)
     coordinator_id = find_coordinator(bootstrap, group)
     other_id = next(b for b in cluster3.broker_ids if b != coordinator_id)
+    with _wire.WireConnection.to(cluster3.broker(other_id).bootstrap) as elsewhere:
+        # v4 batches keys (KIP-699); any broker answers; there are no transaction coordinators.
+        batched = elsewhere.request(
+            ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group, "other"]}
+        )
+        assert [(c.key, c.error_code, c.node_id) for c in batched.coordinators] == [
+            (group, ErrorCode.none, coordinator_id),
+            ("other", ErrorCode.none, find_coordinator(bootstrap, "other")),
+        ]
+        transactional = elsewhere.request(
+            ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["txn"]}
+        )
+        assert transactional.coordinators[0].error_code == ErrorCode.invalid_request
     with _wire.WireConnection.to(cluster3.broker(other_id).bootstrap) as elsewhere:
         assert fetch_offsets(elsewhere, group, topic, [0])[0] == ErrorCode.not_coordinator
     with _wire.WireConnection.to(cluster3.broker(coordinator_id).bootstrap) as connection:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.launcher import LocalCluster
@@ -77,15 +76,6 @@ def _values(batches: list[StoredBatch]) -> dict[int, bytes | None]:
     return {r.offset: r.value for r in records_of(batches)}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "bug: PartitionStateMachine._elect_leaders elects from the controller's cached ISR; the "
-        "leader's ISR expansion (written to ZooKeeper, announced by a batched isr_change "
-        "notification) has not reached the cache when the leader dies, so the partition goes "
-        "leaderless instead of electing the follower that is in the ZooKeeper ISR"
-    ),
-)
 def test_follower_restarted_with_a_stale_high_watermark_keeps_acknowledged_records(
     make_cluster: Callable[..., LocalCluster],
 ):
