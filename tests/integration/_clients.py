@@ -370,8 +370,8 @@ class StreamingProducer:
             }
         )
         self.lock = threading.Lock()
-        self.acknowledged: list[tuple[int, bytes]] = []  # (offset, value), in report order
-        self.failed: list[tuple[bytes, KafkaError]] = []
+        self.acknowledged: list[tuple[int, bytes | None]] = []  # (offset, value), report order
+        self.failed: list[tuple[bytes | None, KafkaError]] = []
         self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="streaming-producer", daemon=True)
@@ -382,7 +382,7 @@ class StreamingProducer:
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         with self.lock:
             if error is None:
-                self.acknowledged.append((message.offset(), message.value()))
+                self.acknowledged.append((message.offset() or 0, message.value()))
             else:
                 self.failed.append((message.value(), error))
 
@@ -467,9 +467,12 @@ def _consume_confluent(
             timestamp_type, timestamp = message.timestamp()
             if timestamp_type != CONFLUENT_CREATE_TIME:
                 raise ClientError(f"timestamp type {timestamp_type} is not CreateTime")
+            offset = message.offset()
+            if offset is None:
+                raise ClientError("confluent-kafka returned a record without an offset")
             got.append(
                 Consumed(
-                    message.offset(),
+                    offset,
                     message.key(),
                     message.value(),
                     _headers(message.headers()),

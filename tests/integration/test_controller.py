@@ -11,8 +11,8 @@ change propagation and the state-change log.
   version of an older epoch (a deposed controller's) fails with ControllerMovedError, and the
   partition state znode is unchanged.
 * Fencing of an earlier incarnation (KIP-380): a broker restarted while its old session still
-  lives refuses a request carrying its old broker epoch with STALE_BROKER_EPOCH (xfail: the
-  broker applies such requests until it has registered).
+  lives refuses a request carrying its old broker epoch with STALE_BROKER_EPOCH (controller
+  requests wait until the broker has registered and knows its epoch).
 * Failover: SIGKILL the controller broker; once its session expires another broker wins
   `/controller` with the epoch one higher, every partition is led by a survivor, and the
   survivors' Metadata agrees. The killed broker restarts, gets its replicas back (in the ISR
@@ -256,12 +256,6 @@ def _answers(cluster: LocalCluster, broker_id: int) -> bool:
     return True
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a restarted broker applies controller requests addressed to its previous "
-    "incarnation until it has registered (handlers_interbroker._broker_epoch_stale skips the "
-    "check while broker_epoch is -1)",
-)
 def test_a_restarted_broker_refuses_requests_addressed_to_its_previous_incarnation(
     make_cluster: Callable[..., LocalCluster],
 ):

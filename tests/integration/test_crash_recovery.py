@@ -107,7 +107,7 @@ def test_sigkill_while_producing_loses_no_acknowledged_record(make_cluster: Any)
     lost = [(o, v) for o, v in acknowledged if log[o] != v]
     assert not lost, f"{len(lost)} of {len(acknowledged)} acknowledged records lost: {lost[:5]}"
     # Before the crash nothing was retried, so the log holds those records in send order.
-    offsets_in_send_order = [o for o, _ in sorted(before_crash, key=lambda ov: ov[1])]
+    offsets_in_send_order = [o for o, _ in sorted(before_crash, key=lambda ov: ov[1] or b"")]
     assert offsets_in_send_order == sorted(offsets_in_send_order)
     # And the log holds nothing the producer did not send.
     sent = {f"record-{i:08d}".encode() for i in range(producer.sent)}

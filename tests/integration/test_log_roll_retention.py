@@ -52,6 +52,7 @@ def write(bootstrap: str, topic: str, first: int, batches: int, timestamp_ms: in
     offset = first
     with _wire.WireConnection.to(bootstrap) as connection:
         for _ in range(batches):
+            records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]]
             records = [
                 (f"k{o}".encode(), value_of(o), [], timestamp_ms)
                 for o in range(offset, offset + RECORDS_PER_BATCH)

@@ -495,7 +495,7 @@ def test_a_huge_create_topics_does_not_freeze_the_broker(make_cluster: Any):
             "topics": [
                 {
                     "name": unique_topic("huge"),
-                    "num_partitions": 5_000_000,
+                    "num_partitions": 3_000_000,
                     "replication_factor": 1,
                     "assignments": [],
                     "configs": [],

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -62,7 +63,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], fragment: st
     return errors[0]
 
 
-def server_properties(directory: Path, **properties: str) -> Path:
+def server_properties(directory: Path, **properties: str | None) -> Path:
     """A server.properties with sane defaults for what the test does not set (None: omit)."""
     values: dict[str, str | None] = {
         "broker.id": "7",
@@ -179,6 +180,26 @@ def test_log_dir_of_another_broker(tmp_path: Path, zk_chroot: str):
     assert elapsed < EXIT_DEADLINE_S
     assert_one_line_error(result, "broker.id=3")
     assert registered(zk_chroot) == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: the refused second broker's Broker.shutdown runs LogManager.shutdown over a "
+    "log dir it never locked: it writes .kafka_cleanshutdown (and empty offset checkpoints) "
+    "into the running broker's directory, so that broker's next start after a crash skips "
+    "recovery",
+)
+def test_log_dir_in_use_by_a_running_broker(tmp_path: Path, make_cluster: Any):
+    cluster = make_cluster(1)
+    data = Path(cluster.broker(1).data_dir)
+    config = server_properties(
+        tmp_path, log_dirs=str(data), zookeeper_connect=cluster.zookeeper_connect
+    )
+    result, elapsed = odradek("server", str(config))
+    assert elapsed < EXIT_DEADLINE_S
+    assert_one_line_error(result, "in use")
+    # A running broker never has the clean-shutdown marker: only a clean exit writes it.
+    assert not (data / ".kafka_cleanshutdown").exists()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,8 +25,7 @@ Deletion:
   directories from every broker's data directory; the same name created again is an empty topic.
 * Deleting while a replica's broker is down: the live brokers delete at once, the deletion stays
   pending in ZooKeeper, and completes (the returned broker's directories too) once it is back;
-  only the returned broker's replicas are retried, so the controller refuses no state transition
-  (xfail: the whole deletion is started again).
+  only the returned broker's replicas are retried, so the controller refuses no state transition.
 """
 
 from __future__ import annotations
@@ -468,12 +467,6 @@ def test_deletion_while_a_replica_broker_is_down_completes_when_it_returns(
     _assert_empty_topic(cluster, topic, 3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: when a broker with ineligible replicas returns, TopicDeletionManager."
-    "on_brokers_started un-marks the topic and resume() runs _start_deletion again, re-applying "
-    "transitions to partitions and replicas already deleted (refused, logged as errors)",
-)
 def test_deletion_resumed_for_a_returned_broker_makes_no_invalid_transition(
     make_cluster: Callable[..., LocalCluster],
 ):

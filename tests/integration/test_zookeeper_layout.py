@@ -26,8 +26,6 @@ from kazoo.client import KazooClient
 from odradek.cli.launcher import LocalCluster
 from tests.integration._clients import unique_topic, wait_until_serving
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
 BROKER_V5_KEYS = {
     "version",
     "host",

@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from odradek.cli.launcher import LocalCluster
@@ -159,3 +160,64 @@ def test_deleted_topic_is_data_loss(
             wait_caught_up(query, keep, {0: 5})
     finally:
         query.stop()
+
+
+def _topic_with_deleted_head(bootstrap: str, topic: str) -> tuple[int, int]:
+    """A one-partition topic whose first records retention has already deleted: tiny segments
+    and retention.bytes=1 keep only the active segment. Returns (log start, high watermark)."""
+    create_topic(bootstrap, topic, 1, 1, {"segment.bytes": "1024", "retention.bytes": "1"})
+    values = ({"value": b"r%03d" % i + b"." * 96} for i in range(60))
+    produce(bootstrap, topic, values, linger_ms=0, batch_num_messages=1)  # a batch per record
+
+    def log_start() -> int:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "odradek-tests"})
+        try:
+            low, _ = consumer.get_watermark_offsets(
+                TopicPartition(topic, 0), timeout=10, cached=False
+            )
+            return low
+        finally:
+            consumer.close()
+
+    low = wait_until(log_start, 60, "retention to delete the first segments")
+    return low, high_watermarks(bootstrap, topic)[0]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_records_deleted_by_retention_are_data_loss(
+    spark: SparkSession, cluster3: LocalCluster, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    bootstrap = cluster3.bootstrap_servers
+    prefix = unique_topic("spark-retention")
+    create_topic(bootstrap, f"{prefix}-a", 1)
+    source = stream(
+        spark,
+        bootstrap,
+        subscribePattern=f"{prefix}-.*",
+        failOnDataLoss=str(fail_on_data_loss).lower(),
+    )
+    query = to_parquet(source, tmp_path / "out", tmp_path / "chk")
+    try:
+        wait_until(lambda: check_alive(query) or query.lastProgress is not None, 120, "a trigger")
+        # A new topic is read from offset 0, which retention has already deleted: the task
+        # finds out from the broker (offset out of range), not from the plan.
+        low, high = _topic_with_deleted_head(bootstrap, f"{prefix}-b")
+        if fail_on_data_loss:
+            wait_until(lambda: not query.isActive, 120, "the query to fail")
+            assert "were deleted (the log now starts at" in str(query.exception())
+            return
+        wait_caught_up(query, f"{prefix}-b", {0: high})
+    finally:
+        query.stop()
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    assert sorted(r["offset"] for r in rows) == list(range(low, high))
+    # The batch reader checks the start on the driver.
+    batch = (
+        spark.read.format("odradek")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", f"{prefix}-b")
+        .option("startingOffsets", f'{{"{prefix}-b":{{"0":0}}}}')
+    )
+    with pytest.raises(Exception, match="below its log start offset"):
+        batch.load().collect()
+    assert batch.option("failOnDataLoss", "false").load().count() == high - low

@@ -78,9 +78,13 @@ def produce(
     bootstrap: str,
     topic: str,
     messages: Iterable[dict[str, Any]],
+    **config: Any,
 ) -> int:
-    """Produce `messages` (keyword arguments of `Producer.produce`); every one must be acked."""
-    client = producer(bootstrap, **{"linger.ms": 5})
+    """Produce `messages` (keyword arguments of `Producer.produce`); every one must be acked.
+    `config`: producer settings (dots as underscores)."""
+    client = producer(
+        bootstrap, **{"linger.ms": 5, **{k.replace("_", "."): v for k, v in config.items()}}
+    )
     failures: list[KafkaError] = []
     count = 0
 

@@ -166,6 +166,7 @@ class ControllerMachine(RuleBasedStateMachine):
         self.history = History()
         self.topic_counter = 0
         self.controller_moves = 0
+        self.replicas_of_dead: set[PartitionReplica] = set()
         self.state_errors = StateChangeErrors()
         logging.getLogger(STATE_CHANGE_LOGGER_NAME).addHandler(self.state_errors)
         self._patch = mock.patch.object(
@@ -224,6 +225,17 @@ class ControllerMachine(RuleBasedStateMachine):
         assert isinstance(controller.channel, RecordingChannelManager)
         return controller.channel
 
+    def kill(self, broker_id: int) -> None:
+        """A broker's session ends. Its replicas the controller knows of must not stay online."""
+        if self.candidates:
+            context = self.active.controller.context
+            self.replicas_of_dead.update(context.replicas_on_brokers({broker_id}))
+        self.admin.deregister_broker(broker_id)
+
+    def register(self, broker_id: int) -> None:
+        self.replicas_of_dead = {r for r in self.replicas_of_dead if r.replica != broker_id}
+        self.admin.register_broker(broker_id)
+
     def live(self) -> set[int]:
         return self.admin.registered_broker_ids()
 
@@ -242,7 +254,7 @@ class ControllerMachine(RuleBasedStateMachine):
     def start_cluster(self, live: set[int], data: st.DataObject) -> None:
         """Brokers, both candidates (the first to handle its Startup wins), one or two topics."""
         for broker_id in sorted(live):
-            self.admin.register_broker(broker_id)
+            self.register(broker_id)
         for broker_id in CANDIDATE_IDS:
             zk = FakeControllerZk(self.tree)
             controller = KafkaController(
@@ -263,10 +275,10 @@ class ControllerMachine(RuleBasedStateMachine):
 
     def _create_topic(self, data: st.DataObject) -> None:
         free = sorted(set(TOPIC_NAMES) - self.zk_topics() - self.admin.topics_queued_for_deletion())
-        if not free:
+        live = sorted(self.live())
+        if not free or not live:
             return
         topic = data.draw(st.sampled_from(free), label="topic")
-        live = sorted(self.live())
         partitions = data.draw(st.integers(1, 3), label="partitions")
         rf = data.draw(st.integers(1, min(3, len(live))), label="rf")
         assignment = {
@@ -275,6 +287,9 @@ class ControllerMachine(RuleBasedStateMachine):
         }
         unclean = data.draw(st.booleans(), label="unclean")
         with_id = data.draw(st.booleans(), label="with topic id")
+        if data.draw(st.booleans(), label="a broker dies before the controller sees the topic"):
+            self.kill(data.draw(st.sampled_from(live), label="broker"))
+        self.replicas_of_dead = {r for r in self.replicas_of_dead if r.topic != topic}
         self.topic_counter += 1
         topic_id = uuid_to_topic_id(uuid.UUID(int=self.topic_counter)) if with_id else None
         self.unclean[topic] = unclean
@@ -323,14 +338,14 @@ class ControllerMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def kill_broker(self, data: st.DataObject) -> None:
         broker_id = data.draw(st.sampled_from(sorted(self.live())), label="broker")
-        self.admin.deregister_broker(broker_id)
+        self.kill(broker_id)
         self.drain()
 
     @precondition(lambda self: bool(self.dead()))
     @rule(data=st.data())
     def start_broker(self, data: st.DataObject) -> None:
         broker_id = data.draw(st.sampled_from(sorted(self.dead())), label="broker")
-        self.admin.register_broker(broker_id)
+        self.register(broker_id)
         self.drain()
 
     @precondition(lambda self: bool(self.live()))
@@ -338,8 +353,8 @@ class ControllerMachine(RuleBasedStateMachine):
     def bounce_broker(self, data: st.DataObject) -> None:
         """The broker restarts before the controller handles the change: same id, new epoch."""
         broker_id = data.draw(st.sampled_from(sorted(self.live())), label="broker")
-        self.admin.deregister_broker(broker_id)
-        self.admin.register_broker(broker_id)
+        self.kill(broker_id)
+        self.register(broker_id)
         self.drain()
 
     @precondition(lambda self: bool(self.live()))
@@ -361,7 +376,7 @@ class ControllerMachine(RuleBasedStateMachine):
             assert result.exception() is None, f"ControlledShutdown failed: {result.exception()}"
             if not result.result():
                 break
-        self.admin.deregister_broker(broker_id)
+        self.kill(broker_id)
         self.drain()
 
     @precondition(lambda self: bool(self._brokers_with_pending_requests()))
@@ -453,7 +468,7 @@ class ControllerMachine(RuleBasedStateMachine):
         if clean:
             self._controlled_shutdown(broker_id)
         else:
-            self.admin.deregister_broker(broker_id)
+            self.kill(broker_id)
             self.drain()
 
     @precondition(lambda self: bool(self.pending_isr_notifications))
@@ -490,7 +505,7 @@ class ControllerMachine(RuleBasedStateMachine):
         self.controller_moves += 1
         old = self.active
         broker_id = data.draw(st.sampled_from(sorted(self.live())), label="broker")
-        self.admin.deregister_broker(broker_id)
+        self.kill(broker_id)
         self.tree.delete(ControllerZNode.path())
         standby = next(c for c in self.candidates if c is not old)
         self.drain(first=standby)
@@ -541,13 +556,16 @@ class ControllerMachine(RuleBasedStateMachine):
 
     @invariant()
     def replica_states_agree_with_brokers_and_partitions(self) -> None:
+        """Replicas the controller knew when their broker died are not OnlineReplica (replicas
+        of partitions created on a dead broker are, as in Kafka); every replica of an
+        OnlinePartition on a live broker is OnlineReplica or NewReplica."""
         if not self.candidates:
             return
         context = self.active.controller.context
         live = self.live()
-        for replica, state in context.replica_states.items():
-            if replica.replica not in live:
-                assert state is not ReplicaState.OnlineReplica, f"{replica} of a dead broker"
+        for replica in self.replicas_of_dead:
+            state = context.replica_states.get(replica)
+            assert state is not ReplicaState.OnlineReplica, f"{replica} of a dead broker"
         for tp in context.partitions_in_states(PartitionState.OnlinePartition):
             for broker_id in context.partition_replica_assignment(tp):
                 if broker_id in live:
@@ -555,6 +573,44 @@ class ControllerMachine(RuleBasedStateMachine):
                     assert state in (ReplicaState.OnlineReplica, ReplicaState.NewReplica), (
                         f"replica {broker_id} of online {tp} is {state}"
                     )
+
+    @invariant()
+    def offline_replicas_are_out_of_the_isr(self) -> None:
+        """The OfflineReplica transition took the replica out of the ISR in ZooKeeper, unless it
+        was the last member."""
+        if not self.candidates:
+            return
+        context = self.active.controller.context
+        zk_states = self.admin.partition_states()
+        for replica, state in context.replica_states.items():
+            zk_state = zk_states.get(replica.topic_partition)
+            if state is ReplicaState.OfflineReplica and zk_state is not None:
+                assert replica.replica not in zk_state.isr or zk_state.isr == (replica.replica,), (
+                    f"offline {replica} still in ISR {zk_state.isr}"
+                )
+
+    @invariant()
+    def partitions_that_can_be_led_are_online(self) -> None:
+        """A New or Offline partition (of a topic not being deleted) has no replica that could
+        lead it: for New, no live assigned replica; for Offline, no live replica in AR and the
+        ISR (or, with unclean election on, no live replica in AR at all)."""
+        if not self.candidates:
+            return
+        context = self.active.controller.context
+        live = self.live()
+        zk_states = self.admin.partition_states()
+        for tp, state in context.partition_states.items():
+            if context.is_topic_queued_for_deletion(tp[0]):
+                continue
+            assignment = context.partition_replica_assignment(tp)
+            if state is PartitionState.NewPartition:
+                assert not set(assignment) & live, f"new {tp} has live replicas {assignment}"
+            elif state is PartitionState.OfflinePartition:
+                zk_state = zk_states[tp]
+                eligible = set(assignment) & live
+                if not self.unclean.get(tp[0], False):
+                    eligible &= set(zk_state.isr)
+                assert not eligible, f"offline {tp} could be led by {sorted(eligible)}"
 
     @invariant()
     def zookeeper_partition_states_are_well_formed(self) -> None:

@@ -79,26 +79,27 @@ class TopicDeletionManager:
             pass
 
     async def on_brokers_started(self, broker_ids: set[int]) -> None:
-        context = self.context
-        for replica, state in list(context.replica_states.items()):
-            if (
-                replica.replica in broker_ids
-                and state is ReplicaState.ReplicaDeletionIneligible
-                and context.is_topic_queued_for_deletion(replica.topic)
-            ):
-                context.topics_ineligible_for_deletion.discard(replica.topic)
+        # Topics with ineligible replicas on these brokers stay marked: resume() retries just
+        # those replicas (_retry_ineligible) rather than starting the whole deletion again.
         await self.resume()
 
     async def on_replicas_offline(self, replicas: list[PartitionReplica]) -> None:
         context = self.context
-        deleting = [r for r in replicas if context.is_topic_queued_for_deletion(r.topic)]
-        if not deleting:
+        # Deletion cannot finish on a dead broker: replicas still waiting for (or not yet sent)
+        # StopReplica fail straight to ReplicaDeletionIneligible, as Kafka's failReplicaDeletion.
+        failed = [
+            r
+            for r in replicas
+            if context.is_topic_queued_for_deletion(r.topic)
+            and context.replica_states.get(r)
+            in (ReplicaState.ReplicaDeletionStarted, ReplicaState.OfflineReplica)
+        ]
+        if not failed:
             return
         machine = self.controller.replica_state_machine
         assert machine is not None
-        await machine.handle_state_changes(deleting, ReplicaState.OfflineReplica)
-        await machine.handle_state_changes(deleting, ReplicaState.ReplicaDeletionIneligible)
-        context.topics_ineligible_for_deletion.update(r.topic for r in deleting)
+        await machine.handle_state_changes(failed, ReplicaState.ReplicaDeletionIneligible)
+        context.topics_ineligible_for_deletion.update(r.topic for r in failed)
 
     def on_stop_replica_response_event(self, broker_id: int, response: Any) -> None:
         from odradek.controller import events as ev

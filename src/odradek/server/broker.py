@@ -75,6 +75,9 @@ class Broker:
         self.broker_id = config.broker_id
         self.cluster_id = ""
         self.broker_epoch = -1
+        # Set once /brokers/ids/<id> exists and broker_epoch is known: controller requests wait
+        # for it (a request naming an epoch before then was meant for an earlier incarnation).
+        self.registered = asyncio.Event()
         self.latest_controller_epoch = -1
         self.zk: ZkClient | None = None
         self.log_manager: LogManager | None = None
@@ -285,6 +288,7 @@ class Broker:
                 await asyncio.sleep(0.5)
         _, stat = await self.zk.get(path)
         self.broker_epoch = stat.czxid
+        self.registered.set()
         log.info("registered %s with broker epoch %d", path, self.broker_epoch)
 
     def _on_session_state(self, state: SessionState) -> None:

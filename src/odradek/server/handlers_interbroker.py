@@ -10,6 +10,7 @@ replica manager.
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -26,6 +27,27 @@ if TYPE_CHECKING:
     from odradek.server.apis import KafkaApis
 
 
+def _after_registration(handler: Any) -> Any:
+    """Hold a controller request until this broker has registered and knows its broker epoch
+    (Kafka processes no request before then). Otherwise a request addressed to a previous
+    incarnation of this broker (restarted within its old session) would pass the broker epoch
+    check while the epoch is still -1."""
+
+    def wrapper(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+        broker = apis.broker
+        if broker.broker_epoch >= 0:
+            return handler(apis, header, request)
+
+        async def later() -> Any:
+            await broker.registered.wait()
+            result = handler(apis, header, request)
+            return await result if inspect.isawaitable(result) else result
+
+        return later()
+
+    return wrapper
+
+
 def _broker_epoch_stale(apis: KafkaApis, broker_epoch: int) -> bool:
     current = apis.broker.broker_epoch
     return broker_epoch >= 0 and current >= 0 and broker_epoch < current
@@ -35,6 +57,7 @@ def _controller_epoch_stale(apis: KafkaApis, controller_epoch: int) -> bool:
     return controller_epoch < apis.broker.latest_controller_epoch
 
 
+@_after_registration
 def handle_leader_and_isr(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
     broker = apis.broker
     topic_ids = {t.topic_name: t.topic_id for t in request.topic_states}
@@ -118,6 +141,7 @@ def handle_leader_and_isr(apis: KafkaApis, header: RequestHeader, request: Any) 
     return apply()
 
 
+@_after_registration
 def handle_update_metadata(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
     broker = apis.broker
     if _controller_epoch_stale(apis, request.controller_epoch):
@@ -157,6 +181,7 @@ def handle_update_metadata(apis: KafkaApis, header: RequestHeader, request: Any)
     return response(header, {"error_code": ErrorCode.none})
 
 
+@_after_registration
 def handle_stop_replica(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
     broker = apis.broker
     if _controller_epoch_stale(apis, request.controller_epoch):

@@ -56,6 +56,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 librdkafka_log = logging.getLogger("odradek.spark.librdkafka")
+# librdkafka reports every refused connection during a broker restart at error level; they reach
+# the application's handlers when it configures logging, but are not printed to stderr otherwise.
+librdkafka_log.addHandler(logging.NullHandler())
 
 CONSUMER_GROUP_ID = "odradek-spark"  # required by confluent-kafka; never used on the wire
 

@@ -4,18 +4,18 @@
 partition at the range's start offset and consumes until the range's end, yielding an Arrow
 RecordBatch per chunk of up to `CHUNK_RECORDS` messages. Its steps:
 
-1. Ask the leader for the partition's log start offset. A start below it means records the range
-   was planned to include have been deleted (retention): with `failOnDataLoss` a DataLossError,
-   otherwise a warning and reading from the log start instead.
-2. Assign at the start offset and consume. Records at or past the range's end are dropped (the
-   plan fixed the end; anything later belongs to the next micro-batch).
-3. An end-of-partition event before the end is not an error: after a leader change the new
+1. Assign at the start offset and consume. Records at or past the range's end are dropped (the
+   plan fixed the end; anything later belongs to the next micro-batch). Nothing is asked of the
+   leader first: a healthy read costs no extra round trip, and a start below the log start shows
+   up as an out-of-range event (step 3).
+2. An end-of-partition event before the end is not an error: after a leader change the new
    leader's high watermark can trail the old one for a moment. The reader waits, and gives up
    only after `kafkaConsumer.pollTimeoutMs` without progress (ReadTimeoutError), or, when the
    records are known to be gone and `failOnDataLoss` is false, with a warning.
-4. An out-of-range event (the consumer's `auto.offset.reset=error`) is data loss when the position
-   is below the log start or the topic is gone; with `failOnDataLoss` false the reader skips to the
-   log start or stops.
+3. An out-of-range event (the consumer's `auto.offset.reset=error`) is data loss when the position
+   is below the log start (retention deleted records the range was planned to include) or the
+   topic is gone: with `failOnDataLoss` a DataLossError, otherwise a warning, and the reader
+   skips to the log start or stops.
 
 The batch reader (`spark.read.format("odradek")`) plans on the driver: it resolves the topic
 partitions and their earliest and latest (high watermark) offsets once, turns `startingOffsets`
@@ -27,6 +27,7 @@ and pickled by Spark; it keeps no client across the pickle.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -135,6 +136,9 @@ class RangeReader:
                     raise translate(
                         e, f"reading the offsets of {tp.topic}-{tp.partition}"
                     ) from None
+                # The cached leader may be dead: a metadata request refreshes librdkafka's cache.
+                with contextlib.suppress(KafkaException):
+                    consumer.list_topics(tp.topic, timeout=_POLL_S * 4)
                 time.sleep(_POLL_S)
 
     def _start_offset(self, consumer: Consumer, r: OffsetRange, position: int) -> int | None:
@@ -160,9 +164,7 @@ class RangeReader:
         return position if position < r.until_offset else None
 
     def _read(self, consumer: Consumer, r: OffsetRange) -> Iterator[pa.RecordBatch]:
-        position = self._start_offset(consumer, r, r.from_offset)
-        if position is None:
-            return
+        position = r.from_offset
         consumer.assign([RdTopicPartition(r.topic, r.partition, position)])
         deadline = time.monotonic() + self.timeout_s
         while position < r.until_offset:

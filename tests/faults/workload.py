@@ -1,0 +1,411 @@
+"""What runs against the cluster while faults are injected: real producers, and an observer that
+records who leads what and who controls the cluster.
+
+* `ProducerWorkload`: several confluent-kafka producers, each in its own thread, writing unique
+  values `f"{producer}-{seq}"` (seq 0, 1, 2, ...) round-robin over the topic's partitions with
+  acks=all, retries on, idempotence off and one request in flight per connection (so that a
+  retry can duplicate a batch but never reorder it). Every delivery report is kept. Continuously
+  checked: a producer's acknowledged offsets in a partition grow with its sequence numbers (a
+  broker handing out an offset twice, after losing an acknowledged record, shows up here first).
+* `ClusterObserver`: a thread with its own event loop that, about every 200 ms, reads
+  `/controller_epoch`, `/controller` and the topic's partition state znodes from ZooKeeper, and
+  asks every broker (over its own short-timeout connection, so a frozen broker only delays its
+  own answer) for Metadata. Each (partition, leader epoch, leader) it sees goes to a
+  `LeaderEpochHistory`, each controller epoch to a `ControllerEpochHistory` (see `checker`).
+* `read_partition_states`: the topic's assignment and partition states in one ZooKeeper session.
+
+Concurrency: producers and the observer run in their own threads and touch only their own
+objects; what they record is read by the test thread through methods that take their locks.
+Neither uses `LocalCluster`, which belongs to the test thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError as ConfluentKafkaError
+from confluent_kafka import Message, Producer
+
+from odradek.errors import NetworkError, OdradekError, OperatorError
+from odradek.network.client import BrokerConnection
+from odradek.protocol.build import build
+from odradek.protocol.codec import ApiKey, request_class
+from odradek.zk.client import ZkClient
+from odradek.zk.errors import NoNodeError, SessionExpiredError, ZkError
+from odradek.zk.znodes import (
+    ControllerEpochZNode,
+    ControllerZNode,
+    TopicPartitionStateZNode,
+    TopicZNode,
+)
+from tests.faults.checker import ControllerEpochHistory, LeaderEpochHistory, parse_value
+from tests.integration._replication import producer_config
+
+log = logging.getLogger(__name__)
+
+METADATA_VERSION = 12
+OBSERVER_INTERVAL_S = 0.2
+OBSERVER_REQUEST_TIMEOUT_S = 1.5
+ZK_TIMEOUT_S = 5.0
+
+
+# ---------------------------------------------------------------------------------------------
+# ZooKeeper reads
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    partition: int
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+
+
+async def _read_partition_states(zk: ZkClient, topic: str, partitions: int) -> dict[int, Any]:
+    data, stat = await zk.get(TopicZNode.path(topic))
+    assignment = TopicZNode.decode(topic, data, stat.version)
+    got = await asyncio.gather(
+        *(zk.get(TopicPartitionStateZNode.path(topic, p)) for p in range(partitions)),
+        return_exceptions=True,
+    )
+    states = {}
+    for partition, result in enumerate(got):
+        replicas = tuple(assignment.partitions[partition].replicas)
+        if isinstance(result, NoNodeError):
+            states[partition] = PartitionState(partition, -1, -1, (), replicas)
+            continue
+        if isinstance(result, BaseException):
+            raise result
+        state = TopicPartitionStateZNode.decode(result[0], result[1].version)
+        states[partition] = PartitionState(
+            partition, state.leader, state.leader_epoch, tuple(state.isr), replicas
+        )
+    return states
+
+
+def read_partition_states(connect: str, topic: str, partitions: int) -> dict[int, PartitionState]:
+    """The topic's partitions as ZooKeeper holds them; OperatorError if it cannot be read."""
+
+    async def read() -> dict[int, PartitionState]:
+        zk = ZkClient(connect, session_timeout_s=10.0, connection_loss_retry_s=ZK_TIMEOUT_S)
+        await zk.start(timeout=ZK_TIMEOUT_S)
+        try:
+            return await _read_partition_states(zk, topic, partitions)
+        finally:
+            await zk.close()
+
+    try:
+        return asyncio.run(read())
+    except ZkError as e:
+        raise OperatorError(f"ZooKeeper: {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Producers
+
+
+@dataclass
+class ProducerStats:
+    """What one producer thread recorded; read through `ProducerWorkload` under its lock."""
+
+    name: str
+    sent: int = 0
+    acknowledged: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+    last_acked: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition: offset, seq
+    violations: list[str] = field(default_factory=list)
+    unfinished: int = 0
+    error: str | None = None
+
+
+class ProducerWorkload:
+    """`count` producers writing to `topic` until `stop()` (module docstring)."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        count: int,
+        interval_s: float = 0.01,
+        max_queued: int = 2000,
+    ) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.interval_s = interval_s
+        self.max_queued = max_queued
+        self._config = producer_config(
+            bootstrap,
+            "all",
+            enable_idempotence=False,
+            max_in_flight_requests_per_connection=1,
+            linger_ms=5,
+            message_timeout_ms=120_000,
+            request_timeout_ms=5000,
+            socket_timeout_ms=10_000,
+        )
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._abandoning = threading.Event()
+        self._stats = [ProducerStats(f"p{i}") for i in range(count)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(s,), name=f"fault-{s.name}", daemon=True)
+            for s in self._stats
+        ]
+
+    def start(self) -> ProducerWorkload:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def _on_delivery(
+        self, stats: ProducerStats, error: ConfluentKafkaError | None, message: Message
+    ) -> None:
+        with self._lock:
+            if error is not None:
+                stats.failures[error.name()] = stats.failures.get(error.name(), 0) + 1
+                return
+            partition, offset, value = message.partition(), message.offset(), message.value()
+            if partition is None or offset is None or value is None or offset < 0:
+                stats.violations.append(f"{stats.name}: acknowledged without an offset: {value!r}")
+                return
+            stats.acknowledged.setdefault(partition, {})[offset] = value
+            parsed = parse_value(value)
+            previous = stats.last_acked.get(partition)
+            if parsed is not None and previous is not None and offset <= previous[0]:
+                stats.violations.append(
+                    f"partition {partition}: {value.decode()} acknowledged at offset {offset}, "
+                    f"not after {stats.name}-{previous[1]} acknowledged at offset {previous[0]}"
+                )
+            if parsed is not None:
+                stats.last_acked[partition] = (offset, parsed[1])
+
+    def _run(self, stats: ProducerStats) -> None:
+        try:
+            producer = Producer(self._config)
+
+            def deliver(error: ConfluentKafkaError | None, message: Message) -> None:
+                self._on_delivery(stats, error, message)
+
+            sequence = 0
+            while not self._stopping.is_set():
+                if len(producer) < self.max_queued:
+                    try:
+                        producer.produce(
+                            self.topic,
+                            value=f"{stats.name}-{sequence}".encode(),
+                            partition=sequence % self.partitions,
+                            on_delivery=deliver,
+                        )
+                        sequence += 1
+                    except BufferError:
+                        pass
+                producer.poll(self.interval_s)
+            with self._lock:
+                stats.sent = sequence
+            if self._abandoning.is_set():
+                producer.purge()
+                unfinished = producer.flush(10)
+            else:
+                unfinished = producer.flush(180)
+            with self._lock:
+                stats.unfinished = unfinished
+        except BaseException as e:  # reported by stop(), in the test thread
+            with self._lock:
+                stats.error = repr(e)
+
+    def acknowledged_count(self) -> int:
+        with self._lock:
+            return sum(len(o) for s in self._stats for o in s.acknowledged.values())
+
+    def violations(self) -> list[str]:
+        with self._lock:
+            return [v for s in self._stats for v in s.violations]
+
+    def abandon(self) -> None:
+        """Stop at once, dropping what is queued (the run has already failed)."""
+        self._abandoning.set()
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join(30)
+
+    def stop(self, timeout: float = 240.0) -> list[ProducerStats]:
+        """Stop producing and wait for every delivery report; the stats of every producer."""
+        self._stopping.set()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            for thread, stats in zip(self._threads, self._stats, strict=True):
+                if thread.is_alive():
+                    stats.error = f"still running {timeout:g}s after stop()"
+            return list(self._stats)
+
+
+def merge_acknowledged(stats: Sequence[ProducerStats]) -> dict[int, dict[int, bytes]]:
+    """partition -> {offset: value} over every producer; two producers acknowledged at the same
+    offset is itself a violation, reported by `duplicate_acknowledgements`."""
+    merged: dict[int, dict[int, bytes]] = {}
+    for s in stats:
+        for partition, acked in s.acknowledged.items():
+            merged.setdefault(partition, {}).update(acked)
+    return merged
+
+
+def duplicate_acknowledgements(stats: Sequence[ProducerStats]) -> list[str]:
+    seen: dict[tuple[int, int], bytes] = {}
+    duplicates = []
+    for s in stats:
+        for partition, acked in s.acknowledged.items():
+            for offset, value in acked.items():
+                other = seen.setdefault((partition, offset), value)
+                if other != value:
+                    duplicates.append(
+                        f"partition {partition} offset {offset} acknowledged for both "
+                        f"{other!r} and {value!r}"
+                    )
+    return duplicates
+
+
+# ---------------------------------------------------------------------------------------------
+# The observer
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    broker_id: int
+    host: str
+    port: int
+
+
+class ClusterObserver:
+    """Polls ZooKeeper and every broker's Metadata into the histories (module docstring)."""
+
+    def __init__(
+        self,
+        connect: str,
+        endpoints: Sequence[Endpoint],
+        topic: str,
+        partitions: int,
+        leaders: LeaderEpochHistory,
+        controllers: ControllerEpochHistory,
+        interval_s: float = OBSERVER_INTERVAL_S,
+    ) -> None:
+        self.connect = connect
+        self.endpoints = list(endpoints)
+        self.topic = topic
+        self.partitions = partitions
+        self.leaders = leaders
+        self.controllers = controllers
+        self.interval_s = interval_s
+        self.zk_polls = 0
+        self.metadata_answers = 0
+        self.errors = 0
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._thread_main, name="observer", daemon=True)
+
+    def start(self) -> ClusterObserver:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(30)
+
+    def _thread_main(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except Exception:  # the observer must never take the run down; its absence shows
+            log.exception("the cluster observer stopped")
+
+    async def _main(self) -> None:
+        zk: ZkClient | None = None
+        try:
+            while not self._stopping.is_set():
+                if zk is None:
+                    zk = await self._connect()
+                results = await asyncio.gather(
+                    self._poll_zookeeper(zk) if zk is not None else asyncio.sleep(0),
+                    *(self._poll_metadata(e) for e in self.endpoints),
+                    return_exceptions=True,
+                )
+                if isinstance(results[0], SessionExpiredError) and zk is not None:
+                    await zk.close()
+                    zk = None
+                self.errors += sum(isinstance(r, BaseException) for r in results)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            if zk is not None:
+                await zk.close()
+
+    async def _connect(self) -> ZkClient | None:
+        zk = ZkClient(self.connect, session_timeout_s=10.0, connection_loss_retry_s=1.0)
+        try:
+            await zk.start(timeout=ZK_TIMEOUT_S)
+        except (OperatorError, ZkError):
+            self.errors += 1
+            await zk.close()
+            return None
+        return zk
+
+    async def _poll_zookeeper(self, zk: ZkClient) -> None:
+        epoch_got, controller_got = await asyncio.gather(
+            zk.get(ControllerEpochZNode.path()),
+            zk.get(ControllerZNode.path()),
+            return_exceptions=True,
+        )
+        if not isinstance(epoch_got, BaseException):
+            epoch = ControllerEpochZNode.decode(epoch_got[0], epoch_got[1].version).epoch
+            self.controllers.observe_epoch(epoch)
+            # /controller is created in the transaction that bumps the epoch: same zxid.
+            if not isinstance(controller_got, BaseException) and (
+                controller_got[1].czxid == epoch_got[1].mzxid
+            ):
+                holder = ControllerZNode.decode(controller_got[0], controller_got[1].version)
+                self.controllers.observe_holder(epoch, holder.broker_id, "/controller")
+        states = await _read_partition_states(zk, self.topic, self.partitions)
+        for partition, state in states.items():
+            self.leaders.observe(partition, state.leader_epoch, state.leader, "ZooKeeper")
+        self.zk_polls += 1
+
+    async def _poll_metadata(self, endpoint: Endpoint) -> None:
+        request = build(
+            request_class(ApiKey.METADATA, METADATA_VERSION),
+            {
+                "topics": [{"name": self.topic, "topic_id": None}],
+                "allow_auto_topic_creation": False,
+            },
+        )
+        try:
+            connection = await BrokerConnection.connect(
+                endpoint.host,
+                endpoint.port,
+                timeout=OBSERVER_REQUEST_TIMEOUT_S,
+                client_id="observer",
+            )
+        except NetworkError:
+            return  # down: nothing to observe
+        try:
+            response = await connection.send(
+                ApiKey.METADATA, METADATA_VERSION, request, timeout=OBSERVER_REQUEST_TIMEOUT_S
+            )
+        except (NetworkError, OdradekError):
+            return  # frozen or shutting down
+        finally:
+            connection.close()
+        self.metadata_answers += 1
+        source = f"broker {endpoint.broker_id} Metadata"
+        for entry in response.topics:
+            if entry.name != self.topic:
+                continue
+            for p in entry.partitions:
+                self.leaders.observe(
+                    int(p.partition_index), int(p.leader_epoch), int(p.leader_id), source
+                )
