@@ -287,13 +287,15 @@ class FakeZooKeeper:
     def add_child_watch(self, path: str, session_id: int, callback: WatchCallback) -> None:
         self._add_watch(self._child_watches, path, session_id, callback)
 
-    def watch_count(self, session_id: int | None = None) -> int:
+    def watch_count(self, session_id: int | None = None, path: str | None = None) -> int:
+        """Armed watches, optionally of one session and/or on one path."""
         return sum(
             1
             for table in (self._data_watches, self._child_watches)
-            for watches in table.values()
+            for watched, watches in table.items()
             for w in watches
-            if session_id is None or w.session_id == session_id
+            if (session_id is None or w.session_id == session_id)
+            and (path is None or watched == path)
         )
 
     @staticmethod

@@ -199,24 +199,10 @@ def test_produced_with_every_codec(
     assert sum(b.records_count for b in batches) == total
 
 
-LIBRDKAFKA_PRODUCE_FLOOR = pytest.mark.xfail(
-    strict=True,
-    reason="bug: librdkafka < 2.11 (kcat's 2.0.2) compresses gzip/snappy/lz4 only if the broker "
-    "advertises Produce v0 (rdkafka_msgset_writer.c asks for Produce in [0, 0]); odradek "
-    "advertises Produce 3..9, so kcat -z silently sends uncompressed batches",
-)
-
-
-def codec_marks(client: str, codec: str) -> list[pytest.MarkDecorator]:
-    if client == "kcat" and codec in ("gzip", "snappy", "lz4"):
-        return [LIBRDKAFKA_PRODUCE_FLOOR]
-    return []
-
-
 @pytest.mark.parametrize(
     ("client", "codec"),
     [
-        pytest.param(client, codec, marks=codec_marks(client, codec), id=f"{client}-{codec}")
+        pytest.param(client, codec, id=f"{client}-{codec}")
         for client in CLIENTS
         for codec in CODECS
     ],
@@ -356,13 +342,6 @@ def test_list_offsets_through_clients(cluster3: LocalCluster):
         kafka.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="limitation: ListOffsets by timestamp answers snappy/lz4/zstd batches at batch "
-    "granularity (odradek.protocol.record_batch.find_timestamp_in_batch cannot decompress "
-    "them), where Kafka answers the exact record",
-)
 @pytest.mark.parametrize("codec", ["snappy", "lz4", "zstd"])
 def test_list_offsets_by_timestamp_inside_other_codecs(cluster3: LocalCluster, codec: str):
     topic = unique_topic(f"list-offsets-{codec}")

@@ -196,12 +196,17 @@ def test_records_deleted_by_retention_are_data_loss(
         subscribePattern=f"{prefix}-.*",
         failOnDataLoss=str(fail_on_data_loss).lower(),
     )
+    first = to_parquet(source, tmp_path / "out", tmp_path / "chk")
+    try:
+        wait_until(lambda: check_alive(first) or first.lastProgress is not None, 120, "a trigger")
+    finally:
+        first.stop()
+    # A topic created while the query is down is new to it when it resumes, and is read from
+    # offset 0, which retention has deleted by then: the task finds out from the broker (offset
+    # out of range), not from the plan.
+    low, high = _topic_with_deleted_head(bootstrap, f"{prefix}-b")
     query = to_parquet(source, tmp_path / "out", tmp_path / "chk")
     try:
-        wait_until(lambda: check_alive(query) or query.lastProgress is not None, 120, "a trigger")
-        # A new topic is read from offset 0, which retention has already deleted: the task
-        # finds out from the broker (offset out of range), not from the plan.
-        low, high = _topic_with_deleted_head(bootstrap, f"{prefix}-b")
         if fail_on_data_loss:
             wait_until(lambda: not query.isActive, 120, "the query to fail")
             assert "were deleted (the log now starts at" in str(query.exception())

@@ -402,16 +402,37 @@ def test_new_partition_adopts_an_existing_state_znode_whose_leader_is_live() -> 
     assert h.context.partition_states[TP] is P.OnlinePartition
 
 
-def test_new_partition_does_not_go_online_with_an_existing_state_naming_a_dead_leader() -> None:
+@pytest.mark.parametrize(
+    ("existing_isr", "expected"),
+    [
+        pytest.param([9], None, id="no-live-isr-member-stays-offline"),
+        pytest.param([9, 2], (2, (2,)), id="live-isr-member-elected"),
+    ],
+)
+def test_new_partition_with_an_existing_state_naming_a_dead_leader_is_elected_offline(
+    existing_isr: list[int], expected: tuple[int, tuple[int, ...]] | None
+) -> None:
+    """An adopted state whose leader is dead makes the partition offline and goes through the
+    offline election: it never goes online with a dead leader."""
     h = Harness(live=[1, 2, 3])
     h.add_topic(TOPIC, {0: [1, 2, 3]})
-    h.zk.write_partition_state(TP, leader=9, leader_epoch=4, isr=[9], controller_epoch=1)
+    existing = h.zk.write_partition_state(
+        TP, leader=9, leader_epoch=4, isr=existing_isr, controller_epoch=1
+    )
     h.context.partition_states[TP] = P.NewPartition
-    run(h.partitions.handle_state_changes([TP], P.OnlinePartition))
-    if h.context.partition_states[TP] is P.OnlinePartition:
-        leadership = h.context.leadership[TP]
-        assert leadership.leader in h.context.live_brokers
-        assert leadership.leader in leadership.isr
+    results = run(h.partitions.handle_state_changes([TP], P.OnlinePartition))
+    h.send()
+    if expected is None:
+        assert isinstance(results[TP], NoEligibleLeaderError)
+        assert h.context.partition_states[TP] is P.OfflinePartition
+        assert h.zk.partition_state(TP) == existing
+        assert h.channel.requests(ApiKey.LEADER_AND_ISR) == []
+        return
+    assert isinstance(results[TP], LeaderAndIsr)
+    assert (results[TP].leader, results[TP].isr) == expected
+    assert results[TP].leader_epoch == 5
+    assert h.zk.partition_state(TP) == results[TP] == h.context.leadership[TP]
+    assert h.context.partition_states[TP] is P.OnlinePartition
 
 
 # --- OfflinePartition -> OnlinePartition, offline strategy (the seed's rows) ---------------------
@@ -600,6 +621,40 @@ def test_new_partition_race_with_another_writer_keeps_what_zookeeper_holds() -> 
     results = run(h.partitions.handle_state_changes([TP], P.OnlinePartition))
     assert results[TP] == h.zk.partition_state(TP) == h.context.leadership[TP]
     assert results[TP].leader == 2  # type: ignore[union-attr]
+
+
+# --- decisions must read ZooKeeper, not the cache ----------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: ReplicaStateMachine.remove_replicas_from_isr skips partitions whose cached ISR "
+    "lacks the replica, without reading ZooKeeper (Kafka's doRemoveReplicasFromIsr reads first)",
+)
+def test_isr_removal_reads_zookeeper_not_the_cache() -> None:
+    """The leader added 2 back to the ISR and its notification has not arrived: the cache says
+    [1], ZooKeeper says [1, 2]. Broker 2 dies: it must leave the ISR that ZooKeeper holds."""
+    h = Harness(live=[1, 2])
+    h.add_topic(TOPIC, {0: [1, 2]})
+    h.seed_partition(TP, leader=1, isr=[1])
+    h.zk.leader_update_isr(TP, [1, 2], notify=False)
+    h.kill(2)
+    run(h.replicas.handle_state_changes([PartitionReplica(TOPIC, 0, 2)], R.OfflineReplica))
+    assert h.zk.partition_state(TP).isr == (1,)  # type: ignore[union-attr]
+
+
+def test_election_reads_zookeeper_not_the_cache() -> None:
+    """Same race as above, then the leader 1 dies: ZooKeeper's ISR [1, 2] has a live member, 2,
+    so a clean election must make it leader although the cache's ISR [1] has none."""
+    h = Harness(live=[1, 2])
+    h.add_topic(TOPIC, {0: [1, 2]})
+    h.seed_partition(TP, leader=1, isr=[1], state=P.OfflinePartition)
+    h.zk.leader_update_isr(TP, [1, 2], notify=False)
+    h.kill(1)
+    results = run(h.partitions.handle_state_changes([TP], P.OnlinePartition))
+    assert isinstance(results[TP], LeaderAndIsr)
+    assert results[TP].leader == 2
+    assert h.context.partition_states[TP] is P.OnlinePartition
 
 
 # --- a deposed controller ------------------------------------------------------------------------

@@ -837,7 +837,11 @@ class LocalCluster:
                         or registered[i].broker_epoch == previous_epochs.get(i)
                     ]
                     controller = await _controller(zk) if need_controller else None
-                    if not missing and (not need_controller or controller in registered):
+                    if (
+                        not missing
+                        and (not need_controller or controller in registered)
+                        and await self._metadata_ready(broker_ids, set(registered))
+                    ):
                         return
                     if time.monotonic() >= deadline:
                         waiting = (
@@ -852,6 +856,30 @@ class LocalCluster:
                     await asyncio.sleep(_POLL_INTERVAL_S)
 
         _run(poll)
+
+    async def _metadata_ready(self, broker_ids: list[int], registered: set[int]) -> bool:
+        """Has every broker in `broker_ids` had its first UpdateMetadata (it lists every
+        registered broker and names a controller)? Until then a client bootstrapping from it
+        would see an empty cluster."""
+        from odradek.errors import NetworkError
+        from odradek.network.client import BrokerConnection
+        from odradek.protocol.build import build
+        from odradek.protocol.codec import ApiKey, request_class
+
+        request = build(request_class(ApiKey.METADATA, 12), {"topics": [], "allow_auto_topic_creation": False})
+        for broker_id in broker_ids:
+            broker = self.broker(broker_id)
+            try:
+                connection = await BrokerConnection.connect(broker.host, broker.port, timeout=5)
+                try:
+                    answer = await connection.send(ApiKey.METADATA, 12, request, timeout=5)
+                finally:
+                    connection.close()
+            except NetworkError:
+                return False
+            if answer.controller_id < 0 or not registered <= {b.node_id for b in answer.brokers}:
+                return False
+        return True
 
     # -- ZooKeeper's view ---------------------------------------------------------------------
 

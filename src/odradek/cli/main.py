@@ -57,7 +57,10 @@ async def _run_broker(config: object) -> int:
     try:
         await broker.startup()
     except OperatorError:
-        await broker.shutdown()
+        try:
+            await broker.shutdown()
+        except Exception as e:  # the start-up error is the one to report
+            log.warning("cleaning up after the failed start-up: %s", e)
         raise
     print(f"odradek broker {broker.broker_id} started", file=sys.stderr, flush=True)
     await stop.wait()

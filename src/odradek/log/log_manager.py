@@ -84,6 +84,7 @@ class LogManager:
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._log_counts: dict[Path, int] = {}
+        self._loaded_dirs: list[Path] = []
         self._unsynced_dirs: set[Path] = set()
         self._lock_fds: dict[Path, int] = {}
 
@@ -138,6 +139,7 @@ class LogManager:
             if clean_shutdown:
                 marker.unlink()
                 fsync_dir(log_dir)
+            self._loaded_dirs.append(log_dir)
             logger.info(
                 "loaded %d logs from %s (%s shutdown)",
                 opened,
@@ -152,13 +154,16 @@ class LogManager:
         self.checkpoint_recovery_points_and_start_offsets()
         for log in self._logs.values():
             log.close()
-        for log_dir in self.log_dirs:
+        # Only directories this process locked and loaded: after a failed start-up (another broker
+        # holds a directory, say) nothing may be written into a directory we do not own.
+        for log_dir in self._loaded_dirs:
             marker = log_dir / CLEAN_SHUTDOWN_FILE
             with open(marker, "w") as file:
                 os.fsync(file.fileno())
             fsync_dir(log_dir)
         self._logs.clear()
         self._dir_of.clear()
+        self._loaded_dirs.clear()
         for fd in self._lock_fds.values():
             os.close(fd)
         self._lock_fds.clear()
@@ -275,8 +280,8 @@ class LogManager:
     # -- periodic work -------------------------------------------------------------------------
 
     def checkpoint_recovery_points_and_start_offsets(self) -> None:
-        """Write both offset checkpoints of every log directory."""
-        for log_dir in self.log_dirs:
+        """Write both offset checkpoints of every log directory this process loaded."""
+        for log_dir in self._loaded_dirs:
             self._checkpoint_dir(log_dir)
 
     def _checkpoint_dir(self, log_dir: Path) -> None:

@@ -94,13 +94,16 @@ class RequestHeader:
 @cache
 def request_class(api_key: int, version: int) -> type:
     """The request dataclass for (api_key, version); raises UnknownApiError."""
-    from odradek.protocol.messages import INTERBROKER_MESSAGES
+    from odradek.protocol.messages import EXTRA_CLIENT_MESSAGES, INTERBROKER_MESSAGES
 
     if api_key in INTERBROKER_MESSAGES:
         try:
             return INTERBROKER_MESSAGES[api_key][version][0]
         except KeyError:
             raise UnknownApiError(f"api {api_key} has no version {version}") from None
+    extra = EXTRA_CLIENT_MESSAGES.get(api_key, {}).get(version)
+    if extra is not None:
+        return extra[0]
     try:
         return load_request_schema(api_key, version)
     except (UnknownAPIKey, UnknownEntity) as e:
@@ -109,13 +112,16 @@ def request_class(api_key: int, version: int) -> type:
 
 @cache
 def response_class(api_key: int, version: int) -> type:
-    from odradek.protocol.messages import INTERBROKER_MESSAGES
+    from odradek.protocol.messages import EXTRA_CLIENT_MESSAGES, INTERBROKER_MESSAGES
 
     if api_key in INTERBROKER_MESSAGES:
         try:
             return INTERBROKER_MESSAGES[api_key][version][1]
         except KeyError:
             raise UnknownApiError(f"api {api_key} has no version {version}") from None
+    extra = EXTRA_CLIENT_MESSAGES.get(api_key, {}).get(version)
+    if extra is not None:
+        return extra[1]
     try:
         return load_response_schema(api_key, version)
     except (UnknownAPIKey, UnknownEntity) as e:

@@ -392,8 +392,8 @@ def build_batch(
 ) -> bytes:
     """Encode `(key, value, headers, timestamp)` records as one v2 CreateTime batch.
 
-    Test and benchmark helper: the broker itself never builds batches. Supports no compression and
-    gzip (the codecs the standard library has).
+    Test and benchmark helper: the broker itself never builds batches. Every codec is supported
+    (gzip from the standard library, snappy/lz4/zstd from cramjam).
     """
     if not records:
         raise ValueError("a batch needs at least one record")
@@ -417,9 +417,16 @@ def build_batch(
     elif compression == CompressionType.NONE:
         payload = bytes(body)
     else:
-        raise UnsupportedCompressionTypeError(
-            f"build_batch cannot compress with {compression.name}"
-        )
+        import cramjam
+
+        compressors = {
+            CompressionType.SNAPPY: cramjam.snappy.compress_raw,
+            CompressionType.LZ4: cramjam.lz4.compress,
+            CompressionType.ZSTD: cramjam.zstd.compress,
+        }
+        if compression not in compressors:
+            raise UnsupportedCompressionTypeError(f"build_batch cannot compress with {compression}")
+        payload = bytes(compressors[compression](bytes(body)))
     attributes = int(compression) | (_TRANSACTIONAL_BIT if is_transactional else 0)
     batch = bytearray(HEADER_SIZE) + payload
     HEADER.pack_into(
@@ -444,11 +451,51 @@ def build_batch(
     return bytes(batch)
 
 
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE = 16  # magic, version, compatible version
+
+
+def decompress(compression: int, payload: bytes) -> bytes:
+    """The records of a compressed batch, for tools and ListOffsets — never the hot path.
+
+    gzip is the standard library's; snappy (raw, or in the xerial framing Kafka's Java client
+    writes), lz4 (frame format) and zstd come from cramjam.
+    """
+    if compression == CompressionType.GZIP:
+        return gzip.decompress(payload)
+    try:
+        import cramjam
+    except ImportError as e:  # pragma: no cover - cramjam is a dependency
+        raise UnsupportedCompressionTypeError(
+            f"cannot decompress codec {compression}: {e}"
+        ) from None
+    try:
+        if compression == CompressionType.SNAPPY:
+            if not payload.startswith(_XERIAL_MAGIC):
+                return bytes(cramjam.snappy.decompress_raw(payload))
+            chunks, position = [], _XERIAL_HEADER_SIZE
+            while position < len(payload):
+                (length,) = struct.unpack_from(">i", payload, position)
+                position += 4
+                chunks.append(
+                    bytes(cramjam.snappy.decompress_raw(payload[position : position + length]))
+                )
+                position += length
+            return b"".join(chunks)
+        if compression == CompressionType.LZ4:
+            return bytes(cramjam.lz4.decompress(payload))
+        if compression == CompressionType.ZSTD:
+            return bytes(cramjam.zstd.decompress(payload))
+    except (cramjam.DecompressionError, struct.error, ValueError) as e:
+        raise CorruptRecordError(f"cannot decompress a codec {compression} batch: {e}") from None
+    raise UnsupportedCompressionTypeError(f"unknown compression codec {compression}")
+
+
 def decode_records(batch: Buffer) -> list[Record]:
     """Decode the records of the single batch at the start of `batch` (tests and tools only).
 
     With LogAppendTime every record reports the batch's maxTimestamp, as Kafka's consumers do.
-    Supports no compression and gzip; other codecs raise `UnsupportedCompressionTypeError`.
+    Decompresses every codec Kafka has (see `decompress`).
     """
     if len(batch) < HEADER_SIZE:
         raise CorruptRecordError("buffer shorter than a batch header")
@@ -456,12 +503,8 @@ def decode_records(batch: Buffer) -> list[Record]:
     if header.size > len(batch):
         raise CorruptRecordError("buffer shorter than the batch it starts")
     payload: Buffer = memoryview(batch)[HEADER_SIZE : header.size]
-    if header.compression == CompressionType.GZIP:
-        payload = gzip.decompress(bytes(payload))
-    elif header.compression != CompressionType.NONE:
-        raise UnsupportedCompressionTypeError(
-            f"decode_records cannot decompress codec {header.compression}"
-        )
+    if header.compression != CompressionType.NONE:
+        payload = decompress(header.compression, bytes(payload))
     log_append_time = header.timestamp_type == TimestampType.LOG_APPEND_TIME
     records: list[Record] = []
     position = 0
@@ -497,16 +540,12 @@ def find_timestamp_in_batch(
     (offset, timestamp); None when the records show there is none.
 
     ListOffsets helper (not a hot path). The caller already knows the batch's maxTimestamp is
-    >= target. Uncompressed and gzip CreateTime batches are searched record by record, as Kafka
-    does. LogAppendTime batches (every record has the batch timestamp) and codecs the standard
-    library cannot decompress (snappy, lz4, zstd) answer at batch granularity: the batch's base
-    offset and maxTimestamp.
+    >= target. CreateTime batches are searched record by record (decompressed if need be), as
+    Kafka does. LogAppendTime batches (every record has the batch timestamp) answer at batch
+    granularity: the batch's base offset and maxTimestamp.
     """
     header = read_header(batch)
-    if header.timestamp_type == TimestampType.CREATE_TIME and header.compression in (
-        CompressionType.NONE,
-        CompressionType.GZIP,
-    ):
+    if header.timestamp_type == TimestampType.CREATE_TIME:
         for record in decode_records(batch):
             if record.timestamp >= target_timestamp and record.offset >= min_offset:
                 return record.offset, record.timestamp

@@ -53,6 +53,10 @@ from odradek.zk.znodes import (
 log = logging.getLogger(__name__)
 
 
+MAX_ASSIGNED_REPLICAS = 150_000
+"""Replicas per topic: about 900 KB of assignment JSON at 6 bytes a replica, under ZooKeeper's 1 MB."""
+
+
 class ConcurrentAssignmentChange(KafkaError):
     """The topic's assignment znode changed between our read and our conditional write."""
 
@@ -124,6 +128,13 @@ class AdminManager:
             if factor <= 0:
                 raise InvalidReplicationFactorError(
                     f"replication factor must be at least 1, not {factor}"
+                )
+            if partitions * factor > MAX_ASSIGNED_REPLICAS:
+                # The assignment JSON must fit in one znode (ZooKeeper's 1 MB jute.maxbuffer); also,
+                # computing millions of replicas would stall this broker's event loop.
+                raise InvalidPartitionsError(
+                    f"{partitions} partitions x {factor} replicas is more than the"
+                    f" {MAX_ASSIGNED_REPLICAS} replicas one topic's assignment znode can hold"
                 )
             if factor > len(brokers):
                 raise InvalidReplicationFactorError(

@@ -106,7 +106,7 @@ class Broker:
         self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}))
         try:
             self.log_manager.startup(now_ms)
-        except OSError as e:
+        except (OSError, KafkaError) as e:
             raise OperatorError(
                 f"cannot open log dirs {[str(d) for d in config.log_dirs]}: {e}"
             ) from None

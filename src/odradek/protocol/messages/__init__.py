@@ -43,6 +43,7 @@ from .leader_and_isr.v5.request import LeaderAndIsrRequest as LeaderAndIsrReques
 from .leader_and_isr.v5.response import LeaderAndIsrResponse as LeaderAndIsrResponseV5
 from .leader_and_isr.v6.request import LeaderAndIsrRequest as LeaderAndIsrRequestV6
 from .leader_and_isr.v6.response import LeaderAndIsrResponse as LeaderAndIsrResponseV6
+from .produce_legacy import PRODUCE_LEGACY
 from .stop_replica.v3.request import StopReplicaRequest as StopReplicaRequestV3
 from .stop_replica.v3.response import StopReplicaResponse as StopReplicaResponseV3
 from .update_metadata.v7.request import UpdateMetadataRequest as UpdateMetadataRequestV7
@@ -74,8 +75,12 @@ A dispatch table can derive from it which versions of the four api keys exist; t
 read-only.
 """
 
+EXTRA_CLIENT_MESSAGES: Final[dict[int, dict[int, tuple[type, type]]]] = {0: PRODUCE_LEGACY}
+"""Client API versions kio does not carry (Produce v0-v2); api key -> version -> classes."""
+
 __all__ = (
     "CONTROLLED_SHUTDOWN_API_KEY",
+    "EXTRA_CLIENT_MESSAGES",
     "INTERBROKER_MESSAGES",
     "LEADER_AND_ISR_API_KEY",
     "STOP_REPLICA_API_KEY",

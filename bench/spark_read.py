@@ -1,0 +1,183 @@
+"""Rows/s read into Spark through the `odradek` source, against Parquet holding the same rows.
+
+Prints one JSON object. Starts a local Odradek cluster (`--brokers`, default 1) unless given
+`--bootstrap`; fills a topic with `--records` records of `--record-bytes` bytes (default 10M x
+100 B), unless `--topic` names one already filled. Then, in a local SparkSession (`--master`,
+default local[2]):
+
+* odradek: `spark.read.format("odradek")...load()` written to the `noop` sink, which makes Spark
+  produce every row and every column and discard them;
+* parquet: the same rows, first saved as Parquet (not timed), read the same way.
+
+Each read runs once untimed on a small slice first, so that JVM and Python worker start-up are
+not counted. The ratio is odradek rows/s over Parquet rows/s.
+
+    .venv/bin/python bench/spark_read.py --records 1000000
+    .venv/bin/python bench/spark_read.py --bootstrap 127.0.0.1:9092 --topic big --records 5000000
+
+`spark_write.py` and `spark_streaming_latency.py` import the cluster and topic helpers from here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@contextlib.contextmanager
+def target(bootstrap: str | None, brokers: int) -> Iterator[tuple[str, bool]]:
+    """(bootstrap servers, started here) of `--bootstrap`, or of a local cluster brought down
+    at the end."""
+    if bootstrap is not None:
+        yield bootstrap, False
+        return
+    from odradek.cli.launcher import LocalCluster
+
+    directory = Path(tempfile.mkdtemp(prefix="odradek-spark-bench-"))
+    cluster = LocalCluster.up(directory, brokers=brokers, timeout=120)
+    try:
+        yield cluster.bootstrap_servers, True
+    finally:
+        cluster.down()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, replication: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, replication)], operation_timeout=60)
+    for future in futures.values():
+        future.result(timeout=120)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = admin.list_topics(timeout=10).topics.get(topic)
+        if found is not None and all(p.leader >= 0 for p in found.partitions.values()):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topic {topic} has no leaders after 60s")
+
+
+def fill_topic(bootstrap: str, topic: str, records: int, record_bytes: int) -> dict[str, float]:
+    """Produce `records` values of `record_bytes` bytes (acks=all); returns produce rate."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": False,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+            "queue.buffering.max.kbytes": 1_000_000,
+        }
+    )
+    failures = 0
+
+    def on_delivery(error: Any, _message: Any) -> None:
+        nonlocal failures
+        if error is not None:
+            failures += 1
+
+    value = b"x" * record_bytes
+    started = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value=value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    left = producer.flush(600)
+    elapsed = time.perf_counter() - started
+    if failures or left:
+        raise RuntimeError(f"{failures} records failed, {left} unacknowledged")
+    return {"records_per_s": round(records / elapsed), "seconds": round(elapsed, 2)}
+
+
+def timed_noop(df: Any) -> float:
+    started = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--bootstrap", help="existing cluster; default: a local Odradek cluster")
+    parser.add_argument("--brokers", type=int, default=1)
+    parser.add_argument("--records", type=int, default=10_000_000)
+    parser.add_argument("--record-bytes", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--replication-factor", type=int, default=1)
+    parser.add_argument("--topic", help="an existing topic holding --records records")
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+
+    from odradek.spark.session import local_session
+
+    work = Path(tempfile.mkdtemp(prefix="odradek-spark-read-"))
+    with target(args.bootstrap, args.brokers) as (bootstrap, local):
+        topic = args.topic
+        produced = None
+        if topic is None:
+            topic = f"bench-read-{uuid.uuid4().hex[:8]}"
+            create_topic(bootstrap, topic, args.partitions, args.replication_factor)
+            produced = fill_topic(bootstrap, topic, args.records, args.record_bytes)
+        spark = local_session("odradek-bench-read", master=args.master)
+        try:
+
+            def source(**options: str) -> Any:
+                reader = (
+                    spark.read.format("odradek")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("subscribe", topic)
+                )
+                for key, value in options.items():
+                    reader = reader.option(key, value)
+                return reader.load()
+
+            timed_noop(source(maxRecordsPerPartition="1000", endingOffsets="latest").limit(1000))
+            rows = source().count()
+            odradek_s = timed_noop(source())
+            parquet_path = str(work / "parquet")
+            source().write.parquet(parquet_path)
+            timed_noop(spark.read.parquet(parquet_path).limit(1000))
+            parquet_s = timed_noop(spark.read.parquet(parquet_path))
+        finally:
+            spark.stop()
+            shutil.rmtree(work, ignore_errors=True)
+    odradek_rate = rows / odradek_s
+    parquet_rate = rows / parquet_s
+    print(
+        json.dumps(
+            {
+                "bench": "spark_read",
+                "target": "local odradek" if local else bootstrap,
+                "master": args.master,
+                "records": rows,
+                "record_bytes": args.record_bytes,
+                "partitions": args.partitions,
+                "produce": produced,
+                "odradek": {"rows_per_s": round(odradek_rate), "seconds": round(odradek_s, 2)},
+                "parquet": {"rows_per_s": round(parquet_rate), "seconds": round(parquet_s, 2)},
+                "odradek_over_parquet": round(odradek_rate / parquet_rate, 3),
+            }
+        ),
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
