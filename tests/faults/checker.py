@@ -9,10 +9,14 @@ The invariants:
 
 1. `acknowledged_records_readable`: every record whose acks=all produce was acknowledged at
    offset o is what a consumer reads at offset o once the cluster has healed.
-2. `producer_order`: per partition, a producer's acknowledged records appear in the order it sent
-   them (their sequence numbers increase with their offsets); and in the committed log the first
-   copy of each of its values comes in send order (a retried batch may be written twice, never
-   before something sent after it).
+2. `producer_order`: per partition, a record a producer sent after one of its records had been
+   acknowledged lies at a higher offset than that record. This is the order Kafka promises. The
+   stricter "a producer's values increase with offsets" is not a broker property without an
+   idempotent producer: librdkafka with one request in flight per connection still reorders when
+   a request to a frozen old leader is pending while the partition moves to a new leader, so a
+   later batch is acknowledged by the new leader before the earlier one is retried (seen in this
+   suite with seed 12345: p0-15798 at offset 7706, p0-15210 at offset 7720, both acknowledged,
+   in that order).
 3. `replicas_agree_below_high_watermark`: every replica's files hold byte-identical batches below
    the leader's high watermark, so no offset holds two different records in two replicas.
 4. `one_leader_per_epoch`: no (partition, leader epoch) was ever seen with two different leaders,
@@ -74,14 +78,6 @@ def _result(name: str, checked: int, violations: Sequence[str]) -> CheckResult:
     return CheckResult(name, not violations, checked, details)
 
 
-def parse_value(value: bytes | None) -> tuple[str, int] | None:
-    """`b"<producer>-<seq>"` -> (producer, seq); None for anything else."""
-    if value is None:
-        return None
-    producer, _, seq = value.decode(errors="replace").rpartition("-")
-    return (producer, int(seq)) if producer and seq.isdigit() else None
-
-
 # ---------------------------------------------------------------------------------------------
 # 1-3: records
 
@@ -107,44 +103,25 @@ def acknowledged_records_readable(
 
 def producer_order(
     acknowledged: Mapping[int, Mapping[int, bytes]],
-    committed: Mapping[int, Sequence[Record]],
+    floors: Mapping[int, Mapping[int, int]],
 ) -> CheckResult:
-    """A producer's records keep their send order within each partition (module docstring)."""
+    """partition -> {offset: floor}: every acknowledged record lies above the highest offset its
+    producer had seen acknowledged in that partition when it sent it (module docstring)."""
     violations = []
     checked = 0
     for partition, acked in sorted(acknowledged.items()):
-        last: dict[str, tuple[int, int]] = {}
+        partition_floors = floors.get(partition, {})
         for offset, value in sorted(acked.items()):
-            parsed = parse_value(value)
-            if parsed is None:
+            floor = partition_floors.get(offset)
+            if floor is None:
+                violations.append(f"partition {partition} offset {offset}: no floor recorded")
                 continue
-            producer, seq = parsed
             checked += 1
-            previous = last.get(producer)
-            if previous is not None and seq <= previous[1]:
+            if offset <= floor:
                 violations.append(
-                    f"partition {partition}: acknowledged {producer}-{seq} at offset {offset} "
-                    f"after {producer}-{previous[1]} at offset {previous[0]}"
+                    f"partition {partition}: {value!r} acknowledged at offset {offset}, sent "
+                    f"after offset {floor} was acknowledged"
                 )
-            last[producer] = (offset, seq)
-    for partition, records in sorted(committed.items()):
-        seen: set[tuple[str, int]] = set()
-        highest: dict[str, tuple[int, int]] = {}
-        for record in records:
-            parsed = parse_value(record.value)
-            if parsed is None or parsed in seen:
-                continue  # a retried batch written again: only the first copy orders
-            seen.add(parsed)
-            producer, seq = parsed
-            checked += 1
-            previous = highest.get(producer)
-            if previous is not None and seq < previous[1]:
-                violations.append(
-                    f"partition {partition}: first copy of {producer}-{seq} at offset "
-                    f"{record.offset} follows {producer}-{previous[1]} at offset {previous[0]}"
-                )
-            if previous is None or seq > previous[1]:
-                highest[producer] = (record.offset, seq)
     return _result("producer_order", checked, violations)
 
 

@@ -3,10 +3,12 @@ records who leads what and who controls the cluster.
 
 * `ProducerWorkload`: several confluent-kafka producers, each in its own thread, writing unique
   values `f"{producer}-{seq}"` (seq 0, 1, 2, ...) round-robin over the topic's partitions with
-  acks=all, retries on, idempotence off and one request in flight per connection (so that a
-  retry can duplicate a batch but never reorder it). Every delivery report is kept. Continuously
-  checked: a producer's acknowledged offsets in a partition grow with its sequence numbers (a
-  broker handing out an offset twice, after losing an acknowledged record, shows up here first).
+  acks=all, retries on, idempotence off (the brokers have no InitProducerId) and one request in
+  flight per connection. Every delivery report is kept, with the highest offset the producer had
+  seen acknowledged in that partition when it handed the record to the client (its "floor").
+  Continuously checked: a record acknowledged at or below its floor (Kafka orders what a producer
+  sends after an acknowledgement behind it; a broker that lost an acknowledged record and handed
+  its offset out again shows up here first).
 * `ClusterObserver`: a thread with its own event loop that, about every 200 ms, reads
   `/controller_epoch`, `/controller` and the topic's partition state znodes from ZooKeeper, and
   asks every broker (over its own short-timeout connection, so a frozen broker only delays its
@@ -22,6 +24,7 @@ Neither uses `LocalCluster`, which belongs to the test thread.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -44,7 +47,7 @@ from odradek.zk.znodes import (
     TopicPartitionStateZNode,
     TopicZNode,
 )
-from tests.faults.checker import ControllerEpochHistory, LeaderEpochHistory, parse_value
+from tests.faults.checker import ControllerEpochHistory, LeaderEpochHistory
 from tests.integration._replication import producer_config
 
 log = logging.getLogger(__name__)
@@ -118,8 +121,9 @@ class ProducerStats:
     name: str
     sent: int = 0
     acknowledged: dict[int, dict[int, bytes]] = field(default_factory=dict)
+    floors: dict[int, dict[int, int]] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
-    last_acked: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition: offset, seq
+    highest_acked: dict[int, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     unfinished: int = 0
     error: str | None = None
@@ -166,7 +170,11 @@ class ProducerWorkload:
         return self
 
     def _on_delivery(
-        self, stats: ProducerStats, error: ConfluentKafkaError | None, message: Message
+        self,
+        stats: ProducerStats,
+        floor: int,
+        error: ConfluentKafkaError | None,
+        message: Message,
     ) -> None:
         with self._lock:
             if error is not None:
@@ -177,32 +185,31 @@ class ProducerWorkload:
                 stats.violations.append(f"{stats.name}: acknowledged without an offset: {value!r}")
                 return
             stats.acknowledged.setdefault(partition, {})[offset] = value
-            parsed = parse_value(value)
-            previous = stats.last_acked.get(partition)
-            if parsed is not None and previous is not None and offset <= previous[0]:
+            stats.floors.setdefault(partition, {})[offset] = floor
+            if offset <= floor:
                 stats.violations.append(
-                    f"partition {partition}: {value.decode()} acknowledged at offset {offset}, "
-                    f"not after {stats.name}-{previous[1]} acknowledged at offset {previous[0]}"
+                    f"partition {partition}: {value.decode(errors='replace')} acknowledged at "
+                    f"offset {offset}, though sent after offset {floor} was acknowledged"
                 )
-            if parsed is not None:
-                stats.last_acked[partition] = (offset, parsed[1])
+            stats.highest_acked[partition] = max(offset, stats.highest_acked.get(partition, -1))
 
     def _run(self, stats: ProducerStats) -> None:
         try:
             producer = Producer(self._config)
-
-            def deliver(error: ConfluentKafkaError | None, message: Message) -> None:
-                self._on_delivery(stats, error, message)
-
             sequence = 0
             while not self._stopping.is_set():
                 if len(producer) < self.max_queued:
+                    partition = sequence % self.partitions
+                    # Delivery callbacks run in this thread (inside poll), so the floor read
+                    # here is exactly what had been acknowledged when the record was handed over.
+                    with self._lock:
+                        floor = stats.highest_acked.get(partition, -1)
                     try:
                         producer.produce(
                             self.topic,
                             value=f"{stats.name}-{sequence}".encode(),
-                            partition=sequence % self.partitions,
-                            on_delivery=deliver,
+                            partition=partition,
+                            on_delivery=functools.partial(self._on_delivery, stats, floor),
                         )
                         sequence += 1
                     except BufferError:
@@ -256,6 +263,15 @@ def merge_acknowledged(stats: Sequence[ProducerStats]) -> dict[int, dict[int, by
     for s in stats:
         for partition, acked in s.acknowledged.items():
             merged.setdefault(partition, {}).update(acked)
+    return merged
+
+
+def merge_floors(stats: Sequence[ProducerStats]) -> dict[int, dict[int, int]]:
+    """partition -> {offset: floor} of every acknowledged record (see the module docstring)."""
+    merged: dict[int, dict[int, int]] = {}
+    for s in stats:
+        for partition, floors in s.floors.items():
+            merged.setdefault(partition, {}).update(floors)
     return merged
 
 

@@ -53,7 +53,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.launcher import LocalCluster
@@ -478,12 +477,6 @@ def test_many_connections_at_once(make_cluster: Any):
     assert _wire.log_end_offset(bootstrap, topic) == 20
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: CreateTopics computes the replica assignment on the event loop "
-    "(odradek.server.admin.AdminManager.prepare_topic -> assign_replicas_to_brokers), so one "
-    "request for millions of partitions freezes every connection for seconds",
-)
 def test_a_huge_create_topics_does_not_freeze_the_broker(make_cluster: Any):
     cluster = private_cluster(make_cluster)
     bootstrap = cluster.broker(1).bootstrap

@@ -119,12 +119,6 @@ def test_override_without_a_value(tmp_path: Path):
     assert_one_line_error(result, "broker.id")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: after a failed start-up, odradek.cli.main._run_broker calls Broker.shutdown, "
-    "whose LogManager.shutdown writes checkpoints into the unusable log dir and raises "
-    "KafkaStorageError, printed as a traceback instead of the one-line start-up error",
-)
 def test_log_dir_that_is_a_file(tmp_path: Path):
     not_a_directory = tmp_path / "a-file"
     not_a_directory.write_text("not a directory")
@@ -182,13 +176,6 @@ def test_log_dir_of_another_broker(tmp_path: Path, zk_chroot: str):
     assert registered(zk_chroot) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the refused second broker's Broker.shutdown runs LogManager.shutdown over a "
-    "log dir it never locked: it writes .kafka_cleanshutdown (and empty offset checkpoints) "
-    "into the running broker's directory, so that broker's next start after a crash skips "
-    "recovery",
-)
 def test_log_dir_in_use_by_a_running_broker(tmp_path: Path, make_cluster: Any):
     cluster = make_cluster(1)
     data = Path(cluster.broker(1).data_dir)
