@@ -36,7 +36,8 @@ class ChannelClosedError(Exception):
 
 @dataclass
 class SentRequest:
-    """One request as the batch handed it to the channel. `answered` once the test replied."""
+    """One request as the batch handed it to the channel. `answered` once the test replied;
+    `discarded` if its broker's sender went away first (it will never be answered)."""
 
     sequence: int
     broker_id: int
@@ -45,6 +46,7 @@ class SentRequest:
     request: Any
     callback: ResponseCallback | None
     answered: bool = False
+    discarded: bool = False
 
     @property
     def controller_epoch(self) -> int:
@@ -69,7 +71,11 @@ class PartitionInRequest:
 
 @dataclass
 class RecordingChannelManager:
-    """Records requests per broker. Same construction as `ControllerChannelManager`."""
+    """Records requests per broker. Same construction as `ControllerChannelManager`.
+
+    Concurrency: the controller's event task (or a test's single thread) only; `answer_next`
+    runs the response callback inline, which only enqueues a controller event.
+    """
 
     controller_id: int
     request_timeout: float = 30.0
@@ -127,7 +133,7 @@ class RecordingChannelManager:
         # A removed sender's queue dies with it: those requests will never be answered.
         for item in self.sent:
             if item.broker_id == broker_id and not item.answered:
-                item.answered = True
+                item.discarded = True
 
     def requests(
         self, api_key: int | None = None, broker_id: int | None = None, since: int = 0
@@ -146,7 +152,9 @@ class RecordingChannelManager:
         return [
             r
             for r in self.sent
-            if not r.answered and (broker_id is None or r.broker_id == broker_id)
+            if not r.answered
+            and not r.discarded
+            and (broker_id is None or r.broker_id == broker_id)
         ]
 
     def partitions(

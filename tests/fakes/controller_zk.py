@@ -153,7 +153,10 @@ def _check_path(path: str) -> None:
 
 
 class FakeZooKeeper:
-    """The znode tree and its watches: the server side, shared by every session."""
+    """The znode tree and its watches: the server side, shared by every session.
+
+    Concurrency: one thread; each call completes (watch callbacks included) before it returns.
+    """
 
     def __init__(self, *, standard_paths: bool = True) -> None:
         self._nodes: dict[str, ZNode] = {ROOT: ZNode(b"", 0, 0, 0, 0, NO_SESSION)}
@@ -471,7 +474,11 @@ class FakeZooKeeper:
 
 
 class FakeZkClient:
-    """One session on a `FakeZooKeeper`, with the part of `ZkClient`'s API the controller uses."""
+    """One session on a `FakeZooKeeper`, with the part of `ZkClient`'s API the controller uses.
+
+    Concurrency: the async methods never suspend, so a caller on one event loop sees each call
+    happen atomically, as ZooKeeper orders one session's requests.
+    """
 
     def __init__(self, tree: FakeZooKeeper) -> None:
         self.tree = tree

@@ -37,7 +37,9 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cli.launcher import LocalCluster
 from odradek.errors import OdradekError
-from odradek.protocol.record_batch import Record
+from odradek.log.checkpoints import write_offset_checkpoint
+from odradek.log.naming import RECOVERY_POINT_CHECKPOINT, log_dir_name
+from odradek.protocol.record_batch import Record, build_batch
 from tests.faults.checker import (
     CheckResult,
     ControllerEpochHistory,
@@ -53,10 +55,12 @@ from tests.faults.checker import (
 )
 from tests.faults.schedule import (
     FaultInjector,
+    FaultKind,
     FaultRecord,
     ScheduleSettings,
     describe_counts,
     make_schedule,
+    tear_segment,
 )
 from tests.faults.workload import (
     ClusterObserver,
@@ -80,7 +84,7 @@ from tests.integration._replication import (
 SESSION_TIMEOUT_MS = 5000
 CI = ScheduleSettings(
     mode="ci",
-    faults=34,
+    faults=36,
     min_brokers=3,
     max_brokers=4,
     partitions=6,
@@ -184,6 +188,171 @@ def _producer_checks(stats: list[ProducerStats]) -> list[CheckResult]:
     ]
 
 
+class FaultRun:
+    """One run of the suite; its phases (module docstring) are methods, called in order by
+    `run_faults`. Test thread only."""
+
+    def __init__(
+        self,
+        make_cluster: Callable[..., LocalCluster],
+        seed: int,
+        settings: ScheduleSettings,
+        budget: Budget,
+        config: pytest.Config,
+    ) -> None:
+        self.started = time.monotonic()
+        self.seed = seed
+        self.settings = settings
+        self.budget = budget
+        self.config = config
+        self.schedule = make_schedule(seed, settings)
+        self.topic = f"faults-{seed}"
+        self.leaders = LeaderEpochHistory()
+        self.controllers = ControllerEpochHistory()
+        self.records: list[FaultRecord] = []
+        self.stopped_early = ""
+        self.notes: list[str] = []
+        # 1. Set-up.
+        self.cluster = make_cluster(
+            brokers=self.schedule.brokers,
+            min_insync_replicas=2,
+            unclean_leader_election_enable=False,
+            zookeeper_session_timeout_ms=settings.session_timeout_ms,
+            replica_lag_time_max_ms=5000,
+        )
+        create_topic(
+            self.cluster,
+            self.topic,
+            _assignment(self.cluster.broker_ids, settings.partitions),
+            {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
+        )
+        self.observer = ClusterObserver(
+            self.cluster.zookeeper_connect,
+            [Endpoint(b.id, b.host, b.port) for b in self.cluster.brokers],
+            self.topic,
+            settings.partitions,
+            self.leaders,
+            self.controllers,
+        )
+        self.workload = ProducerWorkload(
+            self.cluster.bootstrap_servers, self.topic, settings.partitions, settings.producers
+        )
+        self.injector = FaultInjector(
+            self.cluster, self.topic, settings.partitions, settings.session_timeout_ms, seed
+        )
+
+    def _early_violations(self) -> list[str]:
+        return (
+            self.leaders.violations() + self.controllers.violations() + self.workload.violations()
+        )
+
+    def safety_phase(self) -> None:
+        """2. Faults one after another, the continuous invariants consulted after each."""
+        wait_until(lambda: self.workload.acknowledged_count() >= 200, 60, "the workload to start")
+        for fault in self.schedule.faults:
+            if time.monotonic() - self.started > self.budget.safety:
+                self.stopped_early = f"time budget of {self.budget.safety:g}s reached"
+                return
+            record = self.injector.inject(fault)
+            self.records.append(record)
+            _say(self.config, f"  fault {record.describe()}")
+            early = self._early_violations()
+            if early:
+                self.stopped_early = f"invariant violated after fault #{fault.index}: {early[0]}"
+                return
+            self.injector.pause(fault.gap_s)
+
+    def liveness_phase(self) -> list[ProducerStats]:
+        """3a. Faults off, everything running; wait until every partition is led with a full
+        ISR, then stop the producers (every delivery report in)."""
+        self.notes += self.injector.heal_everything()
+        try:
+            wait_until(
+                lambda: _converged(self.cluster, self.topic, self.settings.partitions),
+                self.budget.liveness,
+                "every partition led with a full ISR",
+                interval=0.2,
+            )
+        except AssertionError as e:
+            self.notes.append(str(e))
+        return self.workload.stop()
+
+    def collect(self) -> Committed | None:
+        """3b. Wait until the replicas agree up to the HW; read what the cluster holds; feed
+        every broker's state-change log into the histories."""
+        states = read_partition_states(
+            self.cluster.zookeeper_connect, self.topic, self.settings.partitions
+        )
+        committed: Committed | None = None
+
+        def caught_up() -> bool:
+            nonlocal committed
+            committed = _read_committed(self.cluster, self.topic, states)
+            return committed is not None and _replicas_caught_up(committed)
+
+        try:
+            wait_until(
+                caught_up, self.budget.liveness, "replicas identical up to the HW", interval=0.5
+            )
+        except AssertionError as e:
+            self.notes.append(str(e))
+        for broker in self.cluster.brokers:
+            path = broker.dir / "state-change.log"
+            if path.exists():
+                read_state_change_log(
+                    path.read_text(errors="replace"),
+                    self.topic,
+                    f"broker {broker.id}",
+                    self.leaders,
+                    self.controllers,
+                )
+        return committed
+
+    def check(self, stats: list[ProducerStats], committed: Committed | None) -> list[CheckResult]:
+        """4. Every invariant, each by its own checker."""
+        acknowledged = merge_acknowledged(stats)
+        final = read_partition_states(
+            self.cluster.zookeeper_connect, self.topic, self.settings.partitions
+        )
+        records = committed.records if committed else {}
+        results = [
+            *_producer_checks(stats),
+            acknowledged_records_readable(acknowledged, records),
+            producer_order(acknowledged, merge_floors(stats)),
+            replicas_agree_below_high_watermark(
+                committed.replicas if committed else {},
+                committed.high_watermarks if committed else {},
+            ),
+            one_leader_per_epoch(self.leaders),
+            controller_epoch_monotonic(self.controllers),
+            every_partition_led(
+                [FinalPartition(p, s.leader, s.isr, s.replicas) for p, s in final.items()],
+                self.cluster.registered_brokers(),
+                self.settings.partitions,
+            ),
+        ]
+        if committed is None:
+            results.append(CheckResult("committed_records_read", False, 0, ("could not read",)))
+        return results
+
+    def summary(self, stats: list[ProducerStats], results: list[CheckResult]) -> str:
+        passed = sum(r.passed for r in results)
+        acknowledged = sum(len(o) for s in stats for o in s.acknowledged.values())
+        not_acknowledged = sum(n for s in stats for n in s.failures.values())
+        line = (
+            f"fault-injection {self.settings.mode} seed={self.seed}: {self.schedule.brokers} "
+            f"brokers, {self.settings.partitions} partitions, {len(self.records)} faults "
+            f"{describe_counts(self.records)}, {acknowledged} records acknowledged "
+            f"({not_acknowledged} not: {_failure_names(stats)}), checks passed "
+            f"{passed}/{len(results)}, controller epoch {self.controllers.highest}, "
+            f"{sum(1 for r in self.records if r.slow)} slow faults, "
+            f"{time.monotonic() - self.started:.0f}s"
+        )
+        if self.stopped_early:
+            line += f"; stopped early: {self.stopped_early}"
+        return line
+
+
 def run_faults(
     make_cluster: Callable[..., LocalCluster],
     seed: int,
@@ -192,130 +361,30 @@ def run_faults(
     config: pytest.Config,
     summary: list[str],
 ) -> None:
-    started = time.monotonic()
-    schedule = make_schedule(seed, settings)
-    cluster = make_cluster(
-        brokers=schedule.brokers,
-        min_insync_replicas=2,
-        unclean_leader_election_enable=False,
-        zookeeper_session_timeout_ms=settings.session_timeout_ms,
-        replica_lag_time_max_ms=5000,
-    )
-    topic = f"faults-{seed}"
-    create_topic(
-        cluster,
-        topic,
-        _assignment(cluster.broker_ids, settings.partitions),
-        {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
-    )
-    leaders, controllers = LeaderEpochHistory(), ControllerEpochHistory()
-    endpoints = [Endpoint(b.id, b.host, b.port) for b in cluster.brokers]
-    observer = ClusterObserver(
-        cluster.zookeeper_connect, endpoints, topic, settings.partitions, leaders, controllers
-    ).start()
-    workload = ProducerWorkload(
-        cluster.bootstrap_servers, topic, settings.partitions, settings.producers
-    ).start()
-    injector = FaultInjector(cluster, topic, settings.partitions, settings.session_timeout_ms, seed)
-    records: list[FaultRecord] = []
-    stopped_early = ""
+    run = FaultRun(make_cluster, seed, settings, budget, config)
+    run.observer.start()
+    run.workload.start()
     try:
-        wait_until(lambda: workload.acknowledged_count() >= 200, 60, "the workload to start")
-        # 2. Safety phase.
-        for fault in schedule.faults:
-            if time.monotonic() - started > budget.safety:
-                stopped_early = f"time budget of {budget.safety:g}s reached"
-                break
-            record = injector.inject(fault)
-            records.append(record)
-            _say(config, f"  fault {record.describe()}")
-            early = leaders.violations() + controllers.violations() + workload.violations()
-            if early:
-                stopped_early = f"invariant violated after fault #{fault.index}: {early[0]}"
-                break
-            injector.pause(fault.gap_s)
-        # 3. Liveness phase.
-        healed = injector.heal_everything()
-        try:
-            wait_until(
-                lambda: _converged(cluster, topic, settings.partitions),
-                budget.liveness,
-                "every partition led with a full ISR",
-                interval=0.2,
-            )
-        except AssertionError as e:
-            _say(config, f"  liveness: {e}")
-        stats = workload.stop()
+        run.safety_phase()
+        stats = run.liveness_phase()
     except BaseException:
-        workload.abandon()
-        observer.stop()
+        run.workload.abandon()
         raise
-    observer.stop()
-
-    states = read_partition_states(cluster.zookeeper_connect, topic, settings.partitions)
-    committed: Committed | None = None
-
-    def caught_up() -> bool:
-        nonlocal committed
-        committed = _read_committed(cluster, topic, states)
-        return committed is not None and _replicas_caught_up(committed)
-
-    try:
-        wait_until(caught_up, budget.liveness, "replicas identical up to the HW", interval=0.5)
-    except AssertionError as e:
-        _say(config, f"  liveness: {e}")
-    for broker in cluster.brokers:
-        path = broker.dir / "state-change.log"
-        if path.exists():
-            read_state_change_log(
-                path.read_text(errors="replace"), topic, f"broker {broker.id}", leaders, controllers
-            )
-
-    # 4. Checks.
-    acknowledged = merge_acknowledged(stats)
-    final = [
-        FinalPartition(p, s.leader, s.isr, s.replicas)
-        for p, s in read_partition_states(
-            cluster.zookeeper_connect, topic, settings.partitions
-        ).items()
-    ]
-    results = [
-        *_producer_checks(stats),
-        acknowledged_records_readable(acknowledged, committed.records if committed else {}),
-        producer_order(acknowledged, merge_floors(stats)),
-        replicas_agree_below_high_watermark(
-            committed.replicas if committed else {}, committed.high_watermarks if committed else {}
-        ),
-        one_leader_per_epoch(leaders),
-        controller_epoch_monotonic(controllers),
-        every_partition_led(final, cluster.registered_brokers(), settings.partitions),
-    ]
-    if committed is None:
-        results.append(CheckResult("committed_records_read", False, 0, ("could not read",)))
-    failed = [r for r in results if not r.passed]
-    failures = sum(n for s in stats for n in s.failures.values())
-    slow = sum(1 for r in records if r.slow)
-    line = (
-        f"fault-injection {settings.mode} seed={seed}: {schedule.brokers} brokers, "
-        f"{settings.partitions} partitions, {len(records)} faults {describe_counts(records)}, "
-        f"{sum(len(o) for o in acknowledged.values())} records acknowledged "
-        f"({failures} not: {_failure_names(stats)}), checks passed "
-        f"{len(results) - len(failed)}/{len(results)}, controller epoch "
-        f"{controllers.highest}, {slow} slow faults, {time.monotonic() - started:.0f}s"
-    )
-    if stopped_early:
-        line += f"; stopped early: {stopped_early}"
-    summary.append(line)
-    _say(config, line)
-    if healed:
-        _say(config, f"  healing: {', '.join(healed)}")
+    finally:
+        run.observer.stop()
+    committed = run.collect()
+    results = run.check(stats, committed)
+    summary.append(run.summary(stats, results))  # printed in the terminal summary
+    for note in run.notes:
+        _say(config, f"  liveness: {note}")
     for result in results:
         _say(config, f"  {result.describe()}")
-    if failed or stopped_early.startswith("invariant"):
-        history = "\n".join(r.describe() for r in records)
+    failed = [r for r in results if not r.passed]
+    if failed or run.stopped_early.startswith("invariant"):
+        history = "\n".join(r.describe() for r in run.records)
         pytest.fail(
             f"seed {seed}: {len(failed)} invariant(s) violated "
-            f"(repeat with ODRADEK_FAULT_SEED={seed})\n"
+            f"(repeat with ODRADEK_FAULT_SEED={seed}); {run.stopped_early}\n"
             + "\n".join(r.describe() for r in failed)
             + f"\nfaults:\n{history}",
             pytrace=False,
@@ -351,3 +420,85 @@ def test_fault_injection_soak(
     request: pytest.FixtureRequest,
 ):
     run_faults(make_cluster, fault_seed, SOAK, SOAK_BUDGET, request.config, fault_summary)
+
+
+# ---------------------------------------------------------------------------------------------
+# The suite's own parts, without a cluster: every checker must be able to fail, and a seed must
+# give the same schedule every time.
+
+
+def _batch(base_offset: int, data: bytes, epoch: int = 0) -> StoredBatch:
+    return StoredBatch(base_offset, base_offset, epoch, data)
+
+
+def test_each_checker_detects_the_violation_it_exists_for():
+    acked = {0: {0: b"p0-0", 1: b"p0-1"}}
+    assert acknowledged_records_readable(acked, {0: [Record(0, 0, None, b"p0-0", [])]}).details
+    assert acknowledged_records_readable(
+        acked, {0: [Record(0, 0, None, b"p0-0", []), Record(1, 0, None, b"p0-1", [])]}
+    ).passed
+    assert not producer_order(acked, {0: {0: -1, 1: 1}}).passed  # sent after 1 was acked
+    assert producer_order(acked, {0: {0: -1, 1: 0}}).passed
+    same = [_batch(0, b"a"), _batch(1, b"b")]
+    assert replicas_agree_below_high_watermark({0: {1: same, 2: same}}, {0: 2}).passed
+    diverged = {0: {1: same, 2: [_batch(0, b"a"), _batch(1, b"c", 1)]}}
+    assert not replicas_agree_below_high_watermark(diverged, {0: 2}).passed
+    short = {0: {1: same, 2: same[:1]}}
+    assert not replicas_agree_below_high_watermark(short, {0: 2}).passed
+    # Beyond the HW replicas may differ.
+    assert replicas_agree_below_high_watermark(diverged, {0: 1}).passed
+
+    leaders = LeaderEpochHistory()
+    leaders.observe(0, 3, 1, "ZooKeeper")
+    leaders.observe(0, 3, -1, "broker 2 Metadata")  # no leader is not a second leader
+    assert one_leader_per_epoch(leaders).passed
+    leaders.observe(0, 3, 2, "broker 2 Metadata")
+    assert not one_leader_per_epoch(leaders).passed
+
+    controllers = ControllerEpochHistory()
+    for epoch in (1, 2, 2, 3):
+        controllers.observe_epoch(epoch)
+    assert controller_epoch_monotonic(controllers).passed
+    controllers.observe_epoch(2)
+    assert not controller_epoch_monotonic(controllers).passed
+    split = ControllerEpochHistory()
+    log_text = (
+        "[Controller id=1 epoch=4] Changed state of t-0 from OfflinePartition to "
+        "OnlinePartition with leader=2, leader_epoch=5, isr=[2, 3]\n"
+        "[Controller id=3 epoch=4] Changed state of t-0 from OfflinePartition to "
+        "OnlinePartition with leader=3, leader_epoch=5, isr=[3]\n"
+    )
+    from_log = LeaderEpochHistory()
+    assert read_state_change_log(log_text, "t", "broker 1", from_log, split) == 2
+    assert not controller_epoch_monotonic(split).passed
+    assert not one_leader_per_epoch(from_log).passed
+
+    led = [FinalPartition(0, 1, (1, 2, 3), (1, 2, 3))]
+    assert every_partition_led(led, [1, 2, 3], 1).passed
+    assert not every_partition_led(led, [2, 3], 1).passed
+    assert not every_partition_led([FinalPartition(0, 1, (1,), (1, 2, 3))], [1, 2, 3], 1).passed
+
+
+def test_a_seed_gives_the_same_schedule_and_every_kind_early():
+    first, again = make_schedule(7, CI), make_schedule(7, CI)
+    assert first == again
+    assert make_schedule(8, CI) != first
+    assert len(first.faults) == CI.faults
+    assert CI.min_brokers <= first.brokers <= CI.max_brokers
+    assert {f.kind for f in first.faults[: len(FaultKind)]} == set(FaultKind)
+
+
+def test_a_torn_write_cuts_only_unflushed_batches(tmp_path):
+    directory = tmp_path / log_dir_name("t", 0)
+    directory.mkdir()
+    batches = [build_batch([(None, b"v%d" % i, [], 0)], base_offset=i) for i in range(5)]
+    segment = directory / "00000000000000000000.log"
+    segment.write_bytes(b"".join(batches))
+    write_offset_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT, {("t", 0): 3})
+    torn = tear_segment(tmp_path, "t", 0, append=False, fraction=0.0, seed=1)
+    assert torn is not None
+    kept = segment.stat().st_size
+    # The cut falls inside the batches at or after the recovery point (offsets 3 and 4).
+    assert len(b"".join(batches[:3])) < kept < len(b"".join(batches))
+    appended = tear_segment(tmp_path, "t", 0, append=True, fraction=0.0, seed=1)
+    assert appended is not None and segment.stat().st_size > kept

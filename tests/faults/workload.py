@@ -372,11 +372,12 @@ class ClusterObserver:
         return zk
 
     async def _poll_zookeeper(self, zk: ZkClient) -> None:
-        epoch_got, controller_got = await asyncio.gather(
+        got: list[tuple[bytes, Any] | BaseException] = await asyncio.gather(
             zk.get(ControllerEpochZNode.path()),
             zk.get(ControllerZNode.path()),
             return_exceptions=True,
         )
+        epoch_got, controller_got = got
         if not isinstance(epoch_got, BaseException):
             epoch = ControllerEpochZNode.decode(epoch_got[0], epoch_got[1].version).epoch
             self.controllers.observe_epoch(epoch)

@@ -238,9 +238,9 @@ def test_a_rolling_restart_under_load_loses_nothing_and_never_takes_a_partition_
             cluster.start_broker(broker_id, timeout=TIMEOUT_S)
             wait_until(lambda: _full_isr(cluster, topic), TIMEOUT_S, f"full ISR after {broker_id}")
             controllers.append(cluster.controller_id())
-            acknowledged = stream.acknowledged_count()
+            target = stream.acknowledged_count() + 200
             wait_until(
-                lambda n=acknowledged: stream.acknowledged_count() >= n + 200,
+                lambda: stream.acknowledged_count() >= target,  # noqa: B023 (used at once)
                 TIMEOUT_S,
                 f"200 more acknowledged after restarting {broker_id}",
             )

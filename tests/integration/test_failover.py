@@ -56,6 +56,7 @@ from tests.fixtures.cluster import wait_until
 from tests.integration._replication import (
     METADATA_VERSION,
     AckedProducer,
+    PartitionView,
     assert_acknowledged_present,
     create_topic,
     partition_dir,
@@ -204,12 +205,16 @@ def test_a_dead_leader_is_replaced_from_the_isr_and_status_shows_the_damage_unti
     # Every survivor's Metadata agrees with ZooKeeper, and shows the RF=1 partition offline.
     survivors = _others(cluster, victim)
     for partition, state in after.items():
+
+        def agrees(view: PartitionView, state: LeaderIsrAndControllerEpoch = state) -> bool:
+            return (view.leader, view.leader_epoch) == (state.leader, state.leader_epoch)
+
         wait_for_metadata(
             cluster,
             replicated,
             partition,
             survivors,
-            lambda v, s=state: (v.leader, v.leader_epoch) == (s.leader, s.leader_epoch),
+            agrees,
             TIMEOUT_S,
             f"{replicated}-{partition} led by {state.leader} at epoch {state.leader_epoch}",
         )

@@ -80,6 +80,16 @@ def _controller(cluster: LocalCluster) -> dict[str, Any] | None:
     return controller
 
 
+def _controller_other_than(cluster: LocalCluster, broker_id: int) -> dict[str, Any] | None:
+    controller = _controller(cluster)
+    return controller if controller is not None and controller["id"] != broker_id else None
+
+
+def _registered_again(cluster: LocalCluster, broker_id: int) -> dict[str, Any] | None:
+    registration = _registration(cluster, broker_id)
+    return registration if registration["registered"] else None
+
+
 def _metadata_controller(cluster: LocalCluster, broker_id: int) -> int:
     response = request(
         cluster.broker(broker_id),
@@ -162,10 +172,11 @@ def test_a_broker_frozen_past_its_session_is_failed_and_rejoins_with_a_new_broke
         moved = _wait_expired_and_moved(cluster, victim, topic, len(assignment))
         cluster.cont(victim)
         registration = wait_until(
-            lambda: (r := _registration(cluster, victim))["registered"] and r,
+            lambda: _registered_again(cluster, victim),
             TIMEOUT_S,
             f"broker {victim} to register again",
         )
+        assert registration is not None
         wait_until(lambda: _full_isr(cluster, topic), TIMEOUT_S, f"broker {victim} in every ISR")
         acknowledged = stream.acknowledged_count()
         wait_until(
@@ -216,19 +227,21 @@ def test_a_controller_frozen_past_its_session_resigns_and_stays_an_ordinary_brok
 
     cluster.stop(old)
     elected = wait_until(
-        lambda: (c := _controller(cluster)) is not None and c["id"] != old and c,
+        lambda: _controller_other_than(cluster, old),
         EXPIRY_TIMEOUT_S,
         "another broker to become controller",
     )
+    assert elected is not None
     assert elected["epoch"] == before["epoch"] + 1
     _wait_expired_and_moved(cluster, old, topic, len(assignment))
     cluster.cont(old)
 
     registration = wait_until(
-        lambda: (r := _registration(cluster, old))["registered"] and r,
+        lambda: _registered_again(cluster, old),
         TIMEOUT_S,
         f"broker {old} to register again",
     )
+    assert registration is not None
     assert registration["broker_epoch"] > epoch_before
     wait_until(
         lambda: "resigns as controller" in cluster.broker(old).log.read_text(errors="replace"),
@@ -286,7 +299,7 @@ def test_a_leader_paused_past_its_session_acknowledges_nothing_after_it_wakes(
             assert connection.send_bytes(frame)
             connections.append((connection, correlation_id))
         cluster.cont(zombie)
-        answers = []
+        answers: list[ErrorCode | str] = []
         for connection, correlation_id in connections:
             try:
                 response = connection.read_response(

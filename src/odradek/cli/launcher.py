@@ -18,11 +18,9 @@ Directory layout (`DIR` is the cluster directory; nothing outside it is written)
   port, pid, dir, data_dir, log, config, rack}; `bootstrap`: "host:port,host:port,..." of all
   brokers. Paths are absolute; a pid is null when that process is not running.
 
-Processes: each child runs in its own session (process group), so a Ctrl-C in the terminal that
-ran `odradek cluster up` does not reach it, and signals from here go to its whole group. A child
-started by this object is reaped by it (no zombies); a child named only by a pid in cluster.json
-(another `odradek cluster` invocation started it) is recognised by its command line in /proc, so
-that a recycled pid is never signalled.
+Processes: each child runs in its own session and is signalled as a group; one known only by its
+pid in cluster.json is recognised by its command line first (see `odradek.cli.processes`). The
+status report is read from ZooKeeper by `odradek.cli.cluster_status`.
 
 Concurrency: a `LocalCluster` belongs to the thread that created it and its methods block. They
 read ZooKeeper on a private event loop (in a helper thread if the caller already runs one), so
@@ -35,12 +33,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import enum
 import fcntl
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -49,27 +45,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from odradek.errors import ClusterTimeoutError, OperatorError
-from odradek.zk.client import ZkClient
-from odradek.zk.errors import InvalidZNodeDataError, NoNodeError, ZkError
-from odradek.zk.server import ZooKeeperServer, port_is_free
-from odradek.zk.znodes import (
-    BrokerIdsZNode,
-    BrokerIdZNode,
-    ControllerEpochZNode,
-    ControllerZNode,
-    DeleteTopicsZNode,
-    TopicPartitionStateZNode,
-    TopicsZNode,
-    TopicZNode,
+from odradek.cli.cluster_status import (
+    empty_counts,
+    read_controller,
+    read_registrations,
+    read_status,
+    zk_session,
 )
+from odradek.cli.processes import ClusterProcess, ProcessState, free_ports, request_exit
+from odradek.errors import ClusterTimeoutError, OperatorError
+from odradek.zk.errors import ZkError
+from odradek.zk.server import ZooKeeperServer, port_is_free
 
+# `ProcessState` and `read_status` moved to their own modules; they stay importable from here.
 __all__ = [
     "CLUSTER_FILE",
     "LocalBroker",
     "LocalCluster",
     "ProcessState",
     "development_defaults",
+    "read_status",
     "tail",
 ]
 
@@ -80,7 +75,6 @@ HOST = "127.0.0.1"
 CLUSTER_FILE = "cluster.json"
 _LOCK_FILE = ".cluster.lock"
 _POLL_INTERVAL_S = 0.05
-_ZK_SESSION_TIMEOUT_S = 10.0
 # status() of a cluster whose ZooKeeper is down should answer quickly, not hang for a session.
 _STATUS_CONNECT_TIMEOUT_S = 3.0
 
@@ -120,128 +114,6 @@ def tail(path: Path, lines: int = 20, start: int = 0) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Processes
-
-
-class ProcessState(enum.Enum):
-    RUNNING = "running"
-    STOPPED = "stopped"  # SIGSTOP: alive, holding its ports and ZooKeeper session, doing nothing
-    DEAD = "dead"
-
-
-def _proc_state(pid: int) -> str | None:
-    """The one-letter state of `pid` from /proc (R, S, T, Z, ...); None if no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return "?"
-    # The command name in parentheses may itself contain spaces and parentheses.
-    return stat.rpartition(")")[2].split()[0]
-
-
-class _Process:
-    """A process of the cluster: a child this object started (`popen`), or one known only by the
-    pid recorded in cluster.json, identified by `marker` (a string its command line contains)."""
-
-    def __init__(self, pid: int, marker: str, popen: subprocess.Popen[bytes] | None = None) -> None:
-        self.pid = pid
-        self.marker = marker
-        self.popen = popen
-
-    def _is_ours(self) -> bool:
-        try:
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
-        except FileNotFoundError:
-            return False
-        except OSError:  # no /proc here: trust the pid
-            return _pid_exists(self.pid)
-        return self.marker.encode() in cmdline
-
-    def state(self) -> ProcessState:
-        if self.popen is not None:
-            if self.popen.poll() is not None:
-                return ProcessState.DEAD
-        else:
-            self._reap()
-            if not self._is_ours():
-                return ProcessState.DEAD
-        letter = _proc_state(self.pid)
-        if letter is None or letter in "ZXx":
-            return ProcessState.DEAD
-        return ProcessState.STOPPED if letter in "Tt" else ProcessState.RUNNING
-
-    @property
-    def alive(self) -> bool:
-        return self.state() is not ProcessState.DEAD
-
-    def _reap(self) -> None:
-        # A pid from cluster.json may still be our child (loaded in the process that started it):
-        # reap it if it has exited; for anyone else's child this is a harmless ChildProcessError.
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(self.pid, os.WNOHANG)
-
-    def signal(self, signum: int) -> bool:
-        """Send `signum` to the process group; False if the process is not alive."""
-        if not self.alive:
-            return False
-        try:
-            os.killpg(self.pid, signum)  # the child leads its own group (start_new_session)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            os.kill(self.pid, signum)
-        return True
-
-    def wait(self, timeout: float) -> bool:
-        """Wait up to `timeout` seconds for the process to exit (and reap it); True if it did."""
-        if self.popen is not None:
-            try:
-                self.popen.wait(max(0.0, timeout))
-            except subprocess.TimeoutExpired:
-                return False
-            return True
-        deadline = time.monotonic() + timeout
-        while self.alive:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.02)
-        return True
-
-    def kill(self) -> None:
-        """SIGKILL and wait until gone; a stopped process dies too (SIGKILL needs no SIGCONT)."""
-        self.signal(signal.SIGKILL)
-        if not self.wait(30.0):
-            raise OperatorError(f"process {self.pid} survived SIGKILL for 30s")
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct ports nothing listens on now (all sockets held open while choosing, so
-    the kernel does not hand out the same port twice)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((HOST, 0))
-            sockets.append(sock)
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
-# ---------------------------------------------------------------------------------------------
 # Running ZooKeeper reads from synchronous code
 
 
@@ -264,47 +136,6 @@ def _run(factory: Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(main())
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
         return pool.submit(asyncio.run, main()).result()
-
-
-@contextlib.asynccontextmanager
-async def _zk_session(connect: str, timeout: float) -> Any:
-    zk = ZkClient(connect, session_timeout_s=_ZK_SESSION_TIMEOUT_S, connection_loss_retry_s=timeout)
-    await zk.start(timeout=timeout)
-    try:
-        yield zk
-    finally:
-        await zk.close()
-
-
-async def _get_or_none(zk: ZkClient, path: str) -> tuple[bytes, Any] | None:
-    try:
-        return await zk.get(path)
-    except NoNodeError:
-        return None
-
-
-async def _children(zk: ZkClient, path: str) -> list[str]:
-    try:
-        return await zk.get_children(path)
-    except NoNodeError:
-        return []
-
-
-async def _registrations(zk: ZkClient) -> dict[int, Any]:
-    """Broker id -> decoded `/brokers/ids/<id>` (a BrokerInfo, with the broker epoch)."""
-    ids = sorted(int(c) for c in await _children(zk, BrokerIdsZNode.path()) if c.isdigit())
-    found = await asyncio.gather(*(_get_or_none(zk, BrokerIdZNode.path(i)) for i in ids))
-    return {
-        broker_id: BrokerIdZNode.decode(broker_id, data, stat.czxid)
-        for broker_id, got in zip(ids, found, strict=True)
-        if got is not None
-        for data, stat in (got,)
-    }
-
-
-async def _controller(zk: ZkClient) -> int | None:
-    got = await _get_or_none(zk, ControllerZNode.path())
-    return ControllerZNode.decode(got[0], got[1].version).broker_id if got else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,7 +215,7 @@ class LocalCluster:
     directory: Path
     zookeeper: _ZooKeeperInfo
     _brokers: dict[int, LocalBroker] = field(default_factory=dict)
-    _processes: dict[int, _Process] = field(default_factory=dict)
+    _processes: dict[int, ClusterProcess] = field(default_factory=dict)
     _zk_server: ZooKeeperServer | None = None
     _log_offsets: dict[int, int] = field(default_factory=dict)
 
@@ -422,7 +253,7 @@ class LocalCluster:
             zk_port = base_port
             broker_ports = [base_port + i for i in range(1, brokers + 1)]
         else:
-            zk_port, *broker_ports = _free_ports(brokers + 1)
+            zk_port, *broker_ports = free_ports(brokers + 1, HOST)
         for broker_id, port in enumerate(broker_ports, start=1):
             if not port_is_free(port, HOST):
                 raise OperatorError(f"port {port} (broker {broker_id}) is in use on {HOST}")
@@ -482,7 +313,7 @@ class LocalCluster:
         for broker in brokers:
             cluster._brokers[broker.id] = broker
             if broker.pid is not None:
-                cluster._processes[broker.id] = _Process(broker.pid, str(broker.config))
+                cluster._processes[broker.id] = ClusterProcess(broker.pid, str(broker.config))
         return cluster
 
     # -- what there is ------------------------------------------------------------------------
@@ -588,7 +419,7 @@ class LocalCluster:
                 start_new_session=True,
             )
         broker.pid = popen.pid
-        self._processes[broker_id] = _Process(popen.pid, str(broker.config), popen)
+        self._processes[broker_id] = ClusterProcess(popen.pid, str(broker.config), popen)
 
     def start_broker(self, broker_id: int, timeout: float = 60, wait: bool = True) -> None:
         """Start a broker that is not running, with its existing config, ports and data; with
@@ -655,7 +486,7 @@ class LocalCluster:
         if process is None or not process.alive:
             self._forget(broker_id)
             return False
-        _request_exit(process)
+        request_exit(process)
         clean = process.wait(timeout)
         if not clean:
             process.kill()
@@ -685,7 +516,7 @@ class LocalCluster:
         last = [controller] if controller in running else []
         for phase in ([i for i in running if i not in last], last):
             for broker_id in phase:
-                _request_exit(running[broker_id])
+                request_exit(running[broker_id])
             for broker_id in phase:
                 process = running[broker_id]
                 if not process.wait(deadline - time.monotonic()):
@@ -709,13 +540,13 @@ class LocalCluster:
         with contextlib.suppress(OSError):
             self._save()
 
-    def _zookeeper_process(self) -> _Process | None:
+    def _zookeeper_process(self) -> ClusterProcess | None:
         """The private ZooKeeper of a cluster loaded from cluster.json (one started by this
         object is `_zk_server` instead)."""
         info = self.zookeeper
         if info.pid is None or info.config_file is None:
             return None
-        return _Process(info.pid, str(info.config_file))
+        return ClusterProcess(info.pid, str(info.config_file))
 
     def _stop_zookeeper(self, kill: bool) -> None:
         if self._zk_server is not None:
@@ -808,8 +639,8 @@ class LocalCluster:
 
     def _registered_epochs(self) -> dict[int, int]:
         async def read() -> dict[int, int]:
-            async with _zk_session(self.zookeeper.connect, 10.0) as zk:
-                return {i: b.broker_epoch for i, b in (await _registrations(zk)).items()}
+            async with zk_session(self.zookeeper.connect, 10.0) as zk:
+                return {i: b.broker_epoch for i, b in (await read_registrations(zk)).items()}
 
         return _run(read)
 
@@ -826,17 +657,17 @@ class LocalCluster:
 
         async def poll() -> None:
             deadline = time.monotonic() + timeout
-            async with _zk_session(self.zookeeper.connect, timeout) as zk:
+            async with zk_session(self.zookeeper.connect, timeout) as zk:
                 while True:
                     self._raise_if_exited(broker_ids)
-                    registered = await _registrations(zk)
+                    registered = await read_registrations(zk)
                     missing = [
                         i
                         for i in broker_ids
                         if i not in registered
                         or registered[i].broker_epoch == previous_epochs.get(i)
                     ]
-                    controller = await _controller(zk) if need_controller else None
+                    controller = await read_controller(zk) if need_controller else None
                     if (
                         not missing
                         and (not need_controller or controller in registered)
@@ -866,7 +697,9 @@ class LocalCluster:
         from odradek.protocol.build import build
         from odradek.protocol.codec import ApiKey, request_class
 
-        request = build(request_class(ApiKey.METADATA, 12), {"topics": [], "allow_auto_topic_creation": False})
+        request = build(
+            request_class(ApiKey.METADATA, 12), {"topics": [], "allow_auto_topic_creation": False}
+        )
         for broker_id in broker_ids:
             broker = self.broker(broker_id)
             try:
@@ -887,8 +720,8 @@ class LocalCluster:
         """The broker id in `/controller`, or None while there is no controller."""
 
         async def read() -> int | None:
-            async with _zk_session(self.zookeeper.connect, 10.0) as zk:
-                return await _controller(zk)
+            async with zk_session(self.zookeeper.connect, 10.0) as zk:
+                return await read_controller(zk)
 
         return _run(read)
 
@@ -940,14 +773,8 @@ class LocalCluster:
         if view is not None:
             result.update({k: v for k, v in view.items() if k != "registered"})
         else:
-            result.update({"controller": None, "topics": {}, "totals": _empty_counts()})
+            result.update({"controller": None, "topics": {}, "totals": empty_counts()})
         return result
-
-
-def _request_exit(process: _Process) -> None:
-    # SIGCONT after SIGTERM: a broker frozen by SIGSTOP would otherwise never see the SIGTERM.
-    process.signal(signal.SIGTERM)
-    process.signal(signal.SIGCONT)
 
 
 def _refuse_running_cluster(directory: Path) -> None:
@@ -964,108 +791,3 @@ def _refuse_running_cluster(directory: Path) -> None:
             f"a cluster is already running in {directory} ({what} alive): "
             f"run 'odradek cluster down --dir {directory}' first"
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# Status, read from ZooKeeper directly
-
-
-def _empty_counts() -> dict[str, int]:
-    return {"partitions": 0, "online": 0, "offline": 0, "under_replicated": 0}
-
-
-async def read_status(connect: str, connect_timeout: float = 10.0) -> dict[str, Any]:
-    """Brokers, controller and per-topic partition health, read from ZooKeeper.
-
-    Every read of a level is issued before the first answer is awaited (ZooKeeper pipelines one
-    session's requests), so 10,000 partition states cost about one round trip plus the server's
-    work. A partition is online when its leader is registered, offline otherwise (leader -1, a
-    dead leader, or no state znode yet), and under-replicated when its ISR is smaller than its
-    assigned replicas. Returns {"registered": {id: {...}}, "controller": {"id", "epoch"} | None,
-    "topics": {name: counts and lists}, "totals": counts}; OperatorError if unreachable.
-    """
-    async with _zk_session(connect, connect_timeout) as zk:
-        registrations, controller_raw, epoch_raw, topic_names, deleting = await asyncio.gather(
-            _registrations(zk),
-            _get_or_none(zk, ControllerZNode.path()),
-            _get_or_none(zk, ControllerEpochZNode.path()),
-            _children(zk, TopicsZNode.path()),
-            _children(zk, DeleteTopicsZNode.path()),
-        )
-        topic_names = sorted(topic_names)
-        assignments = await asyncio.gather(
-            *(_get_or_none(zk, TopicZNode.path(t)) for t in topic_names)
-        )
-        decoded = {
-            name: TopicZNode.decode(name, got[0], got[1].version)
-            for name, got in zip(topic_names, assignments, strict=True)
-            if got is not None
-        }
-        keys = [(t, p) for t, a in decoded.items() for p in sorted(a.partitions)]
-        states = await asyncio.gather(
-            *(_get_or_none(zk, TopicPartitionStateZNode.path(t, p)) for t, p in keys),
-            return_exceptions=True,
-        )
-
-    registered = {
-        broker_id: {
-            "endpoint": f"{info.endpoints[0].host}:{info.endpoints[0].port}"
-            if info.endpoints
-            else None,
-            "rack": info.rack,
-            "broker_epoch": info.broker_epoch,
-        }
-        for broker_id, info in registrations.items()
-    }
-    controller = None
-    if controller_raw is not None:
-        epoch = (
-            ControllerEpochZNode.decode(epoch_raw[0], epoch_raw[1].version).epoch
-            if epoch_raw is not None
-            else None
-        )
-        controller_id = ControllerZNode.decode(controller_raw[0], controller_raw[1].version)
-        controller = {"id": controller_id.broker_id, "epoch": epoch}
-
-    topics: dict[str, dict[str, Any]] = {
-        topic: {
-            **_empty_counts(),
-            "marked_for_deletion": topic in deleting,
-            "offline_partitions": [],
-            "under_replicated_partitions": [],
-        }
-        for topic in decoded
-    }
-    totals = _empty_counts()
-    for (topic, partition), got in zip(keys, states, strict=True):
-        entry = topics[topic]
-        replicas = list(decoded[topic].partitions[partition].replicas)
-        leader, isr = -1, []
-        if isinstance(got, BaseException):
-            raise got
-        if got is not None:
-            try:
-                state = TopicPartitionStateZNode.decode(got[0], got[1].version)
-                leader, isr = state.leader, list(state.isr)
-            except InvalidZNodeDataError:
-                pass  # an undecodable state counts as offline, like a missing one
-        detail = {"topic": topic, "partition": partition, "leader": leader}
-        detail.update({"replicas": replicas, "isr": isr})
-        entry["partitions"] += 1
-        if leader >= 0 and leader in registrations:
-            entry["online"] += 1
-        else:
-            entry["offline"] += 1
-            entry["offline_partitions"].append(detail)
-        if len(isr) < len(replicas):
-            entry["under_replicated"] += 1
-            entry["under_replicated_partitions"].append(detail)
-    for entry in topics.values():
-        for key in totals:
-            totals[key] += entry[key]
-    return {
-        "registered": registered,
-        "controller": controller,
-        "topics": topics,
-        "totals": totals,
-    }

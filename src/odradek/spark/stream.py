@@ -10,7 +10,11 @@ the batch runs and replays an unfinished batch with the same start and end after
 file sink downstream receives every record exactly once.
 
 * `initialOffset()` -- only for a query without a checkpoint: `startingOffsets` (default latest)
-  resolved to real offsets for the partitions that exist now.
+  resolved to real offsets for the partitions that exist now, once per run (Spark asks again
+  when it runs the first batch). Spark's own Kafka source also keeps them in the checkpoint so
+  that a first batch replayed after a restart starts where it first did; a Python source has no
+  access to the checkpoint, so a first batch that never completed is replayed from the newly
+  resolved offsets, never past its logged end (see `partitions`).
 * `latestOffset(start, limit)` -- the high watermark of every partition the subscription matches
   now, never below `start` (a new leader's HW may briefly trail the old one's: that is no reason
   to go back), capped by `maxOffsetsPerTrigger` when Spark passes it as `ReadMaxRows`, shared
@@ -82,12 +86,20 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         self.view = cluster_offsets(options)
+        self._initial: PartitionOffsets | None = None
         self._available_now: PartitionOffsets | None = None
         self._latest_seen: PartitionOffsets | None = None
 
     # -- planning, on the driver ------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
+        # Spark asks more than once (planning the first batch, then running it): the answer
+        # must not move, or the first batch would start after its own end.
+        if self._initial is None:
+            self._initial = self._resolve_initial()
+        return offsets_to_json(self._initial)
+
+    def _resolve_initial(self) -> PartitionOffsets:
         spec = self.options.starting_offsets or OffsetSpec("latest")
         partitions = self.options.subscription.resolve(self.view.topics())
         low = self.view.list_offsets(partitions, "earliest").require()
@@ -102,7 +114,7 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
                 start[tp] = low[tp]
         log.info("initial offsets for %s: %s", self.options.subscription.describe(), start)
-        return offsets_to_json(start)
+        return start
 
     def _high_watermarks(self, start: PartitionOffsets) -> PartitionOffsets:
         """The HW of every partition the subscription matches now; a partition whose HW cannot
@@ -163,6 +175,21 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ranges = []
         for tp, end_offset in sorted(until.items()):
             from_offset = begin.get(tp, NEW_PARTITION_START)
+            if end_offset < from_offset and begin == self._initial:
+                # The first batch replayed after a restart: its start is `initialOffset` resolved
+                # again, and "latest" has moved on since the batch's end was logged (Spark keeps
+                # no start for a first batch, and a Python source cannot reach the checkpoint to
+                # keep one itself). Read nothing more of this partition in this batch.
+                log.warning(
+                    "first batch replayed: %s starts at its logged end %d, not at the newly "
+                    "resolved initial offset %d; offsets before %d that arrived before the "
+                    "first run are not read",
+                    tp,
+                    end_offset,
+                    from_offset,
+                    end_offset,
+                )
+                continue
             if end_offset < from_offset:
                 report_data_loss(
                     self.options,

@@ -70,18 +70,21 @@ _METADATA_TIMEOUT_S = 30.0
 
 @dataclass
 class WriteReport(WriterCommitMessage):
-    """What one task wrote: records acknowledged per (topic, partition), with the first and last
-    offset. Travels back to the driver for commit / abort."""
+    """What one task wrote: the number of records acknowledged, and per (topic, partition) the
+    offsets of the first and the last acknowledgement received (with retries and several requests
+    in flight, records of a partition may land out of order, so these bound the task's records
+    only approximately). Travels back to the driver for commit / abort."""
 
     records: int = 0
-    partitions: dict[tuple[str, int], tuple[int, int, int]] = field(default_factory=dict)
+    first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    last_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def describe(self) -> str:
         parts = ", ".join(
-            f"{t}-{p} offsets {first}..{last} ({n})"
-            for (t, p), (first, last, n) in sorted(self.partitions.items())
+            f"{t}-{p} from offset {first} to {self.last_offsets[(t, p)]}"
+            for (t, p), first in sorted(self.first_offsets.items())
         )
-        return f"{self.records} records" + (f": {parts}" if parts else "")
+        return f"{self.records} records" + (f" ({parts})" if parts else "")
 
 
 def _is_text_or_bytes(t: DataType) -> bool:
@@ -166,6 +169,8 @@ class _TaskProducer:
         except KafkaException as e:
             raise translate(e, "creating the Kafka producer") from None
         self.report = WriteReport()
+        self._first = self.report.first_offsets
+        self._last = self.report.last_offsets
         self.failures: list[tuple[RdKafkaError, str]] = []
         self.failed = 0
         self.checked_topics: set[str] = set()
@@ -176,19 +181,19 @@ class _TaskProducer:
             if len(self.failures) < 5:
                 self.failures.append((error, f"{message.topic()}-{message.partition()}"))
             return
+        # Called once per record: kept to two dictionary stores.
         key = (message.topic(), message.partition())
         offset = message.offset()
-        seen = self.report.partitions.get(key)
-        if seen is None:
-            self.report.partitions[key] = (offset, offset, 1)
-        else:
-            self.report.partitions[key] = (min(seen[0], offset), max(seen[1], offset), seen[2] + 1)
+        self._first.setdefault(key, offset)
+        self._last[key] = offset
 
     def _column(self, batch: pa.RecordBatch, name: str) -> list[Any] | None:
         index = batch.schema.get_field_index(name)
         return None if index < 0 else batch.column(index).to_pylist()
 
-    def _topics(self, batch: pa.RecordBatch) -> list[Any]:
+    def _topics(self, batch: pa.RecordBatch) -> list[Any] | None:
+        """The topic of each row, or None when the `topic` option names one for all; every
+        topic is checked to exist (or be creatable) once per task."""
         if self.options.topic is not None:
             topics = [self.options.topic]
             column = None
@@ -203,41 +208,64 @@ class _TaskProducer:
         if new:
             _check_topics(self.producer, new)
             self.checked_topics.update(new)
-        return [self.options.topic] * batch.num_rows if column is None else column.to_pylist()
+        return None if column is None else column.to_pylist()
 
-    def _produce(self, topic: str, value: Any, key: Any, partition: int, headers: Any) -> None:
+    def _produce_slowly(
+        self, topic: str, value: Any, key: Any, partition: int, headers: Any
+    ) -> None:
+        """produce() once the local queue was full: serve delivery reports until there is room."""
         while True:
+            self.producer.poll(0.05)
             try:
                 self.producer.produce(
                     topic, value, key, partition, on_delivery=self._on_delivery, headers=headers
                 )
                 return
             except BufferError:
-                self.producer.poll(0.05)  # local queue full: serve delivery reports, retry
+                continue
             except KafkaException as e:
                 raise translate(e, f"producing to {topic}") from None
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> WriteReport:
         produced = 0
+        produce = self.producer.produce
+        on_delivery = self._on_delivery
         for batch in batches:
             n = batch.num_rows
             if n == 0:
                 continue
             topics = self._topics(batch)
-            values = self._column(batch, "value")
+            values = self._column(batch, "value") or [None] * n
             keys = self._column(batch, "key") or [None] * n
             partitions = self._column(batch, "partition")
             headers = self._column(batch, "headers")
-            for i in range(n):
-                partition = partitions[i] if partitions is not None else None
-                header = headers[i] if headers is not None else None
-                self._produce(
-                    topics[i],
-                    values[i] if values is not None else None,
-                    keys[i],
-                    -1 if partition is None else partition,
-                    [(h["key"], h["value"]) for h in header] if header else None,
-                )
+            try:
+                if topics is None and partitions is None and headers is None:
+                    # The common case, kept to one call per row.
+                    topic = self.options.topic
+                    for value, key in zip(values, keys, strict=True):
+                        try:
+                            produce(topic, value, key, on_delivery=on_delivery)
+                        except BufferError:
+                            self._produce_slowly(topic, value, key, -1, None)  # type: ignore[arg-type]
+                else:
+                    for i in range(n):
+                        topic = self.options.topic if topics is None else topics[i]
+                        partition = partitions[i] if partitions is not None else None
+                        header = headers[i] if headers is not None else None
+                        args = (
+                            topic,
+                            values[i],
+                            keys[i],
+                            -1 if partition is None else partition,
+                            [(h["key"], h["value"]) for h in header] if header else None,
+                        )
+                        try:
+                            produce(*args[:4], on_delivery=on_delivery, headers=args[4])
+                        except BufferError:
+                            self._produce_slowly(*args)
+            except KafkaException as e:
+                raise translate(e, "producing") from None
             produced += n
             self.producer.poll(0)
         self._flush(produced)

@@ -1,0 +1,457 @@
+"""Failover times on a local cluster as the number of partitions grows. Prints JSON, one object per
+measurement, then one summary object per scenario saying how the time grows with N.
+
+(a) `broker`: SIGKILL a broker (not the controller) that leads N partitions (RF=3 by default) and
+    time, from the kill, until every one of them shows a new leader in the Metadata of every
+    surviving broker. A killed broker is noticed when ZooKeeper expires its session, so the
+    session expiry (`expired_s`) is reported too; `after_expiry_s` is the controller's share.
+(b) `controller`: N partitions with leaders spread over the brokers; SIGKILL the controller. Times
+    from the kill: `elected_s` (another broker holds `/controller`), `failover_logged_s` (the new
+    controller's own "controller failover done in X s", i.e. loading every partition's state from
+    ZooKeeper and bringing the brokers up to date), and `moved_s` (every partition the dead
+    controller led shows a new leader in every survivor's Metadata; this includes its session
+    expiry, since only then does it count as dead).
+(c) `shutdown`: SIGTERM a broker leading N partitions (controlled shutdown); `moved_s` until the
+    survivors' Metadata shows none of them led by it, `exited_s` until the process is gone, and
+    `controller_work_s` from the controller's "controlled shutdown of broker id" to its last
+    state-change log line.
+
+Every measurement uses a fresh cluster in a temporary directory (or under `--dir`). Topics are
+created with explicit assignments in chunks of `--topic-size` partitions through confluent-kafka's
+AdminClient. Times are wall-clock seconds; Metadata is polled about every 100 ms (one full request
+takes ~0.1-1 s at these sizes, which bounds the resolution).
+
+    .venv/bin/python bench/failover.py
+    .venv/bin/python bench/failover.py --only broker --broker-partitions 1000,10000
+    .venv/bin/python bench/failover.py --only controller --controller-partitions 10000,30000,100000 \\
+        --controller-replication-factor 2
+    .venv/bin/python bench/failover.py --only shutdown --shutdown-partitions 10000
+
+Never part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from odradek.cli.launcher import LocalBroker, LocalCluster
+from odradek.errors import OdradekError
+from odradek.network.client import BrokerConnection
+from odradek.protocol.build import build
+from odradek.protocol.codec import ApiKey, request_class
+
+METADATA_VERSION = 12
+POLL_S = 0.1
+SETUP_TIMEOUT_S = 1800.0
+MEASURE_TIMEOUT_S = 900.0
+FAILOVER_LINE = re.compile(r"controller failover done in (?P<seconds>[0-9.]+)s: (?P<what>.*)")
+LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})\]")
+
+Partition = tuple[str, int]
+
+
+def emit(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+def note(text: str) -> None:
+    print(f"# {text}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Metadata
+
+
+async def _leaders(broker: LocalBroker, timeout: float) -> dict[Partition, int]:
+    connection = await BrokerConnection.connect(broker.host, broker.port, timeout=timeout)
+    try:
+        request = build(
+            request_class(ApiKey.METADATA, METADATA_VERSION),
+            {"topics": None, "allow_auto_topic_creation": False},
+        )
+        response = await connection.send(ApiKey.METADATA, METADATA_VERSION, request, timeout)
+    finally:
+        connection.close()
+    return {
+        (topic.name, int(p.partition_index)): int(p.leader_id)
+        for topic in response.topics
+        for p in topic.partitions
+    }
+
+
+def leaders(broker: LocalBroker, timeout: float = 60.0) -> dict[Partition, int] | None:
+    """Partition -> leader in one broker's Metadata (every topic); None if it did not answer."""
+    try:
+        return asyncio.run(_leaders(broker, timeout))
+    except OdradekError:
+        return None
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Poll until `condition()`; the perf_counter time at which it first held."""
+    deadline = time.perf_counter() + timeout
+    while not condition():
+        if time.perf_counter() > deadline:
+            raise SystemExit(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(POLL_S)
+    return time.perf_counter()
+
+
+def all_led(
+    brokers: Iterable[LocalBroker], partitions: set[Partition], ok: Callable[[int], bool]
+) -> bool:
+    """Every broker's Metadata shows every partition with a leader satisfying `ok`."""
+    for broker in brokers:
+        view = leaders(broker)
+        if view is None or any(not ok(view.get(p, -1)) for p in partitions):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Set-up
+
+
+def start_cluster(args: argparse.Namespace, name: str) -> LocalCluster:
+    base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-bench-failover-"))
+    directory = base / f"{name}-{time.strftime('%H%M%S')}"
+    overrides = {
+        "zookeeper.session.timeout.ms": str(args.session_timeout_ms),
+        "controlled.shutdown.max.retries": "10",
+        "controller.socket.timeout.ms": "120000",
+    }
+    return LocalCluster.up(directory, args.brokers, overrides=overrides, timeout=300)
+
+
+def create_partitions(
+    cluster: LocalCluster, assignment: list[list[int]], topic_size: int, prefix: str
+) -> set[Partition]:
+    """Topics `<prefix>-<i>` of up to `topic_size` partitions with this assignment, in order;
+    returns once every broker's Metadata shows a leader for every partition."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers, "log_level": 2})
+    created: set[Partition] = set()
+    for index, start in enumerate(range(0, len(assignment), topic_size)):
+        chunk = assignment[start : start + topic_size]
+        topic = f"{prefix}-{index}"
+        futures = admin.create_topics(
+            [NewTopic(topic, num_partitions=len(chunk), replica_assignment=chunk)],
+            operation_timeout=600,
+            request_timeout=600,
+        )
+        futures[topic].result(timeout=900)
+        created |= {(topic, p) for p in range(len(chunk))}
+    wait_for(
+        lambda: all_led(cluster.brokers, created, lambda leader: leader >= 0),
+        SETUP_TIMEOUT_S,
+        f"leaders for {len(created)} partitions",
+    )
+    return created
+
+
+def assignment_led_by(leader: int, others: list[int], count: int, rf: int) -> list[list[int]]:
+    """`count` partitions whose preferred (first) replica is `leader`; followers rotate."""
+    return [[leader, *[others[(p + i) % len(others)] for i in range(rf - 1)]] for p in range(count)]
+
+
+def assignment_spread(brokers: list[int], count: int, rf: int) -> list[list[int]]:
+    """`count` partitions, preferred leaders round-robin over `brokers`."""
+    n = len(brokers)
+    return [[brokers[(p + i) % n] for i in range(rf)] for p in range(count)]
+
+
+def log_offset(broker: LocalBroker) -> int:
+    return broker.log.stat().st_size if broker.log.exists() else 0
+
+
+def failover_line(broker: LocalBroker, since: int) -> dict[str, Any] | None:
+    with open(broker.log, "rb") as file:
+        file.seek(since)
+        text = file.read().decode(errors="replace")
+    match = FAILOVER_LINE.search(text)
+    return {"seconds": float(match["seconds"]), "what": match["what"]} if match else None
+
+
+def _log_time(line: str) -> float | None:
+    match = LOG_TIME.match(line)
+    if match is None:
+        return None
+    return time.mktime(time.strptime(match[1], "%Y-%m-%d %H:%M:%S")) + int(match[2]) / 1000
+
+
+def controller_work_s(controller: LocalBroker, since: dict[str, int], trigger: str) -> float | None:
+    """The controller's own share, from its logs: from the first main-log line containing
+    `trigger` (after `since["log"]`) to the last state-change log line written after it."""
+    with open(controller.log, "rb") as file:
+        file.seek(since["log"])
+        lines = file.read().decode(errors="replace").splitlines()
+    start = next((_log_time(line) for line in lines if trigger in line), None)
+    state_change = controller.dir / "state-change.log"
+    with open(state_change, "rb") as file:
+        file.seek(since["state_change"])
+        changes = file.read().decode(errors="replace").splitlines()
+    times = [t for t in (_log_time(line) for line in changes) if t is not None]
+    if start is None or not times:
+        return None
+    return round(max(times) - start, 3)
+
+
+def log_offsets(broker: LocalBroker) -> dict[str, int]:
+    state_change = broker.dir / "state-change.log"
+    return {
+        "log": log_offset(broker),
+        "state_change": state_change.stat().st_size if state_change.exists() else 0,
+    }
+
+
+def registered(cluster: LocalCluster, broker_id: int) -> bool:
+    try:
+        return broker_id in cluster.registered_brokers()
+    except OdradekError:
+        return True  # unknown: keep waiting
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios
+
+
+def bench_broker(args: argparse.Namespace, count: int) -> dict[str, Any]:
+    cluster = start_cluster(args, f"broker-{count}")
+    try:
+        controller = cluster.controller_id()
+        victim = next(b for b in cluster.broker_ids if b != controller)
+        others = [b for b in cluster.broker_ids if b != victim]
+        rf = min(args.broker_replication_factor, len(cluster.broker_ids))
+        note(f"broker failure, {count} partitions led by broker {victim}: creating")
+        created = create_partitions(
+            cluster, assignment_led_by(victim, others, count, rf), args.topic_size, "led"
+        )
+        survivors = [cluster.broker(b) for b in others]
+        assert controller is not None
+        since = log_offsets(cluster.broker(controller))
+        note("killing")
+        started = time.perf_counter()
+        cluster.kill(victim)
+        expired = wait_for(
+            lambda: not registered(cluster, victim), MEASURE_TIMEOUT_S, "the session to expire"
+        )
+        moved = wait_for(
+            lambda: all_led(survivors, created, lambda leader: leader not in (victim, -1)),
+            MEASURE_TIMEOUT_S,
+            "every partition to move",
+        )
+        return {
+            "bench": "failover",
+            "scenario": "broker",
+            "brokers": len(cluster.broker_ids),
+            "partitions": count,
+            "replication_factor": rf,
+            "session_timeout_s": args.session_timeout_ms / 1000,
+            "expired_s": round(expired - started, 3),
+            "moved_s": round(moved - started, 3),
+            "after_expiry_s": round(moved - expired, 3),
+            "controller_work_s": controller_work_s(
+                cluster.broker(controller), since, f"dead [{victim}]"
+            ),
+        }
+    finally:
+        cluster.down(timeout=120)
+
+
+def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
+    cluster = start_cluster(args, f"controller-{count}")
+    try:
+        rf = min(args.controller_replication_factor, len(cluster.broker_ids))
+        note(f"controller failover, {count} partitions, RF={rf}: creating")
+        created = create_partitions(
+            cluster, assignment_spread(cluster.broker_ids, count, rf), args.topic_size, "spread"
+        )
+        controller = cluster.controller_id()
+        assert controller is not None
+        view = leaders(cluster.broker(controller)) or {}
+        led = {p for p in created if view.get(p) == controller}
+        survivors = [b for b in cluster.brokers if b.id != controller]
+        offsets = {b.id: log_offset(b) for b in survivors}
+        note(f"killing controller {controller}, which leads {len(led)} partitions")
+        started = time.perf_counter()
+        cluster.kill(controller)
+        new_controller: list[int] = []
+
+        def elected() -> bool:
+            try:
+                current = cluster.controller_id()
+            except OdradekError:
+                return False
+            if current is not None and current != controller:
+                new_controller.append(current)
+                return True
+            return False
+
+        elected_at = wait_for(elected, MEASURE_TIMEOUT_S, "a new controller")
+        winner = cluster.broker(new_controller[-1])
+        logged: list[dict[str, Any]] = []
+
+        def failover_logged() -> bool:
+            line = failover_line(winner, offsets[winner.id])
+            if line is not None:
+                logged.append(line)
+            return line is not None
+
+        logged_at = wait_for(
+            failover_logged, MEASURE_TIMEOUT_S, "the new controller's failover log line"
+        )
+        # With RF=1 the dead controller's partitions have nowhere to go.
+        moved = wait_for(
+            lambda: (
+                rf == 1 or all_led(survivors, led, lambda leader: leader not in (controller, -1))
+            ),
+            MEASURE_TIMEOUT_S,
+            "the dead controller's partitions to move",
+        )
+        return {
+            "bench": "failover",
+            "scenario": "controller",
+            "brokers": len(cluster.broker_ids),
+            "partitions": count,
+            "replication_factor": rf,
+            "led_by_dead_controller": len(led),
+            "session_timeout_s": args.session_timeout_ms / 1000,
+            "elected_s": round(elected_at - started, 3),
+            "failover_logged_s": logged[-1]["seconds"],
+            "failover_log": logged[-1]["what"],
+            "log_line_seen_s": round(logged_at - started, 3),
+            "moved_s": round(moved - started, 3) if rf > 1 else None,
+        }
+    finally:
+        cluster.down(timeout=180)
+
+
+def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
+    cluster = start_cluster(args, f"shutdown-{count}")
+    try:
+        controller = cluster.controller_id()
+        victim = next(b for b in cluster.broker_ids if b != controller)
+        others = [b for b in cluster.broker_ids if b != victim]
+        rf = min(args.shutdown_replication_factor, len(cluster.broker_ids))
+        note(f"controlled shutdown of broker {victim} leading {count} partitions: creating")
+        created = create_partitions(
+            cluster, assignment_led_by(victim, others, count, rf), args.topic_size, "led"
+        )
+        survivors = [cluster.broker(b) for b in others]
+        assert controller is not None
+        since = log_offsets(cluster.broker(controller))
+        result: dict[str, Any] = {}
+
+        def terminate() -> None:
+            result["clean"] = cluster.terminate(victim, timeout=MEASURE_TIMEOUT_S)
+            result["exited"] = time.perf_counter()
+
+        note("terminating")
+        started = time.perf_counter()
+        thread = threading.Thread(target=terminate)
+        thread.start()
+        moved = wait_for(
+            lambda: all_led(survivors, created, lambda leader: leader not in (victim, -1)),
+            MEASURE_TIMEOUT_S,
+            "every partition to move",
+        )
+        thread.join(MEASURE_TIMEOUT_S)
+        return {
+            "bench": "failover",
+            "scenario": "shutdown",
+            "brokers": len(cluster.broker_ids),
+            "partitions": count,
+            "replication_factor": rf,
+            "moved_s": round(moved - started, 3),
+            "exited_s": round(result["exited"] - started, 3),
+            "clean_exit": result["clean"],
+            "controller_work_s": controller_work_s(
+                cluster.broker(controller), since, f"controlled shutdown of broker {victim}"
+            ),
+        }
+    finally:
+        cluster.down(timeout=120)
+
+
+def growth(scenario: str, key: str, results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How `key` grows with the partition count: per size, the seconds per 1,000 partitions,
+    and the ratio of the largest to the smallest time against the ratio of their sizes."""
+    points = [(r["partitions"], r[key]) for r in results if r.get(key) is not None]
+    if not points:
+        return None
+    points.sort()
+    summary: dict[str, Any] = {
+        "bench": "failover_growth",
+        "scenario": scenario,
+        "measure": key,
+        "points": [{"partitions": n, "seconds": s} for n, s in points],
+        "seconds_per_1000": [round(1000 * s / n, 4) for n, s in points],
+    }
+    if len(points) > 1 and points[0][1] > 0:
+        summary["time_ratio"] = round(points[-1][1] / points[0][1], 2)
+        summary["size_ratio"] = round(points[-1][0] / points[0][0], 2)
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", default="broker,controller,shutdown")
+    parser.add_argument("--brokers", type=int, default=3)
+    parser.add_argument("--broker-partitions", default="1000,10000")
+    parser.add_argument("--broker-replication-factor", type=int, default=3)
+    parser.add_argument("--controller-partitions", default="10000,30000,100000")
+    parser.add_argument("--controller-replication-factor", type=int, default=2)
+    parser.add_argument("--shutdown-partitions", default="10000")
+    parser.add_argument("--shutdown-replication-factor", type=int, default=3)
+    parser.add_argument("--topic-size", type=int, default=2000)
+    parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--dir", type=Path)
+    args = parser.parse_args()
+
+    scenarios = {
+        "broker": (
+            bench_broker,
+            args.broker_partitions,
+            ["after_expiry_s", "controller_work_s", "moved_s"],
+        ),
+        "controller": (
+            bench_controller,
+            args.controller_partitions,
+            ["failover_logged_s", "moved_s"],
+        ),
+        "shutdown": (
+            bench_shutdown,
+            args.shutdown_partitions,
+            ["moved_s", "exited_s", "controller_work_s"],
+        ),
+    }
+    for name in [s.strip() for s in args.only.split(",") if s.strip()]:
+        run, sizes, keys = scenarios[name]
+        results = []
+        for count in [int(n) for n in sizes.split(",") if n.strip()]:
+            result = run(args, count)
+            emit(result)
+            results.append(result)
+        for key in keys:
+            summary = growth(name, key, results)
+            if summary is not None:
+                emit(summary)
+
+
+if __name__ == "__main__":
+    main()
