@@ -7,9 +7,9 @@ Events are as `pageviews.py` describes them. Given the same seed and arguments t
 produces the same events in the same order (only the produce timing varies): users pick pages by
 a Zipf-like popularity, sessions hop between related pages, and event time advances with the
 site's traffic (`--event-rate` views per second of event time; `--rate` is how fast they are
-produced), starting at `--start` (default 2026-01-01T12:00:00Z). A fraction of events is out of order
-(a small jitter) and a smaller fraction late (up to `--max-lateness-s`, which must stay below the
-job's watermark delay so that none is dropped); the last record is the end-of-stream marker.
+produced), starting at `--start` (default 2026-01-01T12:00:00Z). A fraction of events is out of
+order (a small jitter) and a smaller fraction late (up to `--max-lateness-s`, which must stay below
+the job's watermark delay so that none is dropped); the last record is the end-of-stream marker.
 Records are keyed by user id and produced with acks=all; the topic is created if missing. Prints
 a JSON summary.
 """

@@ -117,7 +117,7 @@ def as_records(aggregates: Any) -> Any:
     )
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -133,8 +133,11 @@ def main() -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument("--run-seconds", type=float, default=None, help="stop after this long")
     parser.add_argument("--master", default="local[2]", help="without spark-submit only")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
 
+
+def main() -> int:
+    args = parse_args()
     spark = session(args.master)
     queries = start(spark, args)
     deadline = None if args.run_seconds is None else time.monotonic() + args.run_seconds

@@ -17,7 +17,8 @@ every window of a complete run). Reported, as one JSON object:
 With `--output-topic`, the job's topic output is checked too: it is at-least-once, so every
 expected window must be there with the right numbers, and repeats are only counted.
 
-Exit status 0 when nothing is missing, duplicated, wrong or unexpected; 1 otherwise.
+Exit status 0 when nothing is missing, duplicated, wrong or unexpected (and there was something
+to check); 1 otherwise.
 """
 
 from __future__ import annotations
@@ -119,7 +120,26 @@ def topic_rows(
     ]
 
 
-def main() -> int:
+def check(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The report (see the module docstring); `report["ok"]` is the verdict."""
+    expected = expected_windows(spark, args)
+    parquet = compare(expected, parquet_rows(spark, args.output_dir))
+    report: dict[str, Any] = {
+        "verify": "pageviews",
+        "expected_windows": len(expected),
+        "parquet": parquet,
+    }
+    ok = all(parquet[f"{k}_count"] == 0 for k in ("missing", "duplicated", "wrong", "unexpected"))
+    if args.output_topic:
+        topic = compare(expected, topic_rows(spark, args))
+        # At-least-once: repeats are reported, not failures.
+        ok = ok and all(topic[f"{k}_count"] == 0 for k in ("missing", "wrong", "unexpected"))
+        report["topic"] = topic
+    report["ok"] = ok and len(expected) > 0
+    return report
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -130,32 +150,20 @@ def main() -> int:
     parser.add_argument("--window", default=DEFAULT_WINDOW)
     parser.add_argument("--watermark", default=DEFAULT_WATERMARK)
     parser.add_argument("--master", default="local[2]")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
 
+
+def main() -> int:
+    args = parse_args()
     from odradek.spark.session import local_session
 
     spark = local_session("pageviews-verify", master=args.master)
     try:
-        expected = expected_windows(spark, args)
-        parquet = compare(expected, parquet_rows(spark, args.output_dir))
-        report: dict[str, Any] = {
-            "verify": "pageviews",
-            "expected_windows": len(expected),
-            "parquet": parquet,
-        }
-        ok = all(
-            parquet[f"{k}_count"] == 0 for k in ("missing", "duplicated", "wrong", "unexpected")
-        )
-        if args.output_topic:
-            topic = compare(expected, topic_rows(spark, args))
-            # At-least-once: repeats are reported, not failures.
-            ok = ok and all(topic[f"{k}_count"] == 0 for k in ("missing", "wrong", "unexpected"))
-            report["topic"] = topic
-        report["ok"] = ok
+        report = check(spark, args)
     finally:
         spark.stop()
     print(json.dumps(report, default=str), flush=True)
-    return 0 if ok else 1
+    return 0 if report["ok"] else 1
 
 
 if __name__ == "__main__":

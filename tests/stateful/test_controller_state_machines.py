@@ -75,10 +75,8 @@ TOPIC_NAMES = ("alpha", "beta", "gamma", "delta")
 UNCLEAN_CONFIG = "unclean.leader.election.enable"
 MAX_EVENTS_PER_STEP = 1_000
 SHUTDOWN_RETRIES = 3  # as a broker's controlled.shutdown.max.retries
-# Controller moves per example. Each move currently doubles the standby's `/controller` watches
-# (see test_controller_watch_does_not_multiply_with_each_controller_move), so more would flood
-# the queues; four keep every run fast and still cover failover after failover.
-MAX_CONTROLLER_MOVES = 4
+# Controller moves per example: enough for failover after failover, few enough to stay fast.
+MAX_CONTROLLER_MOVES = 12
 
 
 class InlineEventQueue:
@@ -146,21 +144,11 @@ class History:
 
 
 class ControllerMachine(RuleBasedStateMachine):
-    # Known bugs, each pinned by a strict xfail regression test at the end of this file. Set
-    # CHECK_DELETION_ACKS and empty KNOWN_REFUSED_TRANSITIONS once they are fixed.
-    CHECK_DELETION_ACKS = False  # test_stop_replica_answer_completes_only_the_replicas_it_names
-    KNOWN_REFUSED_TRANSITIONS: tuple[tuple[str, str], ...] = (
-        # test_deletion_restarted_after_a_retry_repeats_no_transition
-        ("NonExistentPartition", "OfflinePartition"),
-        ("NonExistentPartition", "NonExistentPartition"),
-        ("ReplicaDeletionSuccessful", "OfflineReplica"),
-        ("ReplicaDeletionSuccessful", "ReplicaDeletionStarted"),
-        ("ReplicaDeletionSuccessful", "ReplicaDeletionIneligible"),
-    )
-    # test_isr_removal_reads_zookeeper_not_the_cache (tests/unit/test_state_machines.py):
-    # partitions the controller acted on while a leader's ISR change was not yet notified are
-    # exempt from offline_replicas_are_out_of_the_isr.
-    TOLERATE_STALE_CACHE_DECISIONS = True
+    # Switches for the known-bug tolerances this test once needed; the bugs are fixed and each has
+    # a regression test at the end of this file, so every check is on.
+    CHECK_DELETION_ACKS = True
+    KNOWN_REFUSED_TRANSITIONS: tuple[tuple[str, str], ...] = ()
+    TOLERATE_STALE_CACHE_DECISIONS = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -833,11 +821,6 @@ def _replica_state(cluster: ControllerMachine, topic: str, broker_id: int) -> An
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: TopicDeletionManager.on_stop_replica_response marks every ReplicaDeletionStarted "
-    "replica of the broker successful, not only the partitions the StopReplica answer names",
-)
 def test_stop_replica_answer_completes_only_the_replicas_it_names(
     cluster: ControllerMachine,
 ) -> None:
@@ -889,12 +872,6 @@ def test_broker_death_during_deletion_refuses_no_transition(cluster: ControllerM
     assert cluster.state_errors.messages == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: TopicDeletionManager._retry_ineligible un-marks the topic while replicas on dead "
-    "brokers are still ineligible; resume() then reruns _start_deletion, which repeats the "
-    "partition transitions and re-stops ReplicaDeletionSuccessful replicas (all refused)",
-)
 def test_deletion_restarted_after_a_retry_repeats_no_transition(
     cluster: ControllerMachine,
 ) -> None:
@@ -921,11 +898,6 @@ def test_deletion_restarted_after_a_retry_repeats_no_transition(
     assert cluster.state_errors.messages == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: KafkaController._maybe_resign and _elect each arm a new /controller watch, so "
-    "every controller change doubles the standby's watches (and its Reelect events)",
-)
 def test_controller_watch_does_not_multiply_with_each_controller_move(
     cluster: ControllerMachine,
 ) -> None:

@@ -626,11 +626,6 @@ def test_new_partition_race_with_another_writer_keeps_what_zookeeper_holds() -> 
 # --- decisions must read ZooKeeper, not the cache ----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ReplicaStateMachine.remove_replicas_from_isr skips partitions whose cached ISR "
-    "lacks the replica, without reading ZooKeeper (Kafka's doRemoveReplicasFromIsr reads first)",
-)
 def test_isr_removal_reads_zookeeper_not_the_cache() -> None:
     """The leader added 2 back to the ISR and its notification has not arrived: the cache says
     [1], ZooKeeper says [1, 2]. Broker 2 dies: it must leave the ISR that ZooKeeper holds."""

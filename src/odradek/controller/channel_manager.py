@@ -161,6 +161,19 @@ class ControllerChannelManager:
                 await sender.task
 
 
+@dataclass(frozen=True, slots=True)
+class StopReplicaAnswer:
+    """A StopReplica response with the partitions its request asked to delete: topic deletion
+    must only count a replica deleted when the broker answered a request that deleted it."""
+
+    response: Any
+    deleted_partitions: frozenset[TopicPartition]
+
+    @property
+    def error_code(self) -> int:
+        return int(self.response.error_code)
+
+
 @dataclass(slots=True)
 class _LeaderAndIsrEntry:
     leader_and_isr: LeaderAndIsr
@@ -394,8 +407,15 @@ class ControllerBrokerRequestBatch:
                     ],
                 },
             )
+            deleted = frozenset(tp for tp, delete in entries.items() if delete)
+
+            def on_stop_replica_response(
+                broker: int, api_key: int, response: Any, deleted: frozenset[TopicPartition] = deleted
+            ) -> None:
+                self.on_response(broker, api_key, StopReplicaAnswer(response, deleted))
+
             self.channel.send(
-                broker_id, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, request, self.on_response
+                broker_id, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, request, on_stop_replica_response
             )
 
 

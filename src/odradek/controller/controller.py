@@ -116,6 +116,7 @@ class KafkaController:
         self.topic_deletion: TopicDeletionManager | None = None
         self.event_manager: ControllerEventManager | None = None
         self._expired = False
+        self._controller_watcher = self._controller_watch
         self.failovers = 0
         self.last_failover_seconds = 0.0
 
@@ -181,10 +182,10 @@ class KafkaController:
 
         return callback
 
-    def _controller_watch(self, event: WatchEvent) -> Any:
-        if event.kind is WatchEventKind.DELETED:
-            return ev.Reelect()
-        return ev.ControllerChange()
+    def _controller_watch(self, event: WatchEvent) -> None:
+        """The `/controller` watch: the same callable in every term, so ZooKeeper holds it once
+        however often it is re-armed (a new closure per call would multiply the events)."""
+        self.put(ev.Reelect() if event.kind is WatchEventKind.DELETED else ev.ControllerChange())
 
     # the event processor interface
 
@@ -273,7 +274,7 @@ class KafkaController:
 
     async def _elect(self) -> None:
         self.active_controller_id = await self.zk.read_controller_id(
-            self._watch(self._controller_watch)
+            self._controller_watcher
         )
         if self.active_controller_id != -1:
             log.debug("broker %d is the controller", self.active_controller_id)
@@ -284,7 +285,7 @@ class KafkaController:
             )
         except (NodeExistsError, BadVersionError):
             self.active_controller_id = await self.zk.read_controller_id(
-                self._watch(self._controller_watch)
+                self._controller_watcher
             )
             return
         self.active_controller_id = self.broker_id
@@ -297,7 +298,7 @@ class KafkaController:
     async def _maybe_resign(self) -> None:
         was_active = self.is_active
         self.active_controller_id = await self.zk.read_controller_id(
-            self._watch(self._controller_watch)
+            self._controller_watcher
         )
         if was_active and not self.is_active:
             self._on_controller_resignation()

@@ -197,6 +197,11 @@ class ReplicaStateMachine:
         races retried on fresh reads. Returns the partitions whose state was written."""
         context = self.context
         done: dict[TopicPartition, LeaderAndIsr] = {}
+        # Leaders may have changed these ISRs (re-added the replica, say) without the controller
+        # hearing yet: decide from ZooKeeper, as Kafka's doRemoveReplicasFromIsr does.
+        known = [tp for tp in partitions if tp in context.leadership]
+        if known:
+            context.leadership.update(await self.zk.get_partition_states(known))
         remaining = [tp for tp in partitions if tp in context.leadership]
         for _attempt in range(MAX_WRITE_ATTEMPTS):
             updates: dict[TopicPartition, LeaderAndIsr] = {}

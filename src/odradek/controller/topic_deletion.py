@@ -101,36 +101,39 @@ class TopicDeletionManager:
         await machine.handle_state_changes(failed, ReplicaState.ReplicaDeletionIneligible)
         context.topics_ineligible_for_deletion.update(r.topic for r in failed)
 
-    def on_stop_replica_response_event(self, broker_id: int, response: Any) -> None:
+    def on_stop_replica_response_event(self, broker_id: int, answer: Any) -> None:
+        """A StopReplica answer (`StopReplicaAnswer`): queue the outcome of its deletions."""
         from odradek.controller import events as ev
 
-        errors = {
-            (e.topic_name, e.partition_index): int(e.error_code)
-            for e in getattr(response, "partition_errors", ())
-        }
-        if int(getattr(response, "error_code", 0)):
-            errors = {
-                (r.topic, r.partition): int(response.error_code)
-                for r in self.context.replica_states
-                if r.replica == broker_id
-            }
+        deleted = getattr(answer, "deleted_partitions", frozenset())
+        if not deleted:
+            return
+        if answer.error_code:
+            errors = {tp: answer.error_code for tp in deleted}
+        else:
+            errors = {tp: 0 for tp in deleted}
+            for e in getattr(answer.response, "partition_errors", ()):
+                key = (e.topic_name, e.partition_index)
+                if key in errors:
+                    errors[key] = int(e.error_code)
         self.controller.put(ev.TopicDeletionStopReplicaResponseReceived(broker_id, errors))
 
     async def on_stop_replica_response(
         self, broker_id: int, errors: dict[tuple[str, int], int]
     ) -> None:
+        """Only the replicas this answer deleted (or failed to delete) change state."""
         context = self.context
         machine = self.controller.replica_state_machine
         assert machine is not None
         started = [
-            r
-            for r, s in context.replica_states.items()
-            if r.replica == broker_id
-            and s is ReplicaState.ReplicaDeletionStarted
-            and context.is_topic_queued_for_deletion(r.topic)
+            replica
+            for topic, partition in errors
+            if context.replica_states.get(replica := PartitionReplica(topic, partition, broker_id))
+            is ReplicaState.ReplicaDeletionStarted
+            and context.is_topic_queued_for_deletion(topic)
         ]
-        failed = [r for r in started if errors.get(r.topic_partition, 0) != 0]
-        succeeded = [r for r in started if errors.get(r.topic_partition, 0) == 0]
+        failed = [r for r in started if errors[r.topic_partition] != 0]
+        succeeded = [r for r in started if errors[r.topic_partition] == 0]
         if failed:
             await machine.handle_state_changes(failed, ReplicaState.ReplicaDeletionIneligible)
             context.topics_ineligible_for_deletion.update(r.topic for r in failed)
@@ -160,7 +163,11 @@ class TopicDeletionManager:
         ]
         if not ineligible:
             return
-        context.topics_ineligible_for_deletion.discard(topic)
+        if not any(
+            r.replica not in context.live_brokers
+            for r in context.replicas_in_state(topic, ReplicaState.ReplicaDeletionIneligible)
+        ):
+            context.topics_ineligible_for_deletion.discard(topic)
         await machine.handle_state_changes(ineligible, ReplicaState.OfflineReplica)
         await machine.handle_state_changes(ineligible, ReplicaState.ReplicaDeletionStarted)
 
@@ -178,15 +185,26 @@ class TopicDeletionManager:
         controller.batch.add_update_metadata_request_for_brokers(
             context.live_broker_ids, partitions
         )
-        # 2. partitions Offline then NonExistent
+        # 2. partitions Offline then NonExistent (only those not there yet: this step may repeat)
+        existing = [
+            tp
+            for tp in partitions
+            if context.partition_states.get(tp, PartitionState.NonExistentPartition)
+            is not PartitionState.NonExistentPartition
+        ]
         await controller.partition_state_machine.handle_state_changes(
-            partitions, PartitionState.OfflinePartition
+            existing, PartitionState.OfflinePartition
         )
         await controller.partition_state_machine.handle_state_changes(
-            partitions, PartitionState.NonExistentPartition
+            existing, PartitionState.NonExistentPartition
         )
-        # 3. replicas: dead brokers' ineligible; live ones Offline, then DeletionStarted
-        replicas = context.replicas_for_partition(partitions)
+        # 3. replicas: dead brokers' ineligible; live ones Offline, then DeletionStarted;
+        #    replicas already deleted are left alone
+        replicas = [
+            r
+            for r in context.replicas_for_partition(partitions)
+            if context.replica_states.get(r) is not ReplicaState.ReplicaDeletionSuccessful
+        ]
         dead = [r for r in replicas if r.replica not in context.live_brokers]
         live = [r for r in replicas if r.replica in context.live_brokers]
         await controller.replica_state_machine.handle_state_changes(
