@@ -200,7 +200,9 @@ def test_a_dead_leader_is_replaced_from_the_isr_and_status_shows_the_damage_unti
     # The partitions it only followed keep their leader; their ISR lost the victim.
     for partition in set(before) - led:
         assert after[partition].leader == before[partition].leader
-    assert zk_partition_state(cluster, single, 0).leader == NO_LEADER
+    _wait_for_states(
+        cluster, single, 1, lambda _p, s: s.leader == NO_LEADER, f"{single}-0 offline in ZooKeeper"
+    )
 
     # Every survivor's Metadata agrees with ZooKeeper, and shows the RF=1 partition offline.
     survivors = _others(cluster, victim)
@@ -382,7 +384,7 @@ def test_a_dead_controller_is_replaced_and_its_own_failure_handled(
     assert elected is not None
     assert elected["epoch"] == epoch_before + 1
     # The new controller handles the old one's broker failure: its partitions move.
-    states = _wait_for_states(
+    _wait_for_states(
         cluster,
         topic,
         len(assignment),
@@ -392,13 +394,15 @@ def test_a_dead_controller_is_replaced_and_its_own_failure_handled(
     survivors = [first, second]
 
     def metadata_agrees() -> bool:
+        # Fresh states every time: leaders may change the ISR meanwhile.
+        current = _states(cluster, topic, len(assignment))
         for broker_id in survivors:
             response = _metadata(cluster, broker_id, [topic])
             if response.controller_id != elected["id"]:
                 return False
             (entry,) = response.topics
             views = {p.partition_index: p for p in entry.partitions}
-            for partition, state in states.items():
+            for partition, state in current.items():
                 view = views.get(partition)
                 if view is None or (view.leader_id, view.leader_epoch) != (
                     state.leader,

@@ -146,7 +146,7 @@ def parse_assign(text: str) -> list[TopicPartition]:
         raise DataSourceOptionError(
             f'assign: expected a non-empty JSON object like {{"topicA":[0,1]}}, got {text!r}'
         )
-    result = set()
+    result: set[TopicPartition] = set()
     for topic, partitions in obj.items():
         if not isinstance(partitions, list) or not all(
             isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions

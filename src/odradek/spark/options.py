@@ -264,11 +264,11 @@ class SourceOptions:
         ending = self.ending_offsets or OffsetSpec("latest")
         if starting.kind == "latest" or any(o == LATEST for o in (starting.offsets or {}).values()):
             raise DataSourceOptionError(
-                "startingOffsets: 'latest' (-1) is not allowed in a batch query: it would read nothing"
+                "startingOffsets: 'latest' (-1) is not allowed in a batch query (it reads nothing)"
             )
         if ending.kind == "earliest" or any(o == EARLIEST for o in (ending.offsets or {}).values()):
             raise DataSourceOptionError(
-                "endingOffsets: 'earliest' (-2) is not allowed in a batch query: it would read nothing"
+                "endingOffsets: 'earliest' (-2) is not allowed in a batch query (it reads nothing)"
             )
         # maxOffsetsPerTrigger is ignored in a batch query, as Spark ignores it.
         return replace(self, starting_offsets=starting, ending_offsets=ending)

@@ -177,7 +177,8 @@ class RangeReader:
                 m for m in messages if m.error() is None and position <= m.offset() < r.until_offset
             ]
             if records:
-                position = records[-1].offset() + 1
+                # A record (not an event) always has an offset.
+                position = records[-1].offset() + 1  # type: ignore[operator]
                 deadline = time.monotonic() + self.timeout_s
                 yield record_batch(records, r.topic, r.partition, self.schema)
             for message in messages:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -161,16 +161,16 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = self.view.list_offsets(partitions, "latest").require()
         log.info("Trigger.AvailableNow: reading up to %s", self._available_now)
 
-    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:  # type: ignore[override]
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         begin = offsets_from_json(start, "start offset")
         until = offsets_from_json(end, "end offset")
         gone = sorted(set(begin) - set(until))
         if gone:
+            last_read = json.dumps(offsets_to_json({tp: begin[tp] for tp in gone}))
             report_data_loss(
                 self.options,
                 f"{', '.join(str(tp) for tp in gone)} no longer exist (topic deleted?); "
-                f"records after offsets {json.dumps(offsets_to_json({tp: begin[tp] for tp in gone}))}"
-                " were not read",
+                f"records after offsets {last_read} were not read",
             )
         ranges = []
         for tp, end_offset in sorted(until.items()):

@@ -242,12 +242,12 @@ class _TaskProducer:
             try:
                 if topics is None and partitions is None and headers is None:
                     # The common case, kept to one call per row.
-                    topic = self.options.topic
+                    only_topic = str(self.options.topic)
                     for value, key in zip(values, keys, strict=True):
                         try:
-                            produce(topic, value, key, on_delivery=on_delivery)
+                            produce(only_topic, value, key, on_delivery=on_delivery)
                         except BufferError:
-                            self._produce_slowly(topic, value, key, -1, None)  # type: ignore[arg-type]
+                            self._produce_slowly(only_topic, value, key, -1, None)
                 else:
                     for i in range(n):
                         topic = self.options.topic if topics is None else topics[i]
@@ -325,11 +325,11 @@ class OdradekBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
         return _TaskProducer(self.options).write(iterator)
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         total = sum(m.records for m in messages if isinstance(m, WriteReport))
         log.info("odradek write committed: %d records from %d task(s)", total, len(messages))
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _log_abort("odradek write", messages)
 
 
@@ -344,9 +344,9 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
         return _TaskProducer(self.options).write(iterator)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         total = sum(m.records for m in messages if isinstance(m, WriteReport))
         log.info("odradek micro-batch %d committed: %d records", batchId, total)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _log_abort(f"odradek micro-batch {batchId}", messages)
