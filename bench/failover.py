@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import json
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -301,17 +302,24 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
             return False
 
         elected_at = wait_for(elected, MEASURE_TIMEOUT_S, "a new controller")
-        winner = cluster.broker(new_controller[-1])
+        # The first winner may not finish (if it loses its session meanwhile, another broker
+        # takes over): wait for a failover line from whoever is the controller then.
         logged: list[dict[str, Any]] = []
 
         def failover_logged() -> bool:
-            line = failover_line(winner, offsets[winner.id])
+            try:
+                current = cluster.controller_id()
+            except OdradekError:
+                return False
+            if current is None or current == controller:
+                return False
+            line = failover_line(cluster.broker(current), offsets[current])
             if line is not None:
-                logged.append(line)
+                logged.append({"broker": current, **line})
             return line is not None
 
         logged_at = wait_for(
-            failover_logged, MEASURE_TIMEOUT_S, "the new controller's failover log line"
+            failover_logged, MEASURE_TIMEOUT_S, "the controller's failover log line"
         )
         # With RF=1 the dead controller's partitions have nowhere to go.
         moved = wait_for(
@@ -321,6 +329,11 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
             MEASURE_TIMEOUT_S,
             "the dead controller's partitions to move",
         )
+        attempts = [
+            {"broker": b.id, **line}
+            for b in survivors
+            if (line := failover_line(b, offsets[b.id])) is not None
+        ]
         return {
             "bench": "failover",
             "scenario": "controller",
@@ -330,9 +343,12 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
             "led_by_dead_controller": len(led),
             "session_timeout_s": args.session_timeout_ms / 1000,
             "elected_s": round(elected_at - started, 3),
+            "first_elected": new_controller[0],
+            "controller": logged[-1]["broker"],
             "failover_logged_s": logged[-1]["seconds"],
             "failover_log": logged[-1]["what"],
             "log_line_seen_s": round(logged_at - started, 3),
+            "completed_failovers": attempts,
             "moved_s": round(moved - started, 3) if rf > 1 else None,
         }
     finally:
@@ -406,7 +422,12 @@ def growth(scenario: str, key: str, results: list[dict[str, Any]]) -> dict[str, 
     return summary
 
 
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(f"signal {signum}")  # so that every cluster is brought down
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

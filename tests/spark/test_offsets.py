@@ -184,7 +184,7 @@ def test_rate_limit_reads_exactly_the_limit(pairs: list[tuple[int, int]], limit:
         ),
         ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss: expected true or false"),
         ({"subscribe": "a", "minPartitions": "0"}, "minPartitions: expected a positive integer"),
-        ({"subscribe": "a", "kafka.group.id": "g"}, "kafka.group.id is not supported"),
+        ({"subscribe": "a", "kafka.enable.auto.commit": "true"}, "kafka.enable.auto.commit is not"),
         ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "startingOffsets"),
     ],
 )
@@ -239,3 +239,15 @@ def test_sink_options() -> None:
         SinkOptions.parse({**BOOT, "subscribe": "a"})
     with pytest.raises(DataSourceOptionError, match="acks=all"):
         kafka_params({"kafka.acks": "1"}, sink=True)
+
+
+def test_consumer_config_owns_offsets_but_takes_a_group_id() -> None:
+    from odradek.spark.clients import CONSUMER_GROUP_ID, consumer_config, producer_config
+
+    assert consumer_config("h:1", {})["group.id"] == CONSUMER_GROUP_ID
+    config = consumer_config("h:1", {"group.id": "mine", "client.id": "me"})
+    assert (config["group.id"], config["client.id"]) == ("mine", "me")
+    assert config["enable.auto.commit"] is False and config["auto.offset.reset"] == "error"
+    producer = producer_config("h:1", {"linger.ms": "50"})
+    assert (producer["acks"], producer["enable.idempotence"]) == ("all", False)
+    assert producer["linger.ms"] == "50" and producer["partitioner"] == "murmur2_random"

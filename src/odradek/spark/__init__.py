@@ -52,8 +52,9 @@ Source options (names are case-insensitive, as in Spark):
 `kafka.*`                      passed to the clients without the prefix (librdkafka names,
                                which match the Java client's for common settings such as
                                `kafka.security.protocol`); settings the source owns are refused
-                               (`kafka.group.id`, `kafka.auto.offset.reset`,
-                               `kafka.enable.auto.commit`, (de)serializers, ...)
+                               (`kafka.auto.offset.reset`, `kafka.enable.auto.commit`,
+                               (de)serializers, ...). `kafka.group.id` only names the
+                               readers' consumers: no group is joined, nothing committed
 =============================  ===============================================================
 
 Source schema::

@@ -4,8 +4,8 @@ Three kinds of client, each built from the checked options:
 
 * `consumer_config` -- executors read offset ranges with a Consumer that is *assigned* its
   partition at an explicit offset. It never subscribes and never commits: offsets live in Spark's
-  checkpoint, and Odradek has no group coordinator. confluent-kafka insists on a `group.id`
-  anyway, so a fixed one is set; with no subscribe and no commit it is never used on the wire.
+  checkpoint, so no consumer group is joined. confluent-kafka insists on a `group.id` anyway:
+  `kafka.group.id` if given (as Spark allows, for quotas and ACLs), else a fixed one.
   `auto.offset.reset=error` makes an out-of-range start an event the reader sees (data loss)
   rather than a silent jump, and `enable.partition.eof` tells it when a fetch reached the HW.
 * `producer_config` -- the sink produces with `acks=all`, idempotence off (Odradek hands out no
@@ -60,7 +60,7 @@ librdkafka_log = logging.getLogger("odradek.spark.librdkafka")
 # the application's handlers when it configures logging, but are not printed to stderr otherwise.
 librdkafka_log.addHandler(logging.NullHandler())
 
-CONSUMER_GROUP_ID = "odradek-spark"  # required by confluent-kafka; never used on the wire
+CONSUMER_GROUP_ID = "odradek-spark"  # required by confluent-kafka; no group is ever joined
 
 
 def _base(bootstrap_servers: str, params: Mapping[str, str], client_id: str) -> dict[str, Any]:
@@ -74,10 +74,11 @@ def _base(bootstrap_servers: str, params: Mapping[str, str], client_id: str) -> 
 
 def consumer_config(bootstrap_servers: str, params: Mapping[str, str]) -> dict[str, Any]:
     """A reader's Consumer: explicit assignment, no commits, end-of-partition events on."""
-    config = _base(bootstrap_servers, params, "odradek-spark-reader")
+    config = _base(
+        bootstrap_servers, {"group.id": CONSUMER_GROUP_ID, **params}, "odradek-spark-reader"
+    )
     config.update(
         {
-            "group.id": CONSUMER_GROUP_ID,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,

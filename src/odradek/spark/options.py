@@ -44,8 +44,6 @@ _REFUSED_CLIENT_PARAMS = {
     "value.serializer": "values are always written as bytes or strings from the 'value' column",
     "interceptor.classes": "the clients are librdkafka's, which has no Java interceptors",
     "enable.partition.eof": "the reader relies on end-of-partition events",
-    "group.id": "the source reads by explicit assignment and needs no group (Odradek has no "
-    "group coordinator)",
 }
 _REFUSED_SINK_PARAMS = {
     "acks": "the sink always produces with acks=all",
