@@ -399,6 +399,9 @@ def _failure_names(stats: list[ProducerStats]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(names.items())) or "none"
 
 
+# About four to six minutes; the limit leaves room for a loaded machine, the budgets above keep
+# a run from coming near it.
+@pytest.mark.timeout(900)
 def test_fault_injection(
     make_cluster: Callable[..., LocalCluster],
     fault_seed: int,
