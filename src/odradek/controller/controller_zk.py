@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from odradek.controller.context import LeaderAndIsr, TopicPartition
@@ -200,30 +201,7 @@ class ControllerZk:
         parents = [TopicPartitionsZNode.path(t) for t in topics]
         parents += [TopicPartitionZNode.path(*tp) for tp in states]
         await self._create_if_missing(parents)
-        order = list(states)
-        ops = [
-            CreateOp(
-                TopicPartitionStateZNode.path(*tp),
-                TopicPartitionStateZNode.encode(
-                    leader=states[tp].leader,
-                    leader_epoch=states[tp].leader_epoch,
-                    isr=states[tp].isr,
-                    controller_epoch=states[tp].controller_epoch,
-                ),
-            )
-            for tp in order
-        ]
-        results = await self.zk.chunked_multi(epoch_zk_version, ops)
-        written: dict[TopicPartition, LeaderAndIsr | ZkError] = {}
-        for tp, result in zip(order, results, strict=True):
-            if isinstance(result, ZkError):
-                written[tp] = result
-            else:
-                state = states[tp]
-                written[tp] = LeaderAndIsr(
-                    state.leader, state.leader_epoch, state.isr, state.controller_epoch, 0
-                )
-        return written
+        return await self._write_states(epoch_zk_version, states, create=True)
 
     async def _create_if_missing(self, paths: list[str]) -> None:
         ops = [CreateOp(p) for p in paths]
@@ -239,34 +217,33 @@ class ControllerZk:
         """Write new leader/ISR states conditionally on the znode version each carries (the version
         they were read at). Returns each written state with its new version, or the error
         (BadVersionError: someone — the leader, shrinking the ISR — wrote in between)."""
+        return await self._write_states(epoch_zk_version, states, create=False)
+
+    async def _write_states(
+        self, epoch_zk_version: int, states: dict[TopicPartition, LeaderAndIsr], create: bool
+    ) -> dict[TopicPartition, LeaderAndIsr | ZkError]:
+        """One fenced, batched write of partition state znodes: creates (new znodes, version 0)
+        or conditional sets (on each state's `zk_version`). A result or an error per partition."""
         order = list(states)
-        ops = [
-            SetDataOp(
-                TopicPartitionStateZNode.path(*tp),
-                TopicPartitionStateZNode.encode(
-                    leader=states[tp].leader,
-                    leader_epoch=states[tp].leader_epoch,
-                    isr=states[tp].isr,
-                    controller_epoch=states[tp].controller_epoch,
-                ),
-                states[tp].zk_version,
+        ops: list[CreateOp | SetDataOp] = []
+        for tp in order:
+            state = states[tp]
+            path = TopicPartitionStateZNode.path(*tp)
+            data = TopicPartitionStateZNode.encode(
+                leader=state.leader,
+                leader_epoch=state.leader_epoch,
+                isr=state.isr,
+                controller_epoch=state.controller_epoch,
             )
-            for tp in order
-        ]
+            ops.append(CreateOp(path, data) if create else SetDataOp(path, data, state.zk_version))
         results = await self.zk.chunked_multi(epoch_zk_version, ops)
         written: dict[TopicPartition, LeaderAndIsr | ZkError] = {}
         for tp, result in zip(order, results, strict=True):
             if isinstance(result, ZkError):
                 written[tp] = result
             else:
-                state = states[tp]
-                written[tp] = LeaderAndIsr(
-                    state.leader,
-                    state.leader_epoch,
-                    state.isr,
-                    state.controller_epoch,
-                    result.version,  # type: ignore[union-attr]
-                )
+                version = 0 if create else result.version  # type: ignore[union-attr]
+                written[tp] = replace(states[tp], zk_version=version)
         return written
 
     # ISR change notifications
