@@ -102,12 +102,16 @@ def leaders(broker: LocalBroker, timeout: float = 60.0) -> dict[Partition, int] 
         return None
 
 
+class BenchTimeout(Exception):
+    """A measured step did not complete in time: reported as the measurement's result."""
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
     """Poll until `condition()`; the perf_counter time at which it first held."""
     deadline = time.perf_counter() + timeout
     while not condition():
         if time.perf_counter() > deadline:
-            raise SystemExit(f"timed out after {timeout:g}s waiting for {what}")
+            raise BenchTimeout(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(POLL_S)
     return time.perf_counter()
 
@@ -287,6 +291,15 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
         survivors = [b for b in cluster.brokers if b.id != controller]
         offsets = {b.id: log_offset(b) for b in survivors}
         note(f"killing controller {controller}, which leads {len(led)} partitions")
+        result: dict[str, Any] = {
+            "bench": "failover",
+            "scenario": "controller",
+            "brokers": len(cluster.broker_ids),
+            "partitions": count,
+            "replication_factor": rf,
+            "led_by_dead_controller": len(led),
+            "session_timeout_s": args.session_timeout_ms / 1000,
+        }
         started = time.perf_counter()
         cluster.kill(controller)
         new_controller: list[int] = []
@@ -301,7 +314,6 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
                 return True
             return False
 
-        elected_at = wait_for(elected, MEASURE_TIMEOUT_S, "a new controller")
         # The first winner may not finish (if it loses its session meanwhile, another broker
         # takes over): wait for a failover line from whoever is the controller then.
         logged: list[dict[str, Any]] = []
@@ -318,39 +330,39 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
                 logged.append({"broker": current, **line})
             return line is not None
 
-        logged_at = wait_for(
-            failover_logged, MEASURE_TIMEOUT_S, "the controller's failover log line"
-        )
-        # With RF=1 the dead controller's partitions have nowhere to go.
-        moved = wait_for(
-            lambda: (
-                rf == 1 or all_led(survivors, led, lambda leader: leader not in (controller, -1))
-            ),
-            MEASURE_TIMEOUT_S,
-            "the dead controller's partitions to move",
-        )
-        attempts = [
+        try:
+            elected_at = wait_for(elected, MEASURE_TIMEOUT_S, "a new controller")
+            result["elected_s"] = round(elected_at - started, 3)
+            result["first_elected"] = new_controller[0]
+            logged_at = wait_for(
+                failover_logged, MEASURE_TIMEOUT_S, "the controller's failover log line"
+            )
+            result["controller"] = logged[-1]["broker"]
+            result["failover_logged_s"] = logged[-1]["seconds"]
+            result["failover_log"] = logged[-1]["what"]
+            result["log_line_seen_s"] = round(logged_at - started, 3)
+            # With RF=1 the dead controller's partitions have nowhere to go.
+            moved = wait_for(
+                lambda: (
+                    rf == 1
+                    or all_led(survivors, led, lambda leader: leader not in (controller, -1))
+                ),
+                MEASURE_TIMEOUT_S,
+                "the dead controller's partitions to move",
+            )
+            result["moved_s"] = round(moved - started, 3) if rf > 1 else None
+        except BenchTimeout as e:
+            result["error"] = str(e)
+            try:
+                result["controller_at_timeout"] = cluster.controller_id()
+            except OdradekError:
+                pass
+        result["completed_failovers"] = [
             {"broker": b.id, **line}
             for b in survivors
             if (line := failover_line(b, offsets[b.id])) is not None
         ]
-        return {
-            "bench": "failover",
-            "scenario": "controller",
-            "brokers": len(cluster.broker_ids),
-            "partitions": count,
-            "replication_factor": rf,
-            "led_by_dead_controller": len(led),
-            "session_timeout_s": args.session_timeout_ms / 1000,
-            "elected_s": round(elected_at - started, 3),
-            "first_elected": new_controller[0],
-            "controller": logged[-1]["broker"],
-            "failover_logged_s": logged[-1]["seconds"],
-            "failover_log": logged[-1]["what"],
-            "log_line_seen_s": round(logged_at - started, 3),
-            "completed_failovers": attempts,
-            "moved_s": round(moved - started, 3) if rf > 1 else None,
-        }
+        return result
     finally:
         cluster.down(timeout=180)
 
@@ -427,6 +439,7 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def main() -> None:
+    global MEASURE_TIMEOUT_S
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -441,8 +454,10 @@ def main() -> None:
     parser.add_argument("--shutdown-replication-factor", type=int, default=3)
     parser.add_argument("--topic-size", type=int, default=2000)
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--timeout", type=float, default=MEASURE_TIMEOUT_S)
     parser.add_argument("--dir", type=Path)
     args = parser.parse_args()
+    MEASURE_TIMEOUT_S = args.timeout  # a command-line setting, set once
 
     scenarios = {
         "broker": (
@@ -465,7 +480,11 @@ def main() -> None:
         run, sizes, keys = scenarios[name]
         results = []
         for count in [int(n) for n in sizes.split(",") if n.strip()]:
-            result = run(args, count)
+            try:
+                result = run(args, count)
+            except BenchTimeout as e:
+                result = {"bench": "failover", "scenario": name, "partitions": count}
+                result["error"] = str(e)
             emit(result)
             results.append(result)
         for key in keys:

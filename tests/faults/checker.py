@@ -27,6 +27,8 @@ The invariants:
    created in the same transaction as the epoch, and from the state-change logs' "[Controller
    id=X epoch=E]" prefixes).
 6. `every_partition_led`: at the end, every partition has a registered leader and a full ISR.
+7. `brokers_never_crash`: no broker process exited unless the schedule killed or stopped it
+   (a start-up that fails, or a broker found dead, is a crash).
 
 `LeaderEpochHistory` and `ControllerEpochHistory` accept observations while the run goes on, so
 the safety phase can stop at the first violation; their checkers read what they accumulated.
@@ -301,3 +303,7 @@ def every_partition_led(
     if seen != expected:
         violations.append(f"{seen} partitions found, {expected} expected")
     return _result("every_partition_led", seen, violations)
+
+
+def brokers_never_crash(crashes: Sequence[str], faults: int) -> CheckResult:
+    return _result("brokers_never_crash", faults, list(crashes))

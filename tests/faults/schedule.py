@@ -20,11 +20,16 @@ Fault kinds and what the injector does (every wait is a deadline on a condition 
   again on the same port and data (sessions survive, connections do not).
 * `rolling_restart`: controlled shutdown (SIGTERM) and restart of every broker in turn, waiting for
   the ISR to be full again between brokers.
-* `torn_write`: SIGKILL a broker that is not the controller, wait until the controller has taken
-  it out of every ISR, then damage the tail of one of its active segments (cut it inside one of the
-  last batches written after the recovery point, or append garbage), and start it again. Only data
-  that was never fsynced is cut, and only while another ISR member holds it: what a crash with a
-  torn page cache does, within the model in which Kafka promises not to lose acknowledged records.
+* `torn_write`: once every ISR is full, SIGKILL a broker that is not the controller, wait until
+  the controller has taken it out of every ISR, then damage the tail of one of its active segments
+  (cut it inside one of the last batches written after the recovery point, or append garbage), and
+  start it again. Only data that was never fsynced is cut, and only while another ISR member holds
+  it: what a crash with a torn page cache does, within the model in which Kafka promises not to
+  lose acknowledged records. If a precondition does not hold in time it is a plain kill.
+
+Before each fault the injector looks for brokers that died on their own; a restart that fails
+is recorded too (and the broker started again). Both are crashes (`FaultInjector.crashes`), which
+the `brokers_never_crash` check turns into a failure.
 
 Faults run one at a time: each is healed before the next starts, so at most one broker is ever
 down or frozen (RF=3 with min.insync.replicas=2 keeps accepting writes), and a torn write never
@@ -294,6 +299,9 @@ class FaultInjector:
         self.seed = seed
         self.zookeeper = ZooKeeperControl(cluster)
         self.step_timeout_s = self.session_s + 30.0
+        # Brokers that exited without being told to (a crash, or a failed start-up): every one
+        # is a bug, reported by the `brokers_never_crash` check.
+        self.crashes: list[str] = []
 
     # -- what the cluster looks like now -----------------------------------------------------
 
@@ -339,15 +347,27 @@ class FaultInjector:
             self.cluster.start_broker(broker_id, timeout=self.step_timeout_s)
         except (ClusterTimeoutError, OperatorError) as e:
             record.slow.append(f"start broker {broker_id}: {e}")
-            # A start that failed must not leave the broker down for the next fault.
             if not self.cluster.is_alive(broker_id):
+                self.crashes.append(f"{record.fault.describe()}: {_first_line(str(e))}")
+                # A start that failed must not leave the broker down for the next fault.
                 self.cluster.start_broker(broker_id, timeout=self.step_timeout_s, wait=False)
+
+    def _restart_crashed(self, record: FaultRecord) -> None:
+        """Before a fault: any broker that died on its own is a crash; start it again."""
+        for broker_id in self.cluster.broker_ids:
+            if self.cluster.process_state(broker_id) is ProcessState.DEAD:
+                self.crashes.append(
+                    f"before {record.fault.describe()}: broker {broker_id} had exited; last "
+                    f"log line: {_last_line(self.cluster.broker(broker_id).log)}"
+                )
+                self._start(broker_id, record)
 
     # -- playing one fault -------------------------------------------------------------------
 
     def inject(self, fault: Fault) -> FaultRecord:
         record = FaultRecord(fault)
         started = time.monotonic()
+        self._restart_crashed(record)
         handler = {
             FaultKind.KILL_LEADER: self._kill_leader,
             FaultKind.KILL_FOLLOWER: self._kill_follower,
@@ -501,6 +521,18 @@ class FaultInjector:
                 self.cluster.start_broker(broker_id, timeout=self.step_timeout_s)
                 actions.append(f"started broker {broker_id}")
         return actions
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else ""
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
 
 
 def describe_counts(records: list[FaultRecord]) -> dict[str, int]:

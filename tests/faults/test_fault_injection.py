@@ -16,11 +16,12 @@ One run:
    every partition led by a registered broker with its full ISR; then the producers stop and
    every replica must hold identical batches up to the high watermark.
 4. *Checks.* Each invariant of `checker` runs on what was collected, plus the state-change logs of
-   every broker; all must pass. The summary line (seed, faults by kind, records acknowledged,
-   checks passed) is printed at the end of the session; a failure names the seed, and
+   every broker; no broker may have crashed (exited without being killed). All must pass. The
+   summary line (seed, faults by kind, records acknowledged, checks passed, the longest time a
+   partition had no leader) is printed at the end of the session; a failure names the seed, and
    `ODRADEK_FAULT_SEED=<seed>` repeats the schedule.
 
-CI mode runs about three dozen faults on 3-4 brokers in about six minutes. Soak mode
+CI mode runs three dozen faults on 3-4 brokers in three to five minutes. Soak mode
 (`ODRADEK_SOAK=1`; `ODRADEK_SOAK_FAULTS` to choose how many) runs many more on five brokers, with
 more partitions and producers; without the variable it is skipped, visibly.
 """
@@ -46,6 +47,7 @@ from tests.faults.checker import (
     FinalPartition,
     LeaderEpochHistory,
     acknowledged_records_readable,
+    brokers_never_crash,
     controller_epoch_monotonic,
     every_partition_led,
     one_leader_per_epoch,
@@ -330,6 +332,7 @@ class FaultRun:
                 self.cluster.registered_brokers(),
                 self.settings.partitions,
             ),
+            brokers_never_crash(self.injector.crashes, len(self.records)),
         ]
         if committed is None:
             results.append(CheckResult("committed_records_read", False, 0, ("could not read",)))
@@ -348,6 +351,12 @@ class FaultRun:
             f"{sum(1 for r in self.records if r.slow)} slow faults, "
             f"{time.monotonic() - self.started:.0f}s"
         )
+        leaderless = self.observer.longest_leaderless
+        if leaderless:
+            worst = max(leaderless, key=leaderless.__getitem__)
+            line += f", longest without a leader: partition {worst} {leaderless[worst]:.1f}s"
+        else:
+            line += ", no partition ever seen without a leader"
         if self.stopped_early:
             line += f"; stopped early: {self.stopped_early}"
         return line
@@ -393,10 +402,18 @@ def run_faults(
 
 def _failure_names(stats: list[ProducerStats]) -> str:
     names: dict[str, int] = {}
+    partitions: dict[int, int] = {}
     for s in stats:
         for name, count in s.failures.items():
             names[name] = names.get(name, 0) + count
-    return ", ".join(f"{k}={v}" for k, v in sorted(names.items())) or "none"
+        for partition, count in s.failures_by_partition.items():
+            partitions[partition] = partitions.get(partition, 0) + count
+    if not names:
+        return "none"
+    by_partition = ", ".join(f"p{p}={n}" for p, n in sorted(partitions.items()))
+    return (
+        ", ".join(f"{k}={v}" for k, v in sorted(names.items())) + f"; by partition {by_partition}"
+    )
 
 
 # About four to six minutes; the limit leaves room for a loaded machine, the budgets above keep
@@ -475,6 +492,9 @@ def test_each_checker_detects_the_violation_it_exists_for():
     assert read_state_change_log(log_text, "t", "broker 1", from_log, split) == 2
     assert not controller_epoch_monotonic(split).passed
     assert not one_leader_per_epoch(from_log).passed
+
+    assert brokers_never_crash([], 30).passed
+    assert not brokers_never_crash(["#3 kill_leader: broker 2 exited during start-up"], 30).passed
 
     led = [FinalPartition(0, 1, (1, 2, 3), (1, 2, 3))]
     assert every_partition_led(led, [1, 2, 3], 1).passed

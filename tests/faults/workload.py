@@ -123,6 +123,7 @@ class ProducerStats:
     acknowledged: dict[int, dict[int, bytes]] = field(default_factory=dict)
     floors: dict[int, dict[int, int]] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
+    failures_by_partition: dict[int, int] = field(default_factory=dict)
     highest_acked: dict[int, int] = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     unfinished: int = 0
@@ -179,6 +180,11 @@ class ProducerWorkload:
         with self._lock:
             if error is not None:
                 stats.failures[error.name()] = stats.failures.get(error.name(), 0) + 1
+                partition = message.partition()
+                if partition is not None:
+                    stats.failures_by_partition[partition] = (
+                        stats.failures_by_partition.get(partition, 0) + 1
+                    )
                 return
             partition, offset, value = message.partition(), message.offset(), message.value()
             if partition is None or offset is None or value is None or offset < 0:
@@ -324,6 +330,10 @@ class ClusterObserver:
         self.zk_polls = 0
         self.metadata_answers = 0
         self.errors = 0
+        # partition -> when ZooKeeper was first seen holding no leader for it (while it lasts),
+        # and the longest such stretch seen so far, in seconds.
+        self._leaderless_since: dict[int, float] = {}
+        self.longest_leaderless: dict[int, float] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._thread_main, name="observer", daemon=True)
 
@@ -388,8 +398,15 @@ class ClusterObserver:
                 holder = ControllerZNode.decode(controller_got[0], controller_got[1].version)
                 self.controllers.observe_holder(epoch, holder.broker_id, "/controller")
         states = await _read_partition_states(zk, self.topic, self.partitions)
+        now = time.monotonic()
         for partition, state in states.items():
             self.leaders.observe(partition, state.leader_epoch, state.leader, "ZooKeeper")
+            if state.leader < 0:
+                since = self._leaderless_since.setdefault(partition, now)
+                longest = self.longest_leaderless.get(partition, 0.0)
+                self.longest_leaderless[partition] = max(longest, now - since)
+            else:
+                self._leaderless_since.pop(partition, None)
         self.zk_polls += 1
 
     async def _poll_metadata(self, endpoint: Endpoint) -> None:
