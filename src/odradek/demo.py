@@ -88,7 +88,9 @@ def read_offsets(query: Any) -> int:
     end = progress["sources"][0].get("endOffset")
     if isinstance(end, str):
         end = json.loads(end)
-    return sum(int(o) for partitions in (end or {}).values() for o in partitions.values() if int(o) >= 0)
+    return sum(
+        int(o) for partitions in (end or {}).values() for o in partitions.values() if int(o) >= 0
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = cluster.bootstrap_servers
         say(f"   cluster up: bootstrap {bootstrap}, controller is broker {cluster.controller_id()}")
 
-        say(f"2. creating topic {INPUT_TOPIC}: {PARTITIONS} partitions, RF=3, min.insync.replicas=2")
+        say(
+            f"2. creating topic {INPUT_TOPIC}: {PARTITIONS} partitions, RF=3, min.insync.replicas=2"
+        )
         admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
         config = {"min.insync.replicas": "2"}
         futures = admin.create_topics(
@@ -176,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
             read = read_offsets(queries[0])
             leaders = progress.leaders()
             shown = produced if produced >= 0 else "? (leader moving)"
-            say(f"   produced {shown}, read by Spark {read}, micro-batches {batches}, leaders {leaders}")
+            say(
+                f"   produced {shown}, read by Spark {read}, micro-batches {batches}, leaders {leaders}"
+            )
             for query in queries:
                 if query.exception() is not None:
                     raise RuntimeError(f"query {query.name} failed: {query.exception()}")
@@ -196,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
                 if progress_now.get("batchId", -1) != last_batch:
                     last_batch = progress_now.get("batchId", -1)
                     quiet_batches += 1 if progress_now.get("numInputRows", 1) == 0 else 0
-                if quiet_batches >= 2:  # the end-of-stream marker's watermark has closed every window
+                if (
+                    quiet_batches >= 2
+                ):  # the end-of-stream marker's watermark has closed every window
                     break
         else:
             raise RuntimeError("the pipeline did not finish in time")
@@ -209,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             query.stop()
         say(f"   job stopped after {batches} micro-batches")
 
-        say("6. checking the Parquet output against a batch recomputation over the whole input topic")
+        say(
+            "6. checking the Parquet output against a batch recomputation over the whole input topic"
+        )
         report = verify.check(
             spark,
             verify.parse_args(
@@ -234,7 +244,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{topic['duplicated_count']} repeated, {topic['wrong_count']} wrong"
             )
         ok = bool(report["ok"])
-        say("PASS: nothing lost, nothing doubled" if ok else "FAIL: the output does not match the input")
+        say(
+            "PASS: nothing lost, nothing doubled"
+            if ok
+            else "FAIL: the output does not match the input"
+        )
         progress.close()
     finally:
         for query in queries:

@@ -25,7 +25,9 @@ def say(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="odradek.demo_replication", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="odradek.demo_replication", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--dir", type=Path, help="cluster directory (default: a temporary one)")
     parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")

@@ -143,8 +143,9 @@ class ReplicaFetcher:
         pending = [s.delayed_until for s in self.partitions.values() if not s.truncating]
         delay = min(pending) - now if pending else backoff
         self._wakeup.clear()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wakeup.wait(), max(0.01, min(delay, backoff)))
+        with contextlib.suppress(TimeoutError):  # not wait_for: it can lose cancellations on 3.11
+            async with asyncio.timeout(max(0.01, min(delay, backoff))):
+                await self._wakeup.wait()
 
     async def _connect(self) -> BrokerConnection:
         if self._connection is None or self._connection.closed:

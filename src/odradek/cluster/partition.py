@@ -215,7 +215,9 @@ class Partition:
     def fence(self, reason: str) -> None:
         """Stop taking writes as leader until the next LeaderAndIsr (a zombie leader)."""
         if self.is_leader and not self.fenced:
-            log.warning("%s: fenced (%s): no writes until the controller tells us our role", self, reason)
+            log.warning(
+                "%s: fenced (%s): no writes until the controller tells us our role", self, reason
+            )
         self.fenced = True
         self._fail_hw_waiters(NotLeaderOrFollowerError(f"{self}: leadership is being moved"))
 
@@ -282,6 +284,7 @@ class Partition:
         for _offset, future in waiters:
             if not future.done():
                 future.set_exception(error)
+                future.exception()  # its producer may have gone: don't report it as unretrieved
 
     # reads
 

@@ -456,7 +456,8 @@ class ReplicaManager:
             for partition in watched:
                 partition.register_data_waiter(waiter)
             try:
-                await asyncio.wait_for(waiter, max(0.0, deadline - loop.time()))
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):  # not wait_for (3.11)
+                    await waiter
             except TimeoutError:
                 pass
             finally:

@@ -410,12 +410,19 @@ class ControllerBrokerRequestBatch:
             deleted = frozenset(tp for tp, delete in entries.items() if delete)
 
             def on_stop_replica_response(
-                broker: int, api_key: int, response: Any, deleted: frozenset[TopicPartition] = deleted
+                broker: int,
+                api_key: int,
+                response: Any,
+                deleted: frozenset[TopicPartition] = deleted,
             ) -> None:
                 self.on_response(broker, api_key, StopReplicaAnswer(response, deleted))
 
             self.channel.send(
-                broker_id, ApiKey.STOP_REPLICA, STOP_REPLICA_VERSION, request, on_stop_replica_response
+                broker_id,
+                ApiKey.STOP_REPLICA,
+                STOP_REPLICA_VERSION,
+                request,
+                on_stop_replica_response,
             )
 
 

@@ -138,8 +138,9 @@ class KafkaController:
             return
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.event_manager.put(ev.Shutdown(done))
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(done, 10)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(10):
+                await done
         await self.event_manager.close()
         self.zk_client.remove_state_listener(self._on_session_state)
 
@@ -273,9 +274,7 @@ class KafkaController:
     # election and resignation
 
     async def _elect(self) -> None:
-        self.active_controller_id = await self.zk.read_controller_id(
-            self._controller_watcher
-        )
+        self.active_controller_id = await self.zk.read_controller_id(self._controller_watcher)
         if self.active_controller_id != -1:
             log.debug("broker %d is the controller", self.active_controller_id)
             return
@@ -284,9 +283,7 @@ class KafkaController:
                 self.broker_id
             )
         except (NodeExistsError, BadVersionError):
-            self.active_controller_id = await self.zk.read_controller_id(
-                self._controller_watcher
-            )
+            self.active_controller_id = await self.zk.read_controller_id(self._controller_watcher)
             return
         self.active_controller_id = self.broker_id
         self.context.reset()
@@ -297,9 +294,7 @@ class KafkaController:
 
     async def _maybe_resign(self) -> None:
         was_active = self.is_active
-        self.active_controller_id = await self.zk.read_controller_id(
-            self._controller_watcher
-        )
+        self.active_controller_id = await self.zk.read_controller_id(self._controller_watcher)
         if was_active and not self.is_active:
             self._on_controller_resignation()
 

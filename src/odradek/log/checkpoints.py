@@ -46,7 +46,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
+def write_atomically(path: Path, text: str, *, sync: bool = True, sync_dir: bool = True) -> None:
     """Replace `path` with `text`: temp file, fsync, rename, fsync the directory.
 
     With `sync=False` the rename still makes the replacement atomic for readers, but a crash may
@@ -60,17 +60,19 @@ def write_atomically(path: Path, text: str, *, sync: bool = True) -> None:
                 file.flush()
                 os.fsync(file.fileno())
         os.replace(temp, path)
-        if sync:
+        if sync and sync_dir:
             fsync_dir(path.parent)
     except OSError as e:
         raise KafkaStorageError(f"cannot write checkpoint {path}: {e}") from e
 
 
-def write_checkpoint(path: Path, lines: Iterable[str], *, sync: bool = True) -> None:
+def write_checkpoint(
+    path: Path, lines: Iterable[str], *, sync: bool = True, sync_dir: bool = True
+) -> None:
     """Write a checkpoint file with the given entry lines (version and count are added)."""
     entries = list(lines)
     write_atomically(
-        path, "".join([f"{CHECKPOINT_VERSION}\n{len(entries)}\n", *entries]), sync=sync
+        path, "".join([f"{CHECKPOINT_VERSION}\n{len(entries)}\n", *entries]), sync=sync, sync_dir=sync_dir
     )
 
 

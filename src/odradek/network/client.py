@@ -62,9 +62,10 @@ class BrokerConnection:
         connection = cls(host, port, client_id)
         loop = asyncio.get_running_loop()
         try:
-            transport, _ = await asyncio.wait_for(
-                loop.create_connection(lambda: _ClientProtocol(connection), host, port), timeout
-            )
+            async with asyncio.timeout(timeout):  # not wait_for: it can lose cancellations on 3.11
+                transport, _ = await loop.create_connection(
+                    lambda: _ClientProtocol(connection), host, port
+                )
         except (TimeoutError, OSError) as e:
             raise NetworkError(f"cannot connect to {host}:{port}: {e!r}") from None
         connection._transport = transport
@@ -78,7 +79,8 @@ class BrokerConnection:
         """Send one request and wait for its response entity."""
         future = self.send_nowait(api_key, version, request)
         try:
-            return await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):
+                return await future
         except TimeoutError:
             error = NetworkError(f"request api={api_key} to {self.address} timed out")
             self._fail(error)

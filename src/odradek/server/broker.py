@@ -68,6 +68,8 @@ from odradek.zk.znodes import (
 
 log = logging.getLogger(__name__)
 
+ISR_CHANGE_NOTIFICATION_BYTES = 400_000
+
 
 class Broker:
     def __init__(self, config: KafkaConfig) -> None:
@@ -278,7 +280,10 @@ class Broker:
                 break
             except NodeExistsError:
                 # Ours from a session that is still expiring, or another broker with our id.
-                _existing, stat = await self.zk.get(path)
+                try:
+                    _existing, stat = await self.zk.get(path)
+                except NoNodeError:
+                    continue  # the old registration expired just now: create again
                 if stat.ephemeralOwner == self.zk.session_id:
                     break
                 if time.monotonic() > deadline:
@@ -332,8 +337,11 @@ class Broker:
                 return False
             waiter: asyncio.Future[None] = loop.create_future()
             self._metadata_waiters.append(waiter)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(waiter, remaining)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+            # that arrives as the waiter completes, and shutdown would hang on this task.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await waiter
         return True
 
     def on_metadata_updated(self) -> None:
@@ -394,10 +402,23 @@ class Broker:
             return None
 
     async def _publish_isr_changes(self, partitions: list[tuple[str, int]]) -> None:
+        """One `/isr_change_notification` znode per chunk of changes: a znode (and the request
+        creating it) must stay under ZooKeeper's 1 MB jute.maxbuffer, and a leader shrinking tens of
+        thousands of ISRs at once would exceed it in one piece."""
+        chunk: list[ZkTopicPartition] = []
+        size = 0
+        for topic, partition in partitions:
+            chunk.append(ZkTopicPartition(topic, partition))
+            size += len(topic) + 40  # the JSON of one entry, with room to spare
+            if size >= ISR_CHANGE_NOTIFICATION_BYTES:
+                await self._create_isr_change_notification(chunk)
+                chunk, size = [], 0
+        if chunk:
+            await self._create_isr_change_notification(chunk)
+
+    async def _create_isr_change_notification(self, partitions: list[ZkTopicPartition]) -> None:
         assert self.zk is not None
-        data = IsrChangeNotificationSequenceZNode.encode(
-            ZkTopicPartition(t, p) for t, p in partitions
-        )
+        data = IsrChangeNotificationSequenceZNode.encode(partitions)
         await self.zk.multi(
             [CreateOp(IsrChangeNotificationSequenceZNode.path(), data, sequence=True)]
         )

@@ -211,8 +211,9 @@ class GroupCoordinator:
             self._wakeup.clear()
             deadline = self._timers.next_deadline()
             timeout = None if deadline is None else max(0.0, (deadline - self.clock_ms()) / 1000)
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            with contextlib.suppress(TimeoutError):  # not wait_for: see Broker.wait_for_metadata
+                async with asyncio.timeout(timeout):
+                    await self._wakeup.wait()
             try:
                 self.expire_timers()
             except Exception:

@@ -154,4 +154,3 @@ def handle_delete_topics(apis: KafkaApis, header: RequestHeader, request: Any) -
         return response(header, {"throttle_time": 0, "responses": results})
 
     return delete()
-

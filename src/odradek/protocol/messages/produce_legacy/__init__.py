@@ -76,7 +76,9 @@ def _response_classes(version: int) -> tuple[type, type, type]:
             index: i32 = field(metadata={"kafka_type": "int32"})
             error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
             base_offset: i64 = field(metadata={"kafka_type": "int64"})
-            log_append_time: TZAware | None = field(metadata={"kafka_type": "datetime_i64"}, default=None)
+            log_append_time: TZAware | None = field(
+                metadata={"kafka_type": "datetime_i64"}, default=None
+            )
 
     else:
 
