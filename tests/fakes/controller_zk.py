@@ -503,6 +503,16 @@ class FakeZkClient:
             self.tree.add_data_watch(path, self.session_id, watch)
         return result
 
+    async def get_many(self, paths: Sequence[str], window: int = 5000) -> list[Any]:
+        self._live()
+        results: list[Any] = []
+        for path in paths:
+            try:
+                results.append(self.tree.get(path))
+            except ZkError as e:
+                results.append(e)
+        return results
+
     async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
         self._live()
         children = self.tree.get_children(path)

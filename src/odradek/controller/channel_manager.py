@@ -37,7 +37,11 @@ from odradek.protocol.messages import (
     StopReplicaRequestV3,
     UpdateMetadataRequestV7,
 )
-from odradek.protocol.messages.update_metadata.v7.request import UpdateMetadataTopicState
+from odradek.protocol.messages.leader_and_isr.v5.request import LeaderAndIsrPartitionState
+from odradek.protocol.messages.update_metadata.v7.request import (
+    UpdateMetadataPartitionState,
+    UpdateMetadataTopicState,
+)
 from odradek.zk.znodes import BrokerInfo
 
 log = logging.getLogger(__name__)
@@ -222,7 +226,9 @@ class ControllerBrokerRequestBatch:
             entries[tp] = _LeaderAndIsrEntry(
                 leader_and_isr, replicas, is_new or (previous is not None and previous.is_new)
             )
-        self.add_update_metadata_request_for_brokers(self.context.live_broker_ids, [tp])
+        # Every live broker hears of the change (inlined: this runs once per replica).
+        self.update_metadata_brokers.update(self.context.live_brokers)
+        self.update_metadata_partitions[tp] = None
 
     def add_update_metadata_request_for_brokers(
         self, broker_ids: Iterable[int], partitions: Iterable[TopicPartition] | None = None
@@ -264,19 +270,21 @@ class ControllerBrokerRequestBatch:
             for (topic, partition), entry in entries.items():
                 state = entry.leader_and_isr
                 leaders.add(state.leader)
+                # The message classes directly, not `build`: this runs once per partition and
+                # broker, 100,000s of times in a failover.
                 topics.setdefault(topic, []).append(
-                    {
-                        "partition_index": partition,
-                        "controller_epoch": state.controller_epoch,
-                        "leader": state.leader,
-                        "leader_epoch": state.leader_epoch,
-                        "isr": state.isr,
-                        "zk_version": state.zk_version,
-                        "replicas": entry.replicas,
-                        "adding_replicas": (),
-                        "removing_replicas": (),
-                        "is_new": entry.is_new,
-                    }
+                    LeaderAndIsrPartitionState(
+                        partition_index=partition,
+                        controller_epoch=state.controller_epoch,
+                        leader=state.leader,
+                        leader_epoch=state.leader_epoch,
+                        isr=tuple(state.isr),
+                        zk_version=state.zk_version,
+                        replicas=entry.replicas,
+                        adding_replicas=(),
+                        removing_replicas=(),
+                        is_new=entry.is_new,
+                    )
                 )
             live_leaders = []
             for leader in sorted(leaders):
@@ -329,16 +337,16 @@ class ControllerBrokerRequestBatch:
                 else state.leader
             )
             topics.setdefault(tp[0], []).append(
-                {
-                    "partition_index": tp[1],
-                    "controller_epoch": state.controller_epoch,
-                    "leader": leader,
-                    "leader_epoch": state.leader_epoch,
-                    "isr": state.isr,
-                    "zk_version": state.zk_version,
-                    "replicas": replicas,
-                    "offline_replicas": tuple(r for r in replicas if r not in live),
-                }
+                UpdateMetadataPartitionState(
+                    partition_index=tp[1],
+                    controller_epoch=state.controller_epoch,
+                    leader=leader,
+                    leader_epoch=state.leader_epoch,
+                    isr=tuple(state.isr),
+                    zk_version=state.zk_version,
+                    replicas=tuple(replicas),
+                    offline_replicas=tuple(r for r in replicas if r not in live),
+                )
             )
         # Built once for every recipient (only the broker epoch differs): with 100,000 partitions,
         # building them per broker was most of a failover's UpdateMetadata cost.

@@ -177,14 +177,12 @@ class ControllerZk:
     async def get_partition_states(
         self, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, LeaderAndIsr]:
-        results = await _gather_bounded(
-            [self.zk.get(TopicPartitionStateZNode.path(t, p)) for t, p in partitions]
-        )
+        results = await self.zk.get_many([TopicPartitionStateZNode.path(t, p) for t, p in partitions])
         states = {}
         for tp, result in zip(partitions, results, strict=True):
             if isinstance(result, NoNodeError):
                 continue
-            if isinstance(result, BaseException):
+            if isinstance(result, ZkError):
                 raise result
             data, stat = result
             states[tp] = TopicPartitionStateZNode.decode(
