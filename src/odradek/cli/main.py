@@ -4,6 +4,8 @@
   odradek zookeeper --port P --dir D                       run a private standalone ZooKeeper
   odradek cluster up|down|status|kill|stop|cont|restart    a local cluster for development and tests
   odradek topics --bootstrap-server H:P --create|--list|--describe|--delete
+  odradek leader-election --bootstrap-server H:P --election-type preferred|unclean
+                          (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
 
 Operator mistakes (bad config, unreachable ZooKeeper, port in use) print one line and exit 1; only a
 bug prints a traceback.
@@ -128,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
         topics_cli.add_parser(sub)
     except ImportError:
         pass
+    from odradek.cli import leader_election as leader_election_cli
+
+    leader_election_cli.add_parser(sub)
     return parser
 
 

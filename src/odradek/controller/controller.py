@@ -14,10 +14,12 @@ Callbacks, who invokes them, and their steps:
      LeaderAndIsr, so brokers know the cluster before they are told their roles;
   4. start the replica state machine (replicas Online, LeaderAndIsr to their brokers) and the partition
      state machine (leaders elected for New and Offline partitions);
-  5. resume topic deletions.
+  5. resume topic deletions;
+  6. watch `/admin/preferred_replica_election` and act on a request already there; start the
+     automatic leader rebalance timer (`leader_election`).
 
-`_on_controller_resignation` — on losing `/controller` or the session: stop the senders, forget the
-context. Nothing is written: the new controller rebuilds from ZooKeeper.
+`_on_controller_resignation` — on losing `/controller` or the session: stop the senders and the
+rebalance timer, forget the context. Nothing is written: the new controller rebuilds from ZooKeeper.
 
 `_on_broker_startup(new)` — BrokerChange with new ids: UpdateMetadata to all live brokers; the new
 brokers' replicas go OnlineReplica (they truncate and follow); New/Offline partitions get leaders.
@@ -33,6 +35,14 @@ Online.
 `_process_controlled_shutdown` — a broker's ControlledShutdown request: move leadership of every
 partition it leads to another ISR member and take it out of the ISR of the ones it follows; answer with
 what it still leads (the broker retries until that is empty).
+
+Partition reassignment (`/admin/reassign_partitions`, AlterPartitionReassignments,
+ListPartitionReassignments, and resuming moves at failover and broker start-up) lives in
+`reassignment`; this class routes its events and hooks to it.
+
+Preferred-replica and unclean elections on demand (`/admin/preferred_replica_election`, the
+ElectLeaders API) and the automatic leader rebalance live in `leader_election`; this class only
+routes their events to it and starts/stops it with each term.
 
 Concurrency: all state is owned by the event task. Public methods called from elsewhere only enqueue.
 """
@@ -55,7 +65,14 @@ from odradek.controller.channel_manager import (
 from odradek.controller.context import ControllerContext, PartitionReplica, TopicPartition
 from odradek.controller.controller_zk import ControllerZk
 from odradek.controller.event_manager import ControllerEventManager
+from odradek.controller.leader_election import (
+    AutoRebalanceConfig,
+    ElectionType,
+    ReplicaLeaderElection,
+    fail_waiter,
+)
 from odradek.controller.partition_state_machine import ElectionStrategy, PartitionStateMachine
+from odradek.controller.reassignment import PartitionReassignmentManager
 from odradek.controller.replica_state_machine import ReplicaStateMachine
 from odradek.controller.states import PartitionState, ReplicaState, StateChangeLogger
 from odradek.controller.topic_deletion import TopicDeletionManager
@@ -97,6 +114,7 @@ class KafkaController:
         unclean_leader_election_default: bool,
         delete_topic_enable: bool,
         register_broker: Callable[[], Awaitable[None]],
+        auto_rebalance: AutoRebalanceConfig | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.zk_client = zk
@@ -114,11 +132,13 @@ class KafkaController:
         self.replica_state_machine: ReplicaStateMachine | None = None
         self.partition_state_machine: PartitionStateMachine | None = None
         self.topic_deletion: TopicDeletionManager | None = None
+        self.reassignment: PartitionReassignmentManager | None = None
         self.event_manager: ControllerEventManager | None = None
         self._expired = False
         self._controller_watcher = self._controller_watch
         self.failovers = 0
         self.last_failover_seconds = 0.0
+        self.leader_election = ReplicaLeaderElection(self, auto_rebalance or AutoRebalanceConfig())
 
     # lifecycle (broker's event loop)
 
@@ -148,6 +168,34 @@ class KafkaController:
         if self.event_manager is not None:
             self.event_manager.put(event)
 
+    def alter_partition_reassignments(
+        self, reassignments: dict[TopicPartition, tuple[int, ...] | None]
+    ) -> asyncio.Future[Any]:
+        """Called by the AlterPartitionReassignments handler; resolves to {partition: KafkaError or
+        None}, or fails with NotControllerError on a broker that is not the controller."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not self.is_active:
+            future.set_exception(
+                NotControllerError(f"broker {self.broker_id} is not the controller")
+            )
+        else:
+            self.put(ev.ApiPartitionReassignment(reassignments, future))
+        return future
+
+    def list_partition_reassignments(
+        self, partitions: frozenset[TopicPartition] | None
+    ) -> asyncio.Future[Any]:
+        """Called by the ListPartitionReassignments handler; resolves to {partition: full
+        assignment} of the partitions being reassigned (among `partitions`, if given)."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not self.is_active:
+            future.set_exception(
+                NotControllerError(f"broker {self.broker_id} is not the controller")
+            )
+        else:
+            self.put(ev.ListPartitionReassignments(partitions, future))
+        return future
+
     def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> asyncio.Future[Any]:
         """Called by the ControlledShutdown request handler; resolves to the partitions still led."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -157,6 +205,20 @@ class KafkaController:
             )
         else:
             self.put(ev.ControlledShutdown(broker_id, broker_epoch, future))
+        return future
+
+    def elect_leaders(
+        self, partitions: Iterable[tuple[str, int]], election_type: ElectionType
+    ) -> asyncio.Future[Any]:
+        """Called by the ElectLeaders request handler; resolves to {partition: new leader or
+        KafkaError}, or fails with NotControllerError on a broker that is not the controller."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if not self.is_active:
+            future.set_exception(
+                NotControllerError(f"broker {self.broker_id} is not the controller")
+            )
+        else:
+            self.put(ev.ReplicaLeaderElection(frozenset(partitions), int(election_type), future))
         return future
 
     def _on_session_state(self, state: SessionState) -> None:
@@ -214,8 +276,27 @@ class KafkaController:
                     done.set_result(None)
             case ev.ControlledShutdown():
                 await self._process_controlled_shutdown(event)
+            case ev.ReplicaLeaderElection():
+                await self.leader_election.process_admin_request(event)
+                self._send_batch()
+            case ev.ApiPartitionReassignment() | ev.ListPartitionReassignments():
+                await self._process_reassignment_request(event)
             case _ if not self.is_active:
                 return
+            case ev.PartitionReassignment():
+                assert self.reassignment is not None
+                await self.reassignment.process_zk_reassignment()
+                self._send_batch()
+            case ev.PartitionReassignmentIsrChange(topic=topic, partition=partition):
+                assert self.reassignment is not None
+                await self.reassignment.maybe_complete([(topic, partition)])
+                self._send_batch()
+            case ev.PreferredReplicaElection():
+                await self.leader_election.process_preferred_replica_election_znode()
+                self._send_batch()
+            case ev.AutoPreferredReplicaLeaderElection():
+                await self.leader_election.process_auto_rebalance(event)
+                self._send_batch()
             case ev.BrokerChange():
                 await self._process_broker_change()
             case ev.BrokerModification():
@@ -246,14 +327,32 @@ class KafkaController:
             event.result.set_exception(NotControllerError("controller is resigning"))
         if isinstance(event, ev.Shutdown) and not event.done.done():
             event.done.set_result(None)
+        if (
+            isinstance(event, ev.ApiPartitionReassignment | ev.ListPartitionReassignments)
+            and not event.result.done()
+        ):
+            event.result.set_exception(NotControllerError("controller is resigning"))
+        fail_waiter(event, None)
 
     async def on_error(self, event: Any, error: BaseException) -> None:
+        if (
+            isinstance(event, ev.ApiPartitionReassignment | ev.ListPartitionReassignments)
+            and not event.result.done()
+        ):
+            event.result.set_exception(
+                NotControllerError("the controller moved")
+                if isinstance(error, ControllerMovedError)
+                else error
+                if isinstance(error, KafkaError)
+                else KafkaError(f"reassignment failed: {error}")
+            )
         if isinstance(event, ev.ControlledShutdown) and not event.result.done():
             event.result.set_exception(
                 error
                 if isinstance(error, KafkaError)
                 else KafkaError(f"controlled shutdown failed: {error}")
             )
+        fail_waiter(event, error)
         if isinstance(error, ControllerMovedError):
             log.info("controller moved while processing %s; resigning", event.name)
             await self._maybe_resign()
@@ -315,6 +414,8 @@ class KafkaController:
         self.replica_state_machine = None
         self.partition_state_machine = None
         self.topic_deletion = None
+        self.reassignment = None
+        self.leader_election.on_controller_resignation()
         self.context.reset()
 
     def _on_broker_response(self, broker_id: int, api_key: int, response: Any) -> None:
@@ -347,6 +448,7 @@ class KafkaController:
             context, self.zk, self.batch, self.state_change_logger, self._unclean_enabled
         )
         self.topic_deletion = TopicDeletionManager(self, self.delete_topic_enable)
+        self.reassignment = PartitionReassignmentManager(self)
 
         # 1-2. watches and the cluster state
         context.live_brokers = await self.zk.get_all_brokers(
@@ -375,10 +477,16 @@ class KafkaController:
         await self.replica_state_machine.handle_state_changes(online, ReplicaState.OnlineReplica)
         await self.partition_state_machine.trigger_online_partition_state_change()
         self._send_batch()
+        # 4b. resume the reassignments in progress; act on /admin/reassign_partitions
+        await self.reassignment.initialize()
+        self._send_batch()
         # 5. topic deletion
         await self.topic_deletion.process_topic_deletion_event(
             self._watch(lambda e: ev.TopicDeletion())
         )
+        self._send_batch()
+        # 6. pending preferred replica elections, and the leader rebalance timer
+        await self.leader_election.on_controller_failover()
         self._send_batch()
         self.failovers += 1
         self.last_failover_seconds = asyncio.get_running_loop().time() - started
@@ -405,6 +513,9 @@ class KafkaController:
             context.assignments[topic] = {
                 p: tuple(a.replicas) for p, a in assignment.partitions.items()
             }
+            for p, a in assignment.partitions.items():
+                if a.adding_replicas or a.removing_replicas:
+                    context.reassignments[(topic, p)] = a
             if assignment.topic_id:
                 context.topic_ids[topic] = assignment.topic_id
                 continue
@@ -496,6 +607,10 @@ class KafkaController:
         # 4. topic deletions waiting for these brokers can go on
         await self.topic_deletion.on_brokers_started(new_ids)
         self._send_batch()
+        # 5. reassignments waiting for these brokers
+        if self.reassignment is not None:
+            await self.reassignment.on_brokers_started(new_ids)
+            self._send_batch()
 
     async def _on_broker_failure(self, dead_ids: set[int]) -> None:
         context = self.context
@@ -564,6 +679,9 @@ class KafkaController:
         added = {
             p: tuple(a.replicas) for p, a in assignment.partitions.items() if p not in existing
         }
+        if self.reassignment is not None:  # a move of this topic may be ready to finish
+            await self.reassignment.maybe_complete(context.partitions_for_topic(topic))
+            self._send_batch()
         if not added:
             return
         if context.is_topic_queued_for_deletion(topic):
@@ -588,6 +706,26 @@ class KafkaController:
         await self.replica_state_machine.handle_state_changes(replicas, ReplicaState.OnlineReplica)
         self._send_batch()
 
+    # partition reassignment requests (answered by the active controller only)
+
+    async def _process_reassignment_request(
+        self, event: ev.ApiPartitionReassignment | ev.ListPartitionReassignments
+    ) -> None:
+        if event.result.done():
+            return
+        if not self.is_active or self.reassignment is None:
+            event.result.set_exception(
+                NotControllerError(f"broker {self.broker_id} is not the controller")
+            )
+            return
+        if isinstance(event, ev.ListPartitionReassignments):
+            event.result.set_result(self.reassignment.list_reassignments(event.partitions))
+            return
+        results = await self.reassignment.process_api_reassignment(event.reassignments)
+        self._send_batch()
+        if not event.result.done():
+            event.result.set_result(results)
+
     # ISR changes made by leaders
 
     async def _process_isr_change_notification(self) -> None:
@@ -604,6 +742,9 @@ class KafkaController:
             assert self.batch is not None
             self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, known)
             self._send_batch()
+            if self.reassignment is not None:
+                await self.reassignment.maybe_complete(known)
+                self._send_batch()
         await self.zk.delete_isr_change_notifications(children, context.epoch_zk_version)
 
     # controlled shutdown

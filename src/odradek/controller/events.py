@@ -75,7 +75,39 @@ class IsrChangeNotification:
 
 @dataclass
 class PartitionReassignment:
+    """`/admin/reassign_partitions` was created, changed or deleted (Kafka's
+    ZkPartitionReassignment)."""
+
     name: str = "PartitionReassignment"
+
+
+@dataclass
+class ApiPartitionReassignment:
+    """An AlterPartitionReassignments request: target replicas per partition (None cancels);
+    `result` gets an error (or None) per partition."""
+
+    reassignments: dict[tuple[str, int], tuple[int, ...] | None]
+    result: asyncio.Future[Any]
+    name: str = "ApiPartitionReassignment"
+
+
+@dataclass
+class ListPartitionReassignments:
+    """A ListPartitionReassignments request (`partitions` None: all); `result` gets the full
+    assignment of each partition being reassigned."""
+
+    partitions: frozenset[tuple[str, int]] | None
+    result: asyncio.Future[Any]
+    name: str = "ListPartitionReassignments"
+
+
+@dataclass
+class PartitionReassignmentIsrChange:
+    """The state znode of a partition being reassigned changed: maybe its targets caught up."""
+
+    topic: str
+    partition: int
+    name: str = "PartitionReassignmentIsrChange"
 
 
 @dataclass
@@ -85,7 +117,21 @@ class PreferredReplicaElection:
 
 @dataclass
 class AutoPreferredReplicaLeaderElection:
+    """The leader rebalance timer fired; `generation` is the controller term that scheduled it."""
+
+    generation: int = -1
     name: str = "AutoPreferredReplicaLeaderElection"
+
+
+@dataclass
+class ReplicaLeaderElection:
+    """An ElectLeaders request: elect `partitions` with `election_type` (0 preferred, 1 unclean);
+    `result` gets each partition's new leader or error (see `leader_election`)."""
+
+    partitions: frozenset[tuple[str, int]]
+    election_type: int
+    result: asyncio.Future[Any]
+    name: str = "ReplicaLeaderElection"
 
 
 @dataclass

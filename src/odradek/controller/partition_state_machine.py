@@ -8,9 +8,10 @@ transition listed there). This module applies a batch of transitions:
 3. OnlinePartition from NewPartition: leader = first live replica of AR, ISR = live replicas of AR,
    partition state znodes created in batched transactions fenced by the controller epoch;
 4. OnlinePartition from Online/Offline: elect with the given strategy (offline — unclean only where the
-   topic allows it —, reassigned, preferred replica, controlled shutdown), write the new leader/ISR
-   conditionally on each znode's version in batched fenced transactions, re-reading and retrying the
-   partitions whose version moved (the leader shrank or grew the ISR meanwhile);
+   topic allows it —, unclean — the offline rule with unclean allowed, an operator's request —,
+   reassigned, preferred replica, controlled shutdown), write the new leader/ISR conditionally on
+   each znode's version in batched fenced transactions, re-reading and retrying the partitions
+   whose version moved (the leader shrank or grew the ISR meanwhile);
 5. queue LeaderAndIsr for the partition's live replicas and UpdateMetadata for every live broker in
    the event's request batch (sent once, per broker, when the event is done).
 
@@ -35,6 +36,7 @@ from odradek.controller.election import (
     elect_reassigned_partition_leader,
     new_partition_leader_and_isr,
 )
+from odradek.controller.reassignment_plan import target_replicas
 from odradek.controller.states import (
     PartitionState,
     StateChangeLogger,
@@ -54,6 +56,9 @@ class ElectionStrategy(enum.Enum):
     REASSIGNMENT = "reassignment"
     PREFERRED_REPLICA = "preferred"
     CONTROLLED_SHUTDOWN = "controlled-shutdown"
+    # The offline rule with unclean election allowed whatever the topic says: an operator's
+    # ElectLeaders(UNCLEAN) request (Kafka's OfflinePartitionLeaderElectionStrategy(allowUnclean)).
+    UNCLEAN = "unclean"
 
 
 class StateChangeFailedError(OdradekError):
@@ -275,6 +280,7 @@ class PartitionStateMachine:
         decisions: dict[TopicPartition, LeaderAndIsr] = {}
         failed: PartitionResult = {}
         unclean_topics: dict[str, bool] = {}
+        offline_rule = strategy in (ElectionStrategy.OFFLINE, ElectionStrategy.UNCLEAN)
         if strategy is ElectionStrategy.OFFLINE:
             needs_unclean = {
                 tp[0] for tp in partitions if not any(r in live for r in context.leadership[tp].isr)
@@ -284,9 +290,12 @@ class PartitionStateMachine:
         for tp in partitions:
             current = context.leadership[tp]
             assignment = context.partition_replica_assignment(tp)
-            if strategy is ElectionStrategy.OFFLINE:
+            if offline_rule:
                 decision = elect_offline_partition_leader(
-                    assignment, current.isr, live, unclean_topics.get(tp[0], False)
+                    assignment,
+                    current.isr,
+                    live,
+                    strategy is ElectionStrategy.UNCLEAN or unclean_topics.get(tp[0], False),
                 )
                 if decision is not None and decision.unclean:
                     log.warning(
@@ -296,7 +305,7 @@ class PartitionStateMachine:
                         list(current.isr),
                     )
             elif strategy is ElectionStrategy.REASSIGNMENT:
-                target = context.partitions_being_reassigned.get(tp, assignment)
+                target = target_replicas(context.full_replica_assignment(tp))
                 decision = elect_reassigned_partition_leader(target, current.isr, live)
             elif strategy is ElectionStrategy.PREFERRED_REPLICA:
                 decision = elect_preferred_replica_leader(assignment, current.isr, live)

@@ -5,7 +5,8 @@ APIs it has a handler for, in exactly the version ranges those handlers understa
 features from this list, so advertising anything more would invite requests we cannot answer).
 
 Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
-`handlers_admin`, `handlers_configs`, `handlers_groups`, `handlers_interbroker`); each is
+`handlers_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_groups`,
+`handlers_interbroker`); each is
 `handle(apis, header, request) -> response | awaitable`.
 A request for an unknown API or an unsupported version closes the connection (as Kafka does), except
 ApiVersions, which is answered with UNSUPPORTED_VERSION and the supported list in a v0 response
@@ -54,6 +55,11 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.CREATE_PARTITIONS: (0, 3),
+    # KIP-455 reassignment (handlers_reassignment): v0 only (v1 of Alter adds allow_replication_
+    # factor_change, which this controller does not implement).
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    ApiKey.ELECT_LEADERS: (0, 2),
     # Consumer groups (handlers_groups): the ranges of Kafka 3.x in ZooKeeper mode, bounded below
     # by the oldest version kio describes.
     ApiKey.FIND_COORDINATOR: (0, 4),
@@ -78,11 +84,13 @@ class KafkaApis:
         from odradek.server import (
             handlers_admin,
             handlers_configs,
+            handlers_elect_leaders,
             handlers_fetch,
             handlers_groups,
             handlers_interbroker,
             handlers_metadata,
             handlers_produce,
+            handlers_reassignment,
         )
 
         self.broker = broker
@@ -102,6 +110,13 @@ class KafkaApis:
             ApiKey.ALTER_CONFIGS: handlers_configs.handle_alter_configs,
             ApiKey.INCREMENTAL_ALTER_CONFIGS: handlers_configs.handle_incremental_alter_configs,
             ApiKey.CREATE_PARTITIONS: handlers_configs.handle_create_partitions,
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS: (
+                handlers_reassignment.handle_alter_partition_reassignments
+            ),
+            ApiKey.LIST_PARTITION_REASSIGNMENTS: (
+                handlers_reassignment.handle_list_partition_reassignments
+            ),
+            ApiKey.ELECT_LEADERS: handlers_elect_leaders.handle_elect_leaders,
             ApiKey.LEADER_AND_ISR: handlers_interbroker.handle_leader_and_isr,
             ApiKey.UPDATE_METADATA: handlers_interbroker.handle_update_metadata,
             ApiKey.STOP_REPLICA: handlers_interbroker.handle_stop_replica,

@@ -38,6 +38,7 @@ from odradek.cluster.partition import IsrUpdate
 from odradek.cluster.replica_manager import ReplicaManager, read_partition_topic_id
 from odradek.controller.channel_manager import uuid_to_topic_id
 from odradek.controller.controller import KafkaController
+from odradek.controller.leader_election import AutoRebalanceConfig
 from odradek.errors import KafkaError, OperatorError
 from odradek.log.log_manager import LogManager
 from odradek.network.client import BrokerConnection
@@ -163,6 +164,11 @@ class Broker:
             unclean_leader_election_default=config["unclean.leader.election.enable"],
             delete_topic_enable=config["delete.topic.enable"],
             register_broker=self._register_broker,
+            auto_rebalance=AutoRebalanceConfig(
+                enabled=config["auto.leader.rebalance.enable"],
+                imbalance_percentage=config["leader.imbalance.per.broker.percentage"],
+                check_interval_s=float(config["leader.imbalance.check.interval.seconds"]),
+            ),
         )
         # 5. register, 6. controller
         self.zk.add_state_listener(self._on_session_state)
