@@ -4,6 +4,8 @@
   odradek zookeeper --port P --dir D                       run a private standalone ZooKeeper
   odradek cluster up|down|status|kill|stop|cont|restart    a local cluster for development and tests
   odradek topics --bootstrap-server H:P --create|--list|--describe|--delete
+  odradek reassign-partitions --bootstrap-server H:P (--reassignment-json-file F
+                              (--execute|--verify|--cancel) | --list)
   odradek leader-election --bootstrap-server H:P --election-type preferred|unclean
                           (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
 
@@ -128,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
         from odradek.cli import topics as topics_cli
 
         topics_cli.add_parser(sub)
+    except ImportError:
+        pass
+    try:
+        from odradek.cli import reassign as reassign_cli
+
+        reassign_cli.add_parser(sub)
     except ImportError:
         pass
     from odradek.cli import leader_election as leader_election_cli

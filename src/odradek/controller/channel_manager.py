@@ -270,6 +270,7 @@ class ControllerBrokerRequestBatch:
             for (topic, partition), entry in entries.items():
                 state = entry.leader_and_isr
                 leaders.add(state.leader)
+                moving = context.reassignments.get((topic, partition))
                 # The message classes directly, not `build`: this runs once per partition and
                 # broker, 100,000s of times in a failover.
                 topics.setdefault(topic, []).append(
@@ -281,8 +282,8 @@ class ControllerBrokerRequestBatch:
                         isr=tuple(state.isr),
                         zk_version=state.zk_version,
                         replicas=entry.replicas,
-                        adding_replicas=(),
-                        removing_replicas=(),
+                        adding_replicas=moving.adding_replicas if moving else (),
+                        removing_replicas=moving.removing_replicas if moving else (),
                         is_new=entry.is_new,
                     )
                 )

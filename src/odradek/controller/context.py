@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from odradek.controller.states import PartitionState, ReplicaState
-from odradek.zk.znodes import BrokerInfo, LeaderIsrAndControllerEpoch
+from odradek.zk.znodes import BrokerInfo, LeaderIsrAndControllerEpoch, ReplicaAssignment
 
 TopicPartition = tuple[str, int]
 
@@ -50,8 +50,9 @@ class ControllerContext:
     replica_states: dict[PartitionReplica, ReplicaState] = field(default_factory=dict)
     topics_to_be_deleted: set[str] = field(default_factory=set)
     topics_ineligible_for_deletion: set[str] = field(default_factory=set)
-    # Partitions (and their old and new replicas) of in-flight reassignments.
-    partitions_being_reassigned: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
+    # The full assignment (RS, adding AR, removing RR) of every partition being reassigned; its
+    # RS is also the partition's entry in `assignments`. See `reassignment_plan`.
+    reassignments: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -101,9 +102,36 @@ class ControllerContext:
             tp = (topic, partition)
             self.leadership.pop(tp, None)
             self.partition_states.pop(tp, None)
+            self.reassignments.pop(tp, None)
         for replica in [r for r in self.replica_states if r.topic == topic]:
             del self.replica_states[replica]
         self.topic_ids.pop(topic, None)
+
+    # reassignments
+
+    def partitions_being_reassigned(self) -> set[TopicPartition]:
+        """Partitions with a reassignment in progress (adding or removing replicas)."""
+        return set(self.reassignments)
+
+    def full_replica_assignment(self, tp: TopicPartition) -> ReplicaAssignment:
+        """RS with the adding and removing replicas of a reassignment in progress, if any."""
+        moving = self.reassignments.get(tp)
+        if moving is not None:
+            return moving
+        return ReplicaAssignment(self.partition_replica_assignment(tp))
+
+    def update_full_replica_assignment(
+        self, tp: TopicPartition, assignment: ReplicaAssignment
+    ) -> None:
+        """Set RS, and remember the reassignment while it adds or removes replicas."""
+        self.update_partition_replica_assignment(tp, assignment.replicas)
+        if assignment.adding_replicas or assignment.removing_replicas:
+            self.reassignments[tp] = assignment
+        else:
+            self.reassignments.pop(tp, None)
+
+    def topic_being_reassigned(self, topic: str) -> bool:
+        return any(tp[0] == topic for tp in self.reassignments)
 
     def replicas_on_brokers(self, broker_ids: set[int]) -> list[PartitionReplica]:
         return [

@@ -143,6 +143,8 @@ class TopicDeletionManager:
     async def resume(self) -> None:
         context = self.context
         for topic in sorted(context.topics_to_be_deleted):
+            if context.topic_being_reassigned(topic):
+                continue  # deletion waits for the move to finish (Kafka marks it ineligible)
             if context.are_all_replicas_in_state(topic, ReplicaState.ReplicaDeletionSuccessful):
                 await self._complete_deletion(topic)
             elif context.is_any_replica_in_state(topic, ReplicaState.ReplicaDeletionStarted):
