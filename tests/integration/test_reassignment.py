@@ -468,6 +468,13 @@ def test_refused_reassignments_get_kafkas_error_codes(cluster3: LocalCluster) ->
     ):
         answer = request(cluster3.broker(not_controller), api_key, 0, values)
         assert answer.error_code == ErrorCode.not_controller, answer
+    # the znode trigger: refused entries are dropped from it (and the emptied znode deleted)
+    write_reassign_znode(cluster3, {(topic, 0): [2, 2], (topic, 7): [1, 2]})
+    wait_until(
+        lambda: not reassign_znode_exists(cluster3),
+        TIMEOUT_S,
+        "the refused /admin/reassign_partitions to be deleted",
+    )
     assert zk_topic(cluster3, topic).partitions[0] == ReplicaAssignment((1, 2))  # type: ignore[union-attr]
 
 

@@ -10,7 +10,9 @@ znode (`/brokers/topics/<t>`, version 2) holds three lists per partition:
 
 From those three lists alone the controller can recover both ends of the move after a failover:
 ORS = RS - AR and TRS = RS - RR. That is why the assignment znode is rewritten with RS = TRS only as
-the last step of a reassignment: until then it is the only durable record of ORS.
+the last step of a reassignment: until then it is the only durable record of ORS. TRS keeps its order;
+ORS keeps its members but not always its order (RS lists the target first), so a cancelled move may
+come back with another preferred replica, exactly as in Kafka.
 
 Worked example (ORS = [1, 2], TRS = [2, 3]; leader 1):
 
