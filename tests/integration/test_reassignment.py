@@ -46,7 +46,11 @@ from odradek.protocol.codec import ApiKey
 from odradek.protocol.record_batch import Record
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import NoNodeError
-from odradek.zk.znodes import ReassignPartitionsZNode, ReplicaAssignment
+from odradek.zk.znodes import (
+    DeleteTopicsTopicZNode,
+    ReassignPartitionsZNode,
+    ReplicaAssignment,
+)
 from tests.fixtures.cluster import wait_until
 from tests.integration._controller import zk_call, zk_topic
 from tests.integration._replication import (
@@ -93,6 +97,13 @@ def alter(
     finally:
         admin.close()
     return {(tp.topic, tp.partition): error for tp, error in results.items()}
+
+
+def queue_deletion(cluster: LocalCluster, topic: str) -> None:
+    async def create(zk: ZkClient) -> None:
+        await zk.create(DeleteTopicsTopicZNode.path(topic), b"", makepath=True)
+
+    zk_call(cluster, create)
 
 
 def list_moving(cluster: LocalCluster) -> dict[tuple[str, int], dict[str, list[int]]]:
@@ -428,6 +439,43 @@ def test_a_new_controller_finishes_a_move_the_killed_controller_started(
     assert_acknowledged_present(
         deliveries.acknowledged_by_partition()[0], read.records, f"the leader of {topic}-0"
     )
+
+
+def test_a_topic_deleted_mid_move_is_deleted_once_the_move_is_over(
+    make_cluster: Callable[..., LocalCluster], tmp_path: Path
+) -> None:
+    """Kafka makes a topic with a move in progress ineligible for deletion; the deletion must go
+    on (not wait forever) once the move completes."""
+    cluster = make_cluster(3, shared_zookeeper=True)
+    controller, other, target = _pick_roles(cluster)
+    topic = unique_topic("delete")
+    create_topic(cluster, topic, [[other, controller]])
+    cluster.stop(target)
+    try:
+        code, _out, err = reassign_cli(
+            cluster,
+            controller,
+            "--execute",
+            targets={0: [other, target]},
+            topic=topic,
+            tmp_path=tmp_path,
+        )
+        assert code == 0, err
+        queue_deletion(cluster, topic)  # what DeleteTopics does on any broker
+        wait_until(
+            lambda: any(
+                "topics queued for deletion" in line and topic in line
+                for line in cluster.broker(controller).log.read_text().splitlines()
+            ),
+            TIMEOUT_S,
+            "the controller to queue the deletion",
+        )
+        assignment = zk_topic(cluster, topic)
+        assert assignment is not None and assignment.partitions[0].adding_replicas == (target,)
+    finally:
+        cluster.cont(target)
+    wait_until(lambda: zk_topic(cluster, topic) is None, TIMEOUT_S, f"{topic} to be deleted")
+    assert list_on_wire(cluster, cluster.controller_id()) == {}
 
 
 def test_refused_reassignments_get_kafkas_error_codes(cluster3: LocalCluster) -> None:

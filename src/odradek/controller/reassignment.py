@@ -119,7 +119,7 @@ class PartitionReassignmentManager:
         for tp in sorted(self.context.partitions_being_reassigned() - resumed):
             assignment = self.context.full_replica_assignment(tp)
             log.info("resuming the reassignment of %s-%d: %s", *tp, assignment)
-            await self._trigger({tp: assignment})
+            await self._trigger({tp: assignment}, resume=True)
 
     async def process_zk_reassignment(self, resume_unchanged: bool = False) -> set[TopicPartition]:
         """Start the moves `/admin/reassign_partitions` asks for and re-arm its watch; entries
@@ -225,7 +225,7 @@ class PartitionReassignmentManager:
                     *tp,
                     list(state.isr),
                 )
-                await self._trigger({tp: assignment})
+                await self._trigger({tp: assignment}, resume=True)
             else:
                 await self._watch_isr(tp)
 
@@ -239,19 +239,23 @@ class PartitionReassignmentManager:
             if broker_ids & set(target_replicas(assignment))
         }
         if restart:
-            await self._trigger(restart)
+            await self._trigger(restart, resume=True)
 
     # --- the algorithm ----------------------------------------------------------------------
 
     async def _trigger(
-        self, reassignments: Mapping[TopicPartition, ReplicaAssignment]
+        self, reassignments: Mapping[TopicPartition, ReplicaAssignment], resume: bool = False
     ) -> ReassignmentResults:
         """Run `on_partition_reassignment` for each partition; one partition's failure is its own
-        result, except a deposed controller, which stops everything."""
+        result, except a deposed controller, which stops everything.
+
+        A topic queued for deletion starts no new move, but a move already under way (`resume`)
+        goes on to its end: the deletion waits for it, and would wait forever otherwise.
+        """
         context = self.context
         results: ReassignmentResults = {}
         for tp, assignment in reassignments.items():
-            if context.is_topic_queued_for_deletion(tp[0]) or not (
+            if (not resume and context.is_topic_queued_for_deletion(tp[0])) or not (
                 context.partition_replica_assignment(tp)
             ):
                 results[tp] = UnknownTopicOrPartitionError(
