@@ -371,7 +371,11 @@ class ReplicaLeaderElection:
         try:
             await self.check_and_trigger_auto_leader_rebalance()
         finally:
-            if self.controller.is_active and event.generation == self.controller._generation:
+            if (
+                self.auto_rebalance.enabled
+                and self.controller.is_active
+                and event.generation == self.controller._generation
+            ):
                 self.timer.schedule(self.auto_rebalance.check_interval_s, event.generation)
 
     async def check_and_trigger_auto_leader_rebalance(self) -> list[TopicPartition]:
