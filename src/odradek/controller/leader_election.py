@@ -53,7 +53,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -89,7 +89,7 @@ class ElectionTrigger(enum.Enum):
     AUTO_TRIGGERED = "auto rebalance"
 
 
-ElectionOutcome = int | KafkaError
+ElectionOutcome: TypeAlias = int | KafkaError
 """The new leader of a partition, or why it got none."""
 
 
