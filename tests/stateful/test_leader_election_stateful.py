@@ -21,14 +21,21 @@ The inherited invariants audit every write and request these rules cause (leader
 leader per epoch, fenced writes, LeaderAndIsr only with states ZooKeeper held, no refused
 transition). An UNCLEAN request may elect outside the ISR: for its partitions the audit is told
 so, exactly as for topics created with unclean election enabled.
+
+Scenarios the machine reaches too rarely are pinned step by step at the end: an unclean election
+that succeeds (and one that cannot), NOT_CONTROLLER from the standby, a request left in ZooKeeper
+when the controller's session expired (the next controller handles it at failover), an unreadable
+request (deleted, and the watch still works), and a timer event of an earlier term (ignored).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import precondition, rule
 from kio.schema.errors import ErrorCode
@@ -36,13 +43,14 @@ from kio.schema.errors import ErrorCode
 from odradek.controller import events as ev
 from odradek.controller.context import LeaderAndIsr, TopicPartition
 from odradek.controller.leader_election import ElectionType, auto_rebalance_candidates
-from odradek.errors import KafkaError
+from odradek.errors import KafkaError, NotControllerError
 from odradek.zk.znodes import PreferredReplicaElectionZNode
 from odradek.zk.znodes import TopicPartition as ZkTopicPartition
 from tests.stateful.test_controller_state_machines import ControllerMachine
 
 UNKNOWN_PARTITION: TopicPartition = ("no-such-topic", 0)
 IMBALANCE_PERCENTAGE = 10  # the controllers run with the default AutoRebalanceConfig
+FOLLOW_UPS = ("later", "zookeeper", "admin client", "timer", "later", "later")
 
 
 class LeaderElectionMachine(ControllerMachine):
@@ -113,11 +121,23 @@ class LeaderElectionMachine(ControllerMachine):
         self.register(broker_id)
         self.drain()
         self.followers_catch_up()
+        # Elect at once half of the time (other rules may run in between otherwise, and a
+        # preferred replica that dies again has nothing to gain).
+        every = self._known_partitions()
+        trigger = data.draw(st.sampled_from(FOLLOW_UPS), label="then")
+        if trigger == "zookeeper":
+            self._zookeeper_election(every)
+        elif trigger == "admin client":
+            self._admin_client_election(every, ElectionType.PREFERRED)
+        elif trigger == "timer":
+            self._rebalance_timer()
 
     @precondition(lambda self: bool(self.candidates) and bool(self.admin.partition_states()))
     @rule(data=st.data())
     def admin_requests_preferred_election_in_zookeeper(self, data: st.DataObject) -> None:
-        requested = self._draw_request(data)
+        self._zookeeper_election(self._draw_request(data))
+
+    def _zookeeper_election(self, requested: list[TopicPartition]) -> None:
         before = self.admin.partition_states()
         deleting = self.admin.topics_queued_for_deletion()
         path = PreferredReplicaElectionZNode.path()
@@ -145,7 +165,11 @@ class LeaderElectionMachine(ControllerMachine):
     @precondition(lambda self: bool(self.candidates) and bool(self.admin.partition_states()))
     @rule(data=st.data(), election_type=st.sampled_from(ElectionType))
     def admin_client_elects_leaders(self, data: st.DataObject, election_type: ElectionType) -> None:
-        requested = self._draw_request(data)
+        self._admin_client_election(self._draw_request(data), election_type)
+
+    def _admin_client_election(
+        self, requested: list[TopicPartition], election_type: ElectionType
+    ) -> None:
         self._audit_writes()  # the writes so far under the usual rules
         before = self.admin.partition_states()
         live = self.live()
@@ -208,6 +232,9 @@ class LeaderElectionMachine(ControllerMachine):
     @precondition(lambda self: bool(self.candidates))
     @rule()
     def leader_rebalance_timer_fires(self) -> None:
+        self._rebalance_timer()
+
+    def _rebalance_timer(self) -> None:
         if self.pending_isr_notifications:
             self.deliver_isr_notifications()
         controller = self.active.controller
@@ -235,3 +262,155 @@ LeaderElectionMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestLeaderElectionMachine = LeaderElectionMachine.TestCase
+
+
+# --- scenarios, step by step ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def machine() -> Iterator[LeaderElectionMachine]:
+    m = LeaderElectionMachine()
+    try:
+        yield m
+    finally:
+        m.teardown()
+
+
+def _elect(
+    machine: LeaderElectionMachine, partitions: set[TopicPartition], election_type: ElectionType
+) -> dict[TopicPartition, Any]:
+    result: asyncio.Future[Any] = machine.loop.create_future()
+    machine.active.queue.put(
+        ev.ReplicaLeaderElection(frozenset(partitions), int(election_type), result)
+    )
+    machine.drain()
+    assert result.done()
+    return result.result()  # type: ignore[no-any-return]
+
+
+def _displaced(machine: LeaderElectionMachine) -> None:
+    """Brokers 1-3, topic t with partition 0 preferring 1 and partition 1 preferring 2; broker 1
+    restarts and catches up, so t-0 is led by 2."""
+    machine.start({1, 2, 3})
+    machine.admin.create_topic("t", {0: [1, 2, 3], 1: [2, 3, 1]})
+    machine.drain()
+    machine.kill(1)
+    machine.drain()
+    machine.register(1)
+    machine.drain()
+    machine.followers_catch_up()
+    state = machine.admin.partition_state(("t", 0))
+    assert state is not None and state.leader == 2 and sorted(state.isr) == [1, 2, 3]
+
+
+def test_unclean_election_elects_a_live_replica_outside_the_isr(
+    machine: LeaderElectionMachine,
+) -> None:
+    machine.start({1, 2})
+    machine.admin.create_topic("t", {0: [1, 2]}, config={"unclean.leader.election.enable": "false"})
+    machine.drain()
+    machine.kill(2)  # out of the ISR
+    machine.drain()
+    machine.kill(1)  # the last ISR member: offline
+    machine.drain()
+    machine.register(2)  # back, but not in the ISR: stays offline (unclean election is off)
+    machine.drain()
+    offline = machine.admin.partition_state(("t", 0))
+    assert offline is not None and (offline.leader, offline.isr) == (-1, (1,))
+
+    preferred = _elect(machine, {("t", 0)}, ElectionType.PREFERRED)
+    assert preferred[("t", 0)].code == ErrorCode.preferred_leader_not_available
+    assert _elect(machine, {("t", 0)}, ElectionType.UNCLEAN) == {("t", 0): 2}
+    elected = machine.admin.partition_state(("t", 0))
+    assert elected is not None
+    assert (elected.leader, elected.isr, elected.leader_epoch) == (
+        2,
+        (2,),
+        offline.leader_epoch + 1,
+    )
+    again = _elect(machine, {("t", 0)}, ElectionType.UNCLEAN)
+    assert again[("t", 0)].code == ErrorCode.election_not_needed
+
+
+def test_unclean_election_without_a_live_replica_is_not_possible(
+    machine: LeaderElectionMachine,
+) -> None:
+    machine.start({1, 2})
+    machine.admin.create_topic("t", {0: [1]})
+    machine.drain()
+    machine.kill(1)
+    machine.drain()
+    outcome = _elect(machine, {("t", 0)}, ElectionType.UNCLEAN)[("t", 0)]
+    assert outcome.code == ErrorCode.eligible_leaders_not_available
+
+
+def test_a_broker_that_is_not_the_controller_answers_not_controller(
+    machine: LeaderElectionMachine,
+) -> None:
+    _displaced(machine)
+    standby = next(c for c in machine.candidates if c is not machine.active)
+    result: asyncio.Future[Any] = machine.loop.create_future()
+    standby.queue.put(ev.ReplicaLeaderElection(frozenset({("t", 0)}), 0, result))
+    machine.drain()
+    assert isinstance(result.exception(), NotControllerError)
+    state = machine.admin.partition_state(("t", 0))
+    assert state is not None and state.leader == 2
+
+
+def test_a_request_left_in_zookeeper_is_handled_by_the_next_controller(
+    machine: LeaderElectionMachine,
+) -> None:
+    """The znode is written, and the controller's session expires before it handles the watch:
+    the new controller finds the request at failover, elects, and deletes it."""
+    _displaced(machine)
+    path = PreferredReplicaElectionZNode.path()
+    machine.tree.create(
+        path, PreferredReplicaElectionZNode.encode([ZkTopicPartition("t", 0)]), makepath=True
+    )
+    old = machine.active
+    assert any(isinstance(e, ev.PreferredReplicaElection) for e in old.queue.events)
+    machine.tree.expire_session(old.zk.client.session_id)
+    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
+    standby = next(c for c in machine.candidates if c is not old)
+    machine.drain(first=standby)
+    assert machine.active is standby
+    assert machine.tree.exists(path) is None
+    state = machine.admin.partition_state(("t", 0))
+    assert state is not None and state.leader == 1
+
+
+def test_an_unreadable_request_is_deleted_and_changes_nothing(
+    machine: LeaderElectionMachine,
+) -> None:
+    _displaced(machine)
+    before = machine.admin.partition_states()
+    path = PreferredReplicaElectionZNode.path()
+    machine.tree.create(path, b'{"version":1,"partitions":[{"topic":"t"}]}', makepath=True)
+    machine.drain()
+    assert machine.tree.exists(path) is None
+    assert machine.admin.partition_states() == before
+    # and the watch is armed again: the next request works
+    machine.tree.create(
+        path, PreferredReplicaElectionZNode.encode([ZkTopicPartition("t", 0)]), makepath=True
+    )
+    machine.drain()
+    assert machine.tree.exists(path) is None
+    state = machine.admin.partition_state(("t", 0))
+    assert state is not None and state.leader == 1
+
+
+def test_a_timer_event_of_an_earlier_term_is_ignored(machine: LeaderElectionMachine) -> None:
+    _displaced(machine)
+    controller = machine.active.controller
+    machine.active.queue.put(
+        ev.AutoPreferredReplicaLeaderElection(generation=controller._generation - 1)
+    )
+    machine.drain()
+    state = machine.admin.partition_state(("t", 0))
+    assert state is not None and state.leader == 2
+    machine.active.queue.put(
+        ev.AutoPreferredReplicaLeaderElection(generation=controller._generation)
+    )
+    machine.drain()
+    state = machine.admin.partition_state(("t", 0))
+    assert state is not None and state.leader == 1
