@@ -11,6 +11,8 @@ move back:
   controller): the displaced partitions answer success, the others ELECTION_NOT_NEEDED, an unknown
   partition UNKNOWN_TOPIC_OR_PARTITION; a second call answers ELECTION_NOT_NEEDED everywhere, and
   "all partitions" (null) answers nothing at all;
+* an UNCLEAN election gives an offline partition (its only ISR member down, unclean election off
+  for the topic) the live replica outside the ISR, and it serves the records it had replicated;
 * on the wire, ElectLeaders answers as Kafka does: NOT_CONTROLLER from any other broker, v0 (no
   election type) is PREFERRED, an unknown election type is INVALID_REQUEST, a preferred replica
   that is down is PREFERRED_LEADER_NOT_AVAILABLE, and UNCLEAN on led partitions is not needed;
@@ -308,6 +310,75 @@ def test_elect_leaders_on_the_wire_answers_each_partition_as_kafka_does(
         assert codes == {(topic, p): ErrorCode.preferred_leader_not_available for p in _moved(down)}
     finally:
         cluster.start_broker(down, timeout=TIMEOUT_S)
+
+
+def test_unclean_election_gives_an_offline_partition_a_leader_outside_the_isr(
+    cluster: LocalCluster,
+) -> None:
+    """AR [a, b], unclean election off: b stops (leaves the ISR), then a (the last ISR member:
+    the partition goes offline). b returns but stays out of the ISR, so the partition stays
+    offline; a PREFERRED election cannot help (a is down); UNCLEAN makes b leader with ISR [b],
+    and b serves what it had replicated."""
+    controller = zk_controller(cluster).broker_id
+    a, b = (broker for broker in cluster.broker_ids if broker != controller)
+    topic = unique_topic("elect-unclean")
+    create_topic(cluster, topic, [[a, b]])
+    deliveries = AckedProducer(cluster.bootstrap_servers, acks="all").send(
+        topic, [b"record-%d" % i for i in range(RECORDS)], partition=0
+    )
+    assert not deliveries.failed, deliveries.failed
+    cluster.terminate(b, timeout=TIMEOUT_S)
+    cluster.terminate(a, timeout=TIMEOUT_S)
+    try:
+        offline = wait_until(
+            lambda: (s := zk_partition_states(cluster, topic, [0])[0]).leader == -1 and s,
+            TIMEOUT_S,
+            f"{topic}-0 to go offline",
+        )
+        assert offline.isr == (a,)
+        cluster.start_broker(b, timeout=TIMEOUT_S)
+
+        def b_live_and_partition_offline(view: MetadataView) -> bool:
+            info = view.topic(topic)
+            return b in view.broker_ids and info is not None and info.partitions[0].leader == -1
+
+        wait_for_agreement(
+            cluster,
+            [topic],
+            b_live_and_partition_offline,
+            broker_ids=[controller, b],
+            timeout=TIMEOUT_S,
+            what=f"broker {b} back and {topic}-0 still offline",
+        )
+        admin = _admin(cluster)
+        tp = TopicPartition(topic, 0)
+        preferred = admin.elect_leaders(ElectionType.PREFERRED, [tp]).result(TIMEOUT_S)
+        assert _codes(preferred) == {(topic, 0): "PREFERRED_LEADER_NOT_AVAILABLE"}
+        unclean = admin.elect_leaders(ElectionType.UNCLEAN, [tp]).result(TIMEOUT_S)
+        assert _codes(unclean) == {(topic, 0): None}
+
+        elected = zk_partition_states(cluster, topic, [0])[0]
+        assert (elected.leader, elected.isr) == (b, (b,))
+        assert elected.leader_epoch == offline.leader_epoch + 1
+        wait_for_agreement(
+            cluster,
+            [topic],
+            lambda view: (
+                (p := view.topic(topic)) is not None
+                and (p.partitions[0].leader, p.partitions[0].leader_epoch)
+                == (b, elected.leader_epoch)
+            ),
+            broker_ids=[controller, b],
+            timeout=TIMEOUT_S,
+            what=f"{b} leading {topic}-0",
+        )
+        answer = read_committed(cluster.broker(b), topic, 0)
+        assert answer.error == ErrorCode.none, answer.error
+        acked = deliveries.acknowledged_by_partition()[0]
+        assert_acknowledged_present(acked, answer.records, f"the unclean leader {b}")
+    finally:
+        for broker_id in (b, a):
+            cluster.start_broker(broker_id, timeout=TIMEOUT_S)
 
 
 # ---------------------------------------------------------------------------------------------
