@@ -42,6 +42,7 @@ from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 from kazoo.retry import KazooRetry
 
 from odradek.errors import OperatorError
+from odradek.zk import bulk_read
 from odradek.zk.errors import (
     BadVersionError,
     ConnectionLossError,
@@ -76,6 +77,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# get_many of at least this many znodes goes through `bulk_read` (private sessions speaking the
+# wire protocol, ~20-60 µs per read instead of kazoo's ~250-300 µs), over this many sessions.
+BULK_READ_MIN = 500
+BULK_READ_SESSIONS = 4
 
 DEFAULT_MAX_MULTI_BYTES = 900_000  # ZooKeeper refuses requests over jute.maxbuffer (1 MiB)
 
@@ -454,7 +460,17 @@ class ZkClient:
         """Read many znodes, pipelined: up to `window` requests in flight, each bridged straight to
         a future (no task per read: at 100,000 reads the task objects alone cost seconds). Each
         result is (data, stat) or the read's own ZkError (NoNodeError for a missing znode); reads
-        cut by a connection loss are retried, other errors (an expired session) raise."""
+        cut by a connection loss are retried, other errors (an expired session) raise.
+
+        From BULK_READ_MIN paths on, the reads go over private sessions (`bulk_read`, after a
+        `sync`), falling back to this session when those fail."""
+        if len(paths) >= BULK_READ_MIN:
+            try:
+                return await bulk_read.read_many(
+                    self.connect_string, paths, sessions=BULK_READ_SESSIONS
+                )
+            except ConnectionLossError as e:
+                log.info("bulk read of %d znodes failed (%s): reading through kazoo", len(paths), e)
         results: list[tuple[bytes, ZnodeStat] | ZkError] = []
         for start in range(0, len(paths), window):
             chunk = paths[start : start + window]
