@@ -8,10 +8,11 @@ anything else is INVALID_REQUEST. `topic_partitions` null means every partition 
 metadata knows; the answer then leaves out the partitions whose election was not needed, as Kafka's
 does, so that "elect all" lists only what moved or failed.
 
-The answer waits, up to the request's timeout, until this broker's metadata shows each elected
-leader (the controller sends itself UpdateMetadata like every broker), so a client that reads
-Metadata right after the answer sees the new leaders. An election the controller has not finished,
-or whose metadata has not arrived, by the timeout is REQUEST_TIMED_OUT.
+The answer first waits for the controller's outcome of every partition (even with timeout 0, as in
+Kafka: the elections are always made), then, until the request's timeout, for this broker's metadata
+to show each elected leader (the controller sends itself UpdateMetadata like every broker), so a
+client that reads Metadata right after the answer sees the new leaders. An elected partition whose
+metadata has not arrived by the timeout is REQUEST_TIMED_OUT.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from odradek.server.metadata_cache import MetadataCache
 
 TopicPartition = tuple[str, int]
+
+CONTROLLER_ANSWER_GRACE_S = 30.0
 
 
 def requested_partitions(request: Any, cache: MetadataCache) -> tuple[list[TopicPartition], bool]:
@@ -85,13 +88,16 @@ def handle_elect_leaders(apis: KafkaApis, header: RequestHeader, request: Any) -
             top_level = error.code
             outcomes = _all(partitions, error)
         else:
+            # The timeout bounds the wait for metadata, not the controller's answer (as in
+            # Kafka, where timeout 0 still elects and answers): the grace period only guards
+            # against a controller that never answers. Shielded, so that a request that gives
+            # up does not cancel elections already queued.
+            answer = broker.controller.elect_leaders(partitions, ElectionType(election_type))
             try:
-                async with asyncio.timeout(timeout):
-                    outcomes = await broker.controller.elect_leaders(
-                        partitions, ElectionType(election_type)
-                    )
+                async with asyncio.timeout(timeout + CONTROLLER_ANSWER_GRACE_S):
+                    outcomes = await asyncio.shield(answer)
             except TimeoutError:
-                outcomes = _all(partitions, RequestTimedOutError("the elections did not finish"))
+                outcomes = _all(partitions, RequestTimedOutError("the controller did not answer"))
             except KafkaError as e:  # NOT_CONTROLLER, or the controller moved meanwhile
                 outcomes = _all(partitions, e)
         elected = {tp: o for tp, o in outcomes.items() if not isinstance(o, KafkaError)}
