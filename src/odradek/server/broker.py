@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from odradek.cluster.fetcher import ReplicaFetcherManager
-from odradek.cluster.partition import IsrUpdate
 from odradek.cluster.replica_manager import ReplicaManager, read_partition_topic_id
 from odradek.controller.channel_manager import uuid_to_topic_id
 from odradek.controller.controller import KafkaController
@@ -49,19 +48,19 @@ from odradek.server.admin import AdminManager
 from odradek.server.apis import KafkaApis
 from odradek.server.config import KafkaConfig
 from odradek.server.group_coordinator import GroupCoordinator
+from odradek.server.isr_writes import BatchedIsrWriter
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.offset_store import OffsetStore
 from odradek.server.topic_configs import TopicConfigs
 from odradek.server.topics import log_config_for
 from odradek.zk.client import CreateOp, SessionState, ZkClient
-from odradek.zk.errors import BadVersionError, NodeExistsError, NoNodeError, ZkError
+from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
 from odradek.zk.znodes import (
     PERSISTENT_PATHS,
     BrokerIdZNode,
     ClusterIdZNode,
     EndPoint,
     IsrChangeNotificationSequenceZNode,
-    TopicPartitionStateZNode,
 )
 from odradek.zk.znodes import (
     TopicPartition as ZkTopicPartition,
@@ -148,7 +147,7 @@ class Broker:
             self.metadata_cache,
             self.log_config_for,
             lambda topic: self.log_config_for(topic).min_insync_replicas,
-            self._write_isr,
+            BatchedIsrWriter(self.zk),
             self._publish_isr_changes,
             config["replica.lag.time.max.ms"],
             fetcher_manager,
@@ -376,36 +375,6 @@ class Broker:
         for partition in list(self.replica_manager.partitions.values()):
             if partition.topic == topic and partition.log is not None:
                 partition.log.config = config
-
-    async def _write_isr(self, update: IsrUpdate) -> int | None:
-        """A leader's conditional ISR write; returns the new znode version or None if fenced."""
-        assert self.zk is not None
-        path = TopicPartitionStateZNode.path(update.topic, update.partition)
-        data = TopicPartitionStateZNode.encode(
-            leader=update.leader,
-            leader_epoch=update.leader_epoch,
-            isr=update.isr,
-            controller_epoch=update.controller_epoch,
-        )
-        try:
-            stat = await self.zk.set(path, data, update.zk_version)
-            return int(stat.version)
-        except BadVersionError:
-            # Kafka's check: if the znode already holds exactly our state (our own write, retried
-            # after a connection loss), it succeeded; otherwise the controller has moved on.
-            try:
-                current, stat = await self.zk.get(path)
-            except NoNodeError:
-                return None
-            state = TopicPartitionStateZNode.decode(current, stat.version, path)
-            if (
-                state.leader == update.leader
-                and state.leader_epoch == update.leader_epoch
-                and tuple(state.isr) == tuple(update.isr)
-                and stat.version == update.zk_version + 1
-            ):
-                return int(stat.version)
-            return None
 
     async def _publish_isr_changes(self, partitions: list[tuple[str, int]]) -> None:
         """One `/isr_change_notification` znode per chunk of changes: a znode (and the request
