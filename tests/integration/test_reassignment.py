@@ -385,6 +385,13 @@ def test_an_unfinished_move_is_listed_and_cancelling_it_restores_the_original_re
     except BaseException:
         producer.abandon()
         raise
+    assert_leader_holds_acknowledged(cluster, producer, topic)
+
+
+def assert_leader_holds_acknowledged(
+    cluster: LocalCluster, producer: StreamingProducer, topic: str
+) -> None:
+    """Stop `producer`; every record it had acknowledged on partition 0 is on the current leader."""
     deliveries = producer.stop()
     assert not deliveries.failed, deliveries.failed[:5]
     state = zk_partition_state(cluster, topic, 0)
@@ -432,13 +439,7 @@ def test_a_new_controller_finishes_a_move_the_killed_controller_started(
     except BaseException:
         producer.abandon()
         raise
-    deliveries = producer.stop()
-    assert not deliveries.failed, deliveries.failed[:5]
-    state = zk_partition_state(cluster, topic, 0)
-    read = read_committed(cluster.broker(state.leader), topic, 0)
-    assert_acknowledged_present(
-        deliveries.acknowledged_by_partition()[0], read.records, f"the leader of {topic}-0"
-    )
+    assert_leader_holds_acknowledged(cluster, producer, topic)
 
 
 def test_a_topic_deleted_mid_move_is_deleted_once_the_move_is_over(

@@ -168,58 +168,46 @@ class KafkaController:
         if self.event_manager is not None:
             self.event_manager.put(event)
 
-    def alter_partition_reassignments(
-        self, reassignments: dict[TopicPartition, tuple[int, ...] | None]
-    ) -> asyncio.Future[Any]:
-        """Called by the AlterPartitionReassignments handler; resolves to {partition: KafkaError or
-        None}, or fails with NotControllerError on a broker that is not the controller."""
+    def _ask(self, make_event: Callable[[asyncio.Future[Any]], Any]) -> asyncio.Future[Any]:
+        """A future for a request handler: fails at once with NotControllerError on a broker that
+        is not the controller, else resolves when the event `make_event(future)` is processed."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if not self.is_active:
             future.set_exception(
                 NotControllerError(f"broker {self.broker_id} is not the controller")
             )
         else:
-            self.put(ev.ApiPartitionReassignment(reassignments, future))
+            self.put(make_event(future))
         return future
+
+    def alter_partition_reassignments(
+        self, reassignments: dict[TopicPartition, tuple[int, ...] | None]
+    ) -> asyncio.Future[Any]:
+        """Called by the AlterPartitionReassignments handler; resolves to {partition: KafkaError or
+        None}, or fails with NotControllerError on a broker that is not the controller."""
+        return self._ask(lambda future: ev.ApiPartitionReassignment(reassignments, future))
 
     def list_partition_reassignments(
         self, partitions: frozenset[TopicPartition] | None
     ) -> asyncio.Future[Any]:
         """Called by the ListPartitionReassignments handler; resolves to {partition: full
         assignment} of the partitions being reassigned (among `partitions`, if given)."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if not self.is_active:
-            future.set_exception(
-                NotControllerError(f"broker {self.broker_id} is not the controller")
-            )
-        else:
-            self.put(ev.ListPartitionReassignments(partitions, future))
-        return future
+        return self._ask(lambda future: ev.ListPartitionReassignments(partitions, future))
 
     def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> asyncio.Future[Any]:
         """Called by the ControlledShutdown request handler; resolves to the partitions still led."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if not self.is_active:
-            future.set_exception(
-                NotControllerError(f"broker {self.broker_id} is not the controller")
-            )
-        else:
-            self.put(ev.ControlledShutdown(broker_id, broker_epoch, future))
-        return future
+        return self._ask(lambda future: ev.ControlledShutdown(broker_id, broker_epoch, future))
 
     def elect_leaders(
         self, partitions: Iterable[tuple[str, int]], election_type: ElectionType
     ) -> asyncio.Future[Any]:
         """Called by the ElectLeaders request handler; resolves to {partition: new leader or
         KafkaError}, or fails with NotControllerError on a broker that is not the controller."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if not self.is_active:
-            future.set_exception(
-                NotControllerError(f"broker {self.broker_id} is not the controller")
+        return self._ask(
+            lambda future: ev.ReplicaLeaderElection(
+                frozenset(partitions), int(election_type), future
             )
-        else:
-            self.put(ev.ReplicaLeaderElection(frozenset(partitions), int(election_type), future))
-        return future
+        )
 
     def _on_session_state(self, state: SessionState) -> None:
         if self.event_manager is None:
