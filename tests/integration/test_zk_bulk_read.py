@@ -114,6 +114,11 @@ def test_bulk_read_to_no_server_raises_connection_loss_and_get_many_falls_back(
     run(scenario())
 
 
+def test_bulk_read_of_no_paths_is_empty() -> None:
+    # no server is contacted: the connect string points nowhere
+    assert asyncio.run(bulk_read.read_many(f"127.0.0.1:{free_port()}", [])) == []
+
+
 def test_split_connect_string() -> None:
     assert bulk_read.split_connect_string("a:1,b:2/kafka/x") == ([("a", 1), ("b", 2)], "/kafka/x")
     assert bulk_read.split_connect_string("localhost") == ([("localhost", 2181)], "")

@@ -212,6 +212,8 @@ async def read_many(
     many parallel sessions (ZooKeeper serves different sessions' reads in parallel). Raises
     ConnectionLossError when no server answers or a connection breaks: the caller falls back to
     its regular session."""
+    if not paths:
+        return []
     hosts, chroot = split_connect_string(connect_string)
     random.shuffle(hosts)
     full_paths = [chroot + p if chroot else p for p in paths]
@@ -227,7 +229,7 @@ async def read_many(
                 session_timeout_ms,
                 timeout_s,
             )
-            for i in range(0, max(len(paths), 1), step)
+            for i in range(0, len(paths), step)
         )
     )
     return [result for part in parts for result in part]
