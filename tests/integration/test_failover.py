@@ -42,8 +42,8 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cli.launcher import LocalCluster
 from odradek.cluster.replica_manager import read_partition_topic_id
-from odradek.controller.channel_manager import uuid_to_topic_id
 from odradek.protocol.codec import ApiKey
+from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import NoNodeError
 from odradek.zk.znodes import (

@@ -60,7 +60,6 @@ from odradek.controller import events as ev
 from odradek.controller.channel_manager import (
     ControllerBrokerRequestBatch,
     ControllerChannelManager,
-    uuid_to_topic_id,
 )
 from odradek.controller.context import ControllerContext, PartitionReplica, TopicPartition
 from odradek.controller.controller_zk import ControllerZk
@@ -83,6 +82,7 @@ from odradek.errors import (
     StaleBrokerEpochError,
 )
 from odradek.protocol.codec import ApiKey
+from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.zk.client import SessionState, WatchEvent, WatchEventKind, ZkClient
 from odradek.zk.errors import (
     BadVersionError,

@@ -25,7 +25,6 @@ from odradek.controller.assignment import (
     assign_replicas_to_brokers,
     validate_manual_assignment,
 )
-from odradek.controller.channel_manager import uuid_to_topic_id
 from odradek.errors import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
@@ -35,6 +34,7 @@ from odradek.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.server.topics import collides, validate_topic_configs, validate_topic_name
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import BadVersionError, NodeExistsError, NoNodeError

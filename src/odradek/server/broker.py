@@ -35,7 +35,6 @@ from typing import Any
 
 from odradek.cluster.fetcher import ReplicaFetcherManager
 from odradek.cluster.replica_manager import ReplicaManager, read_partition_topic_id
-from odradek.controller.channel_manager import uuid_to_topic_id
 from odradek.controller.controller import KafkaController
 from odradek.controller.leader_election import AutoRebalanceConfig
 from odradek.errors import KafkaError, OperatorError
@@ -44,6 +43,7 @@ from odradek.network.client import BrokerConnection
 from odradek.network.server import SocketServer
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey
+from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.server.admin import AdminManager
 from odradek.server.apis import KafkaApis
 from odradek.server.config import KafkaConfig

@@ -74,7 +74,7 @@ def handle_create_topics(apis: KafkaApis, header: RequestHeader, request: Any) -
                 continue
             result["num_partitions"] = len(creation.assignment)
             result["replication_factor"] = len(next(iter(creation.assignment.values())))
-            from odradek.controller.channel_manager import topic_id_to_uuid
+            from odradek.protocol.topic_ids import topic_id_to_uuid
 
             result["topic_id"] = topic_id_to_uuid(creation.topic_id)
             effective = effective_topic_config(broker.config, creation.configs)

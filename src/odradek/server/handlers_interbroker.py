@@ -17,9 +17,9 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cluster.partition import PartitionStateInfo
 from odradek.cluster.replica_manager import LeaderAndIsrPartition
-from odradek.controller.channel_manager import topic_id_to_uuid, uuid_to_topic_id
 from odradek.errors import KafkaError
 from odradek.protocol.codec import RequestHeader
+from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.server.apis import response
 from odradek.server.metadata_cache import BrokerEndpoint, PartitionMetadata
 
@@ -235,6 +235,3 @@ def handle_controlled_shutdown(apis: KafkaApis, header: RequestHeader, request: 
         )
 
     return wait()
-
-
-__all__ = ["topic_id_to_uuid"]
