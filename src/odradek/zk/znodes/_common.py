@@ -1,5 +1,6 @@
-"""What the znode families share: `TopicPartition`, and JSON helpers (compact encoding as Kafka's Jackson
-decoding whose errors become `InvalidZNodeDataError` naming the znode and the bad field."""
+"""What the znode families share: `TopicPartition`, and JSON helpers -- compact encoding as Kafka's
+Jackson writes it, and decoding whose errors become `InvalidZNodeDataError` naming the znode and the
+bad field."""
 
 from __future__ import annotations
 
