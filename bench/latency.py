@@ -51,7 +51,7 @@ def main() -> None:
     cluster = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from odradek.cli.launcher import LocalCluster
+        from odradek.testing import LocalCluster
 
         cluster = LocalCluster.up(Path(tempfile.mkdtemp(prefix="odradek-bench-latency-")), brokers=args.brokers)
         bootstrap = cluster.bootstrap_servers

@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from odradek.cli.launcher import LocalCluster
     from odradek.spark.session import local_session
+    from odradek.testing import LocalCluster
 
     sys.path.insert(0, str(PIPELINE))
     import job  # the pipeline's streaming job (pipelines/pageviews/job.py)

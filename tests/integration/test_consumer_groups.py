@@ -28,8 +28,8 @@ from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.protocol.codec import ApiKey
+from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
 from tests.integration._clients import create_topic, unique_topic

@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from odradek.testing.cluster_files import LocalBroker
+from odradek.testing.processes import ProcessState
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import InvalidZNodeDataError, NoNodeError
 from odradek.zk.znodes import (
@@ -176,3 +180,48 @@ async def read_status(connect: str, connect_timeout: float = 10.0) -> dict[str, 
         "topics": topics,
         "totals": totals,
     }
+
+
+def local_status(
+    directory: Path,
+    bootstrap: str,
+    zookeeper: dict[str, Any],
+    local: Mapping[int, LocalBroker],
+    processes: Mapping[int, tuple[int | None, ProcessState]],
+    view: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """`odradek cluster status` of a local cluster: ZooKeeper's view (`read_status`, None when
+    ZooKeeper could not be read) merged with what the cluster directory and the process table
+    say about each broker (`local`: the brokers of cluster.json; `processes`: pid and state)."""
+    zookeeper["reachable"] = view is not None
+    registered: dict[int, Any] = view["registered"] if view else {}
+    brokers = []
+    for broker_id in sorted(set(processes) | set(registered)):
+        broker = local.get(broker_id)
+        pid, state = processes.get(broker_id, (None, None))
+        registration = registered.get(broker_id)
+        brokers.append(
+            {
+                "id": broker_id,
+                "registered": (broker_id in registered) if view else None,
+                "process_alive": (state is not ProcessState.DEAD) if state else None,
+                "process": state.value if state else None,
+                "pid": pid if state is not ProcessState.DEAD else None,
+                "endpoint": registration["endpoint"]
+                if registration
+                else (broker.bootstrap if broker else None),
+                "rack": registration["rack"] if registration else (broker.rack if broker else None),
+                "broker_epoch": registration["broker_epoch"] if registration else None,
+            }
+        )
+    result: dict[str, Any] = {
+        "directory": str(directory),
+        "bootstrap": bootstrap,
+        "zookeeper": zookeeper,
+        "brokers": brokers,
+    }
+    if view is not None:
+        result.update({k: v for k, v in view.items() if k != "registered"})
+    else:
+        result.update({"controller": None, "topics": {}, "totals": empty_counts()})
+    return result

@@ -19,8 +19,8 @@ Directory layout (`DIR` is the cluster directory; nothing outside it is written)
   brokers. Paths are absolute; a pid is null when that process is not running.
 
 Processes: each child runs in its own session and is signalled as a group; one known only by its
-pid in cluster.json is recognised by its command line first (see `odradek.cli.processes`). The
-status report is read from ZooKeeper by `odradek.cli.cluster_status`.
+pid in cluster.json is recognised by its command line first (see `odradek.testing.processes`). The
+status report is read from ZooKeeper by `odradek.testing.cluster_status`.
 
 Concurrency: a `LocalCluster` belongs to the thread that created it and its methods block. They
 read ZooKeeper on a private event loop (in a helper thread if the caller already runs one), so
@@ -30,9 +30,7 @@ they may be called from synchronous tests and from inside asyncio code alike.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import dataclasses
 import fcntl
 import json
 import os
@@ -40,168 +38,40 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from odradek.cli.cluster_status import (
-    empty_counts,
+from odradek.errors import ClusterTimeoutError, OperatorError
+from odradek.testing.cluster_files import (
+    CLUSTER_FILE,
+    HOST,
+    LocalBroker,
+    ZooKeeperInfo,
+    development_defaults,
+    from_json,
+    run_sync,
+    tail,
+    to_json,
+    write_properties,
+)
+from odradek.testing.cluster_status import (
+    local_status,
     read_controller,
     read_registrations,
     read_status,
     zk_session,
 )
-from odradek.cli.processes import ClusterProcess, ProcessState, free_ports, request_exit
-from odradek.errors import ClusterTimeoutError, OperatorError
-from odradek.zk.errors import ZkError
+from odradek.testing.processes import ClusterProcess, ProcessState, free_ports, request_exit
 from odradek.zk.server import ZooKeeperServer, port_is_free
 
-# `ProcessState` and `read_status` moved to their own modules; they stay importable from here.
-__all__ = [
-    "CLUSTER_FILE",
-    "LocalBroker",
-    "LocalCluster",
-    "ProcessState",
-    "development_defaults",
-    "read_status",
-    "tail",
-]
-
 T = TypeVar("T")
-R = TypeVar("R")
 
-HOST = "127.0.0.1"
-CLUSTER_FILE = "cluster.json"
 _LOCK_FILE = ".cluster.lock"
 _POLL_INTERVAL_S = 0.05
 # status() of a cluster whose ZooKeeper is down should answer quickly, not hang for a session.
 _STATUS_CONNECT_TIMEOUT_S = 3.0
-
-
-def development_defaults(brokers: int) -> dict[str, str]:
-    """Broker properties for a fast local cluster; every one can be overridden.
-
-    Shorter than Kafka's production defaults where waiting would only slow a developer or a test
-    down: a dead broker's session expires in 6 s instead of 18, a lagging follower leaves the ISR
-    after 10 s, a refused controlled shutdown is retried after 0.5 s, retention runs every 5 s,
-    and consumer groups rebalance without the initial 3 s delay. Replication factors are capped
-    by the number of brokers, so that a one-broker cluster can create topics at all.
-    """
-    replication = str(min(3, brokers))
-    return {
-        "zookeeper.session.timeout.ms": "6000",
-        "replica.lag.time.max.ms": "10000",
-        "num.partitions": "1",
-        "default.replication.factor": replication,
-        "offsets.topic.replication.factor": replication,
-        "controlled.shutdown.retry.backoff.ms": "500",
-        "log.retention.check.interval.ms": "5000",
-        "group.initial.rebalance.delay.ms": "0",
-    }
-
-
-def tail(path: Path, lines: int = 20, start: int = 0) -> str:
-    """The last `lines` lines of a text file from byte `start` on ("" if unreadable)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(start, f.tell() - 32_768))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])
-
-
-# ---------------------------------------------------------------------------------------------
-# Running ZooKeeper reads from synchronous code
-
-
-def _run(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine to completion from synchronous code, even inside a running event loop.
-
-    ZooKeeper errors (a connection lost for good, a session expired) become OperatorError here,
-    so that the command line reports them in one line.
-    """
-
-    async def main() -> T:
-        try:
-            return await factory()
-        except ZkError as e:
-            raise OperatorError(f"ZooKeeper: {e}") from None
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(main())
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="local-cluster") as pool:
-        return pool.submit(asyncio.run, main()).result()
-
-
-# ---------------------------------------------------------------------------------------------
-# The cluster
-
-
-def _to_json(record: Any) -> dict[str, Any]:
-    return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(record).items()}
-
-
-def _from_json(cls: type[R], obj: Mapping[str, Any]) -> R:
-    """A dataclass from its `_to_json` form; unknown keys are ignored, Path fields restored.
-    TypeError if a required key is missing."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    values = {
-        key: Path(value) if value is not None and "Path" in str(fields[key].type) else value
-        for key, value in obj.items()
-        if key in fields
-    }
-    return cls(**values)
-
-
-@dataclass
-class LocalBroker:
-    """One broker of a local cluster: where it listens and where its files are."""
-
-    id: int
-    host: str
-    port: int
-    dir: Path
-    data_dir: Path
-    log: Path
-    config: Path
-    pid: int | None = None
-    rack: str | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-@dataclass
-class _ZooKeeperInfo:
-    """The private ZooKeeper (`dir` set) or an external one (only `connect`)."""
-
-    connect: str
-    port: int | None = None
-    pid: int | None = None
-    dir: Path | None = None
-    log: Path | None = None
-
-    @property
-    def external(self) -> bool:
-        return self.dir is None
-
-    @property
-    def config_file(self) -> Path | None:
-        return self.dir / "zoo.cfg" if self.dir is not None else None
-
-    def to_json(self) -> dict[str, Any]:
-        return {**_to_json(self), "external": self.external}
-
-
-def _write_properties(path: Path, properties: Mapping[str, str], header: str) -> None:
-    lines = [f"# {header}"] + [f"{key}={value}" for key, value in properties.items()]
-    path.write_text("\n".join(lines) + "\n")
 
 
 @dataclass
@@ -213,7 +83,7 @@ class LocalCluster:
     """
 
     directory: Path
-    zookeeper: _ZooKeeperInfo
+    zookeeper: ZooKeeperInfo
     _brokers: dict[int, LocalBroker] = field(default_factory=dict)
     _processes: dict[int, ClusterProcess] = field(default_factory=dict)
     _zk_server: ZooKeeperServer | None = None
@@ -259,9 +129,9 @@ class LocalCluster:
                 raise OperatorError(f"port {port} (broker {broker_id}) is in use on {HOST}")
 
         if zookeeper is not None:
-            zk_info = _ZooKeeperInfo(connect=zookeeper)
+            zk_info = ZooKeeperInfo(connect=zookeeper)
         else:
-            zk_info = _ZooKeeperInfo(
+            zk_info = ZooKeeperInfo(
                 connect=f"{HOST}:{zk_port}",
                 port=zk_port,
                 dir=directory / "zookeeper",
@@ -303,8 +173,8 @@ class LocalCluster:
         path = directory / CLUSTER_FILE
         try:
             obj = json.loads(path.read_text())
-            zk_info = _from_json(_ZooKeeperInfo, obj["zookeeper"])
-            brokers = [_from_json(LocalBroker, b) for b in obj["brokers"]]
+            zk_info = from_json(ZooKeeperInfo, obj["zookeeper"])
+            brokers = [from_json(LocalBroker, b) for b in obj["brokers"]]
         except FileNotFoundError:
             raise OperatorError(f"no cluster in {directory} ({CLUSTER_FILE} not found)") from None
         except (OSError, ValueError, KeyError, TypeError) as e:
@@ -375,7 +245,7 @@ class LocalCluster:
         if broker.rack is not None:
             config["broker.rack"] = broker.rack
         config.update(properties)
-        _write_properties(
+        write_properties(
             broker.config, config, f"broker {broker.id} of the local cluster in {self.directory}"
         )
 
@@ -583,7 +453,7 @@ class LocalCluster:
         (`cluster kill 1` and `cluster restart 2`) do not undo each other."""
         path = self.directory / CLUSTER_FILE
         with self._locked():
-            brokers = {b.id: _to_json(b) for b in self.brokers}
+            brokers = {b.id: to_json(b) for b in self.brokers}
             zookeeper = self.zookeeper.to_json()
             if broker_ids is not None and path.exists():
                 with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -642,7 +512,7 @@ class LocalCluster:
             async with zk_session(self.zookeeper.connect, 10.0) as zk:
                 return {i: b.broker_epoch for i, b in (await read_registrations(zk)).items()}
 
-        return _run(read)
+        return run_sync(read)
 
     def _wait_for_cluster(
         self,
@@ -686,7 +556,7 @@ class LocalCluster:
                         )
                     await asyncio.sleep(_POLL_INTERVAL_S)
 
-        _run(poll)
+        run_sync(poll)
 
     async def _metadata_ready(self, broker_ids: list[int], registered: set[int]) -> bool:
         """Has every broker in `broker_ids` had its first UpdateMetadata (it lists every
@@ -723,58 +593,27 @@ class LocalCluster:
             async with zk_session(self.zookeeper.connect, 10.0) as zk:
                 return await read_controller(zk)
 
-        return _run(read)
+        return run_sync(read)
 
     def registered_brokers(self) -> list[int]:
         """Broker ids with a registration in `/brokers/ids`."""
         return sorted(self._registered_epochs())
 
     def status(self) -> dict[str, Any]:
-        """The cluster as ZooKeeper and the process table see it (see `read_status`)."""
+        """The cluster as ZooKeeper and the process table see it (see `local_status`)."""
         processes = {b.id: (b.pid, self.process_state(b.id)) for b in self.brokers}
         zookeeper = {
             **self.zookeeper.to_json(),
             "process_alive": self.zookeeper_alive(),
         }
         try:
-            view = _run(lambda: read_status(self.zookeeper.connect, _STATUS_CONNECT_TIMEOUT_S))
+            view = run_sync(lambda: read_status(self.zookeeper.connect, _STATUS_CONNECT_TIMEOUT_S))
         except OperatorError as e:
             view = None
             zookeeper["error"] = str(e)
-        zookeeper["reachable"] = view is not None
-        registered: dict[int, Any] = view["registered"] if view else {}
-        brokers = []
-        for broker_id in sorted(set(processes) | set(registered)):
-            local = self._brokers.get(broker_id)
-            pid, state = processes.get(broker_id, (None, None))
-            registration = registered.get(broker_id)
-            brokers.append(
-                {
-                    "id": broker_id,
-                    "registered": (broker_id in registered) if view else None,
-                    "process_alive": (state is not ProcessState.DEAD) if state else None,
-                    "process": state.value if state else None,
-                    "pid": pid if state is not ProcessState.DEAD else None,
-                    "endpoint": registration["endpoint"]
-                    if registration
-                    else (local.bootstrap if local else None),
-                    "rack": registration["rack"]
-                    if registration
-                    else (local.rack if local else None),
-                    "broker_epoch": registration["broker_epoch"] if registration else None,
-                }
-            )
-        result: dict[str, Any] = {
-            "directory": str(self.directory),
-            "bootstrap": self.bootstrap_servers,
-            "zookeeper": zookeeper,
-            "brokers": brokers,
-        }
-        if view is not None:
-            result.update({k: v for k, v in view.items() if k != "registered"})
-        else:
-            result.update({"controller": None, "topics": {}, "totals": empty_counts()})
-        return result
+        return local_status(
+            self.directory, self.bootstrap_servers, zookeeper, self._brokers, processes, view
+        )
 
 
 def _refuse_running_cluster(directory: Path) -> None:
