@@ -9,7 +9,7 @@ import asyncio
 from typing import Any
 
 from odradek.cluster.partition import IsrUpdate
-from odradek.server.isr_writes import BatchedIsrWriter, encode_state
+from odradek.cluster.isr_writes import BatchedIsrWriter, encode_state
 from odradek.zk.client import CreateOp, ZkClient
 from odradek.zk.errors import ClientClosedError, SessionExpiredError
 from odradek.zk.znodes import TopicPartitionStateZNode

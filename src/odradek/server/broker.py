@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.cluster.fetcher import ReplicaFetcherManager
+from odradek.cluster.isr_writes import BatchedIsrWriter
 from odradek.cluster.replica_manager import ReplicaManager, read_partition_topic_id
 from odradek.controller.controller import KafkaController
 from odradek.controller.leader_election import AutoRebalanceConfig
@@ -48,7 +49,6 @@ from odradek.server.admin import AdminManager
 from odradek.server.apis import KafkaApis
 from odradek.server.config import KafkaConfig
 from odradek.server.group_coordinator import GroupCoordinator
-from odradek.server.isr_writes import BatchedIsrWriter
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.offset_store import OffsetStore
 from odradek.server.topic_configs import TopicConfigs
@@ -140,7 +140,7 @@ class Broker:
         # 4. components
         self.topic_configs = TopicConfigs(self.zk, self._on_topic_config_change)
         await self.topic_configs.start()
-        fetcher_manager = ReplicaFetcherManager(self, config)
+        fetcher_manager = ReplicaFetcherManager(self._broker_address, config)
         self.replica_manager = ReplicaManager(
             self.broker_id,
             self.log_manager,
@@ -312,6 +312,11 @@ class Broker:
                         partition.fence("the ZooKeeper session expired")
 
     # hooks used by handlers and components
+
+    def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        """(host, port) of a broker as UpdateMetadata told us, for the replica fetchers."""
+        endpoint = self.metadata_cache.get_broker(broker_id)
+        return (endpoint.host, endpoint.port) if endpoint is not None else None
 
     def maybe_auto_create_topic(self, topic: str) -> None:
         """Create an unknown topic with the broker defaults (auto.create.topics.enable)."""
