@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from odradek.cluster.partition import IsrUpdate
 from odradek.cluster.isr_writes import BatchedIsrWriter, encode_state
+from odradek.cluster.partition import IsrUpdate
 from odradek.zk.client import CreateOp, ZkClient
 from odradek.zk.errors import ClientClosedError, SessionExpiredError
 from odradek.zk.znodes import TopicPartitionStateZNode

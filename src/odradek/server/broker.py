@@ -45,14 +45,14 @@ from odradek.network.server import SocketServer
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey
 from odradek.protocol.topic_ids import uuid_to_topic_id
-from odradek.server.admin import AdminManager
+from odradek.server.admin.manager import AdminManager
+from odradek.server.admin.topic_configs import TopicConfigs
+from odradek.server.admin.topics import log_config_for
 from odradek.server.apis import KafkaApis
 from odradek.server.config import KafkaConfig
 from odradek.server.group_coordinator import GroupCoordinator
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.offset_store import OffsetStore
-from odradek.server.topic_configs import TopicConfigs
-from odradek.server.topics import log_config_for
 from odradek.zk.client import CreateOp, SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
 from odradek.zk.znodes import (

@@ -16,9 +16,9 @@ from kio.schema.errors import ErrorCode
 
 from odradek.errors import KafkaError, TopicDeletionDisabledError
 from odradek.protocol.codec import RequestHeader
-from odradek.server.admin import TopicCreation
+from odradek.server.admin.manager import TopicCreation
+from odradek.server.admin.topics import effective_topic_config
 from odradek.server.apis import response
-from odradek.server.topics import effective_topic_config
 
 if TYPE_CHECKING:
     from odradek.server.apis import KafkaApis

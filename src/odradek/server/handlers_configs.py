@@ -18,10 +18,10 @@ from kio.schema.errors import ErrorCode
 
 from odradek.errors import InvalidConfigurationError, KafkaError
 from odradek.protocol.codec import RequestHeader
-from odradek.server.admin import ConcurrentAssignmentChange
+from odradek.server.admin.manager import ConcurrentAssignmentChange
+from odradek.server.admin.topics import TOPIC_CONFIGS, effective_topic_config
 from odradek.server.apis import response
 from odradek.server.config import DEFINITIONS
-from odradek.server.topics import TOPIC_CONFIGS, effective_topic_config
 
 if TYPE_CHECKING:
     from odradek.server.apis import KafkaApis
@@ -164,7 +164,7 @@ async def _alter(apis: KafkaApis, request: Any, incremental: bool) -> list[dict[
                     )
             if request.validate_only:
                 await admin.topic_assignment(name)
-                from odradek.server.topics import validate_topic_configs
+                from odradek.server.admin.topics import validate_topic_configs
 
                 validate_topic_configs(current)
             else:

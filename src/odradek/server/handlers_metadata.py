@@ -20,8 +20,8 @@ from kio.schema.errors import ErrorCode
 from odradek.errors import KafkaError
 from odradek.protocol.build import build
 from odradek.protocol.codec import RequestHeader, encode_body, response_class
+from odradek.server.admin.topics import validate_topic_name
 from odradek.server.metadata_cache import NO_LEADER, MetadataCache
-from odradek.server.topics import validate_topic_name
 
 if TYPE_CHECKING:
     from odradek.server.apis import KafkaApis

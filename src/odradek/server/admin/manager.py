@@ -35,7 +35,7 @@ from odradek.errors import (
     UnknownTopicOrPartitionError,
 )
 from odradek.protocol.topic_ids import uuid_to_topic_id
-from odradek.server.topics import collides, validate_topic_configs, validate_topic_name
+from odradek.server.admin.topics import collides, validate_topic_configs, validate_topic_name
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import BadVersionError, NodeExistsError, NoNodeError
 from odradek.zk.znodes import (
