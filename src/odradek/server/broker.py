@@ -38,6 +38,9 @@ from odradek.cluster.isr_writes import BatchedIsrWriter
 from odradek.cluster.replica_manager import ReplicaManager, read_partition_topic_id
 from odradek.controller.controller import KafkaController
 from odradek.controller.leader_election import AutoRebalanceConfig
+from odradek.coordinator.group.coordinator import GroupCoordinator
+from odradek.coordinator.group.metadata import GroupConfig
+from odradek.coordinator.group.offset_store import OffsetStore
 from odradek.errors import KafkaError, OperatorError
 from odradek.log.log_manager import LogManager
 from odradek.network.client import BrokerConnection
@@ -50,9 +53,7 @@ from odradek.server.admin.topic_configs import TopicConfigs
 from odradek.server.admin.topics import log_config_for
 from odradek.server.apis import KafkaApis
 from odradek.server.config import KafkaConfig
-from odradek.server.group_coordinator import GroupCoordinator
 from odradek.server.metadata_cache import MetadataCache
-from odradek.server.offset_store import OffsetStore
 from odradek.zk.client import CreateOp, SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
 from odradek.zk.znodes import (
@@ -128,7 +129,12 @@ class Broker:
         # The group coordinator exists before we listen, so no group request finds it missing;
         # its timers start with the other periodic work (7).
         self.offset_store = OffsetStore(self.zk)
-        self.group_coordinator = GroupCoordinator.for_broker(self, self.offset_store)
+        self.group_coordinator = GroupCoordinator.for_broker(
+            self.broker_id,
+            GroupConfig.from_broker_config(config),
+            self.metadata_cache,
+            self.offset_store,
+        )
         apis = KafkaApis(self)
         self.socket_server = SocketServer(
             listener.host or "0.0.0.0",
@@ -180,7 +186,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
-        self.group_coordinator.start_for_broker(self)
+        self.group_coordinator.start_for_broker(self.wait_for_metadata, self.metadata_cache)
         self.started = True
         log.info(
             "broker %d started: listening on %s:%d, cluster %s, %d logs",

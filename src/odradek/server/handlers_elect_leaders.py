@@ -26,12 +26,12 @@ from kio.schema.errors import ErrorCode
 
 from odradek.controller.leader_election import ElectionOutcome, ElectionType
 from odradek.errors import InvalidRequestError, KafkaError, RequestTimedOutError
-from odradek.protocol.codec import RequestHeader
-from odradek.server.apis import response
+from odradek.protocol.build import build_response
 
 if TYPE_CHECKING:
-    from odradek.server.apis import KafkaApis
+    from odradek.network.request_context import RequestContext
     from odradek.server.metadata_cache import MetadataCache
+    from odradek.server.services import BrokerServices
 
 TopicPartition = tuple[str, int]
 
@@ -72,8 +72,8 @@ def _all(partitions: Iterable[TopicPartition], error: KafkaError) -> dict[TopicP
     return {tp: error for tp in partitions}
 
 
-def handle_elect_leaders(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    broker = apis.broker
+def handle_elect_leaders(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
     election_type = int(getattr(request, "election_type", ElectionType.PREFERRED))
     timeout = max(0.0, request.timeout.total_seconds())
 
@@ -116,7 +116,7 @@ def handle_elect_leaders(apis: KafkaApis, header: RequestHeader, request: Any) -
                     outcomes[tp] = RequestTimedOutError(
                         "the new leader did not reach this broker's metadata in time"
                     )
-        return response(
+        return build_response(
             header,
             {
                 "throttle_time": 0,

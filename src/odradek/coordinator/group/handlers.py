@@ -19,14 +19,12 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from odradek.protocol.codec import ApiKey, RequestHeader
-from odradek.server.apis import response
-from odradek.server.group_coordinator import (
+from odradek.coordinator.group.coordinator import (
     GroupCoordinator,
     GroupSummary,
     JoinRequest,
@@ -35,11 +33,14 @@ from odradek.server.group_coordinator import (
     SyncResult,
     coordinator_for,
 )
-from odradek.server.offset_store import OffsetStore, TopicPartition
+from odradek.coordinator.group.offset_store import OffsetStore, TopicPartition
+from odradek.errors import require
+from odradek.protocol.build import build_response
+from odradek.protocol.codec import ApiKey
 from odradek.zk.errors import ZkError
 
 if TYPE_CHECKING:
-    from odradek.server.apis import KafkaApis
+    from odradek.network.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -55,24 +56,55 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
-def _coordinator(apis: KafkaApis) -> GroupCoordinator:
-    return apis.broker.group_coordinator
+class BrokerEndpoint(Protocol):
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def host(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
 
 
-def _offsets(apis: KafkaApis) -> OffsetStore:
-    return apis.broker.offset_store
+class ClusterMetadata(Protocol):
+    """What the group APIs read of the broker's metadata cache."""
+
+    def alive_broker_ids(self) -> Iterable[int]: ...
+
+    def get_broker(self, broker_id: int) -> BrokerEndpoint | None: ...
+
+    def get_partition(self, topic: str, partition: int) -> object | None: ...
+
+
+class GroupServices(Protocol):
+    """What the group APIs need from the broker that answers them (`Broker` has all three)."""
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator: ...
+
+    @property
+    def offset_store(self) -> OffsetStore: ...
+
+    @property
+    def metadata_cache(self) -> ClusterMetadata: ...
+
+
+def _coordinator(services: GroupServices) -> GroupCoordinator:
+    return services.group_coordinator
+
+
+def _offsets(services: GroupServices) -> OffsetStore:
+    return services.offset_store
 
 
 def _ms(value: datetime.timedelta | None, default: int = -1) -> int:
     return default if value is None else value // datetime.timedelta(milliseconds=1)
 
 
-def _client_host(apis: KafkaApis) -> str:
+def _client_host(context: RequestContext) -> str:
     """The client's address as Kafka shows it ("/127.0.0.1")."""
-    connection = apis.connection
-    peer = connection.peer if connection is not None else "?"
-    host = peer.rsplit(":", 1)[0] if ":" in peer else peer
-    return f"/{host}"
+    return f"/{context.client_host}"
 
 
 def _answer_later(
@@ -100,8 +132,9 @@ def _answer_later(
 # FindCoordinator
 
 
-def handle_find_coordinator(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    cache = apis.broker.metadata_cache
+def handle_find_coordinator(services: GroupServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
+    cache = services.metadata_cache
     key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
 
     def find(key: str) -> dict[str, Any]:
@@ -128,15 +161,16 @@ def handle_find_coordinator(apis: KafkaApis, header: RequestHeader, request: Any
 
     if header.api_version >= 4:
         coordinators = [find(key) for key in request.coordinator_keys]
-        return response(header, {"throttle_time": 0, "coordinators": coordinators})
-    return response(header, {"throttle_time": 0, **find(request.key)})
+        return build_response(header, {"throttle_time": 0, "coordinators": coordinators})
+    return build_response(header, {"throttle_time": 0, **find(request.key)})
 
 
 # ---------------------------------------------------------------------------------------------
 # JoinGroup, SyncGroup, Heartbeat, LeaveGroup
 
 
-def handle_join_group(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_join_group(services: GroupServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
     version = header.api_version
     session_timeout_ms = _ms(request.session_timeout)
     # v0 has no rebalance timeout: the session timeout bounds the rebalance, as in Kafka.
@@ -155,7 +189,7 @@ def handle_join_group(apis: KafkaApis, header: RequestHeader, request: Any) -> A
         require_known_member_id=version >= 4 and group_instance_id is None,
         supports_skip_assignment=version >= 9,
         client_id=header.client_id or "",
-        client_host=_client_host(apis),
+        client_host=_client_host(context),
         reason=getattr(request, "reason", None),
     )
 
@@ -163,7 +197,7 @@ def handle_join_group(apis: KafkaApis, header: RequestHeader, request: Any) -> A
         protocol_name = result.protocol_name
         if protocol_name is None and version < 7:
             protocol_name = ""  # nullable only from v7
-        return response(
+        return build_response(
             header,
             {
                 "throttle_time": 0,
@@ -185,14 +219,15 @@ def handle_join_group(apis: KafkaApis, header: RequestHeader, request: Any) -> A
             },
         )
 
-    return _answer_later(lambda done: _coordinator(apis).join_group(join, done), answer)
+    return _answer_later(lambda done: _coordinator(services).join_group(join, done), answer)
 
 
-def handle_sync_group(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_sync_group(services: GroupServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
     assignments = {a.member_id: a.assignment for a in request.assignments}
 
     def answer(result: SyncResult) -> Any:
-        return response(
+        return build_response(
             header,
             {
                 "throttle_time": 0,
@@ -204,7 +239,7 @@ def handle_sync_group(apis: KafkaApis, header: RequestHeader, request: Any) -> A
         )
 
     return _answer_later(
-        lambda done: _coordinator(apis).sync_group(
+        lambda done: _coordinator(services).sync_group(
             request.group_id,
             request.generation_id,
             request.member_id,
@@ -218,17 +253,19 @@ def handle_sync_group(apis: KafkaApis, header: RequestHeader, request: Any) -> A
     )
 
 
-def handle_heartbeat(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    error = _coordinator(apis).heartbeat(
+def handle_heartbeat(services: GroupServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
+    error = _coordinator(services).heartbeat(
         request.group_id,
         request.member_id,
         getattr(request, "group_instance_id", None),
         request.generation_id,
     )
-    return response(header, {"throttle_time": 0, "error_code": error})
+    return build_response(header, {"throttle_time": 0, "error_code": error})
 
 
-def handle_leave_group(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_leave_group(services: GroupServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
     if header.api_version < 3:
         leaving = [LeavingMember(request.member_id)]
     else:
@@ -236,12 +273,12 @@ def handle_leave_group(apis: KafkaApis, header: RequestHeader, request: Any) -> 
             LeavingMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
             for m in request.members
         ]
-    error, member_errors = _coordinator(apis).leave_group(request.group_id, leaving)
+    error, member_errors = _coordinator(services).leave_group(request.group_id, leaving)
     if header.api_version < 3:
         # One member and one error field: the group's error, else the member's.
         if error is ErrorCode.none and member_errors:
             error = member_errors[0]
-        return response(header, {"throttle_time": 0, "error_code": error})
+        return build_response(header, {"throttle_time": 0, "error_code": error})
     members = [
         {
             "member_id": member.member_id,
@@ -250,17 +287,18 @@ def handle_leave_group(apis: KafkaApis, header: RequestHeader, request: Any) -> 
         }
         for member, member_error in zip(leaving, member_errors, strict=False)
     ]
-    return response(header, {"throttle_time": 0, "error_code": error, "members": members})
+    return build_response(header, {"throttle_time": 0, "error_code": error, "members": members})
 
 
 # ---------------------------------------------------------------------------------------------
 # OffsetCommit, OffsetFetch
 
 
-def handle_offset_commit(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_offset_commit(services: GroupServices, context: RequestContext, request: Any) -> Any:
     """1. per partition: unknown partition, oversized metadata; 2. may this member commit now
     (judged synchronously, in request order); 3. write the rest to ZooKeeper."""
-    cache = apis.broker.metadata_cache
+    header = context.header
+    cache = services.metadata_cache
     group_id = request.group_id
     errors: dict[TopicPartition, ErrorCode] = {}
     valid: dict[TopicPartition, int] = {}
@@ -276,14 +314,14 @@ def handle_offset_commit(apis: KafkaApis, header: RequestHeader, request: Any) -
                 valid[key] = partition.committed_offset
     writing = None
     if valid:
-        error = _coordinator(apis).validate_offset_commit(
+        error = _coordinator(services).validate_offset_commit(
             group_id,
             request.member_id,
             getattr(request, "group_instance_id", None),
             request.generation_id_or_member_epoch,
         )
         if error is ErrorCode.none:
-            writing = _offsets(apis).commit(group_id, valid)
+            writing = _offsets(services).commit(group_id, valid)
         else:
             errors.update(dict.fromkeys(valid, error))
 
@@ -303,14 +341,13 @@ def handle_offset_commit(apis: KafkaApis, header: RequestHeader, request: Any) -
             }
             for topic in request.topics
         ]
-        return response(header, {"throttle_time": 0, "topics": topics})
+        return build_response(header, {"throttle_time": 0, "topics": topics})
 
     if writing is None:
         return answer(errors)
 
     async def write() -> Any:
-        assert writing is not None
-        return answer({**errors, **await writing})
+        return answer({**errors, **await require(writing, "the offset commit's write")})
 
     return write()
 
@@ -351,10 +388,11 @@ def _partition_offsets(
     ]
 
 
-def handle_offset_fetch(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_offset_fetch(services: GroupServices, context: RequestContext, request: Any) -> Any:
     """One group (v1-v7) or several (v8). Reads start synchronously, so they see every commit this
     broker accepted before them."""
-    coordinator, store = _coordinator(apis), _offsets(apis)
+    header = context.header
+    coordinator, store = _coordinator(services), _offsets(services)
     if header.api_version >= 8:
         asked = [(g.group_id, _requested_offsets(g.topics)) for g in request.groups]
     else:
@@ -386,9 +424,9 @@ def handle_offset_fetch(apis: KafkaApis, header: RequestHeader, request: Any) ->
                 }
             )
         if header.api_version >= 8:
-            return response(header, {"throttle_time": 0, "groups": groups})
+            return build_response(header, {"throttle_time": 0, "groups": groups})
         (group,) = groups
-        return response(
+        return build_response(
             header,
             {"throttle_time": 0, "error_code": group["error_code"], "topics": group["topics"]},
         )
@@ -400,10 +438,11 @@ def handle_offset_fetch(apis: KafkaApis, header: RequestHeader, request: Any) ->
 # ListGroups, DescribeGroups, DeleteGroups
 
 
-def handle_list_groups(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_list_groups(services: GroupServices, context: RequestContext, request: Any) -> Any:
     """The groups this broker coordinates: those with members here, and those ZooKeeper holds
     committed offsets for (as Empty groups, the state Kafka gives a group with offsets only)."""
-    coordinator, store = _coordinator(apis), _offsets(apis)
+    header = context.header
+    coordinator, store = _coordinator(services), _offsets(services)
     states = [s.lower() for s in (getattr(request, "states_filter", None) or ())]
     in_memory = coordinator.list_groups(states)
     listing = store.list_groups()
@@ -429,7 +468,7 @@ def handle_list_groups(apis: KafkaApis, header: RequestHeader, request: Any) -> 
                     groups.append(
                         {"group_id": group_id, "protocol_type": "", "group_state": "Empty"}
                     )
-        return response(header, {"throttle_time": 0, "error_code": error, "groups": groups})
+        return build_response(header, {"throttle_time": 0, "error_code": error, "groups": groups})
 
     return answer()
 
@@ -455,8 +494,9 @@ def _described(group_id: str, error: ErrorCode, summary: GroupSummary | None) ->
     }
 
 
-def handle_describe_groups(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    coordinator, store = _coordinator(apis), _offsets(apis)
+def handle_describe_groups(services: GroupServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
+    coordinator, store = _coordinator(services), _offsets(services)
     include_operations = bool(getattr(request, "include_authorized_operations", False))
     described = [(group_id, *coordinator.describe_group(group_id)) for group_id in request.groups]
 
@@ -477,15 +517,16 @@ def handle_describe_groups(apis: KafkaApis, header: RequestHeader, request: Any)
                 GROUP_AUTHORIZED_OPERATIONS if include_operations else AUTHORIZED_OPERATIONS_OMITTED
             )
             groups.append(entry)
-        return response(header, {"throttle_time": 0, "groups": groups})
+        return build_response(header, {"throttle_time": 0, "groups": groups})
 
     return answer()
 
 
-def handle_delete_groups(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_delete_groups(services: GroupServices, context: RequestContext, request: Any) -> Any:
     """Delete groups without members, with their committed offsets. A group with offsets in
     ZooKeeper but no members here is deleted too; one with neither is GROUP_ID_NOT_FOUND."""
-    coordinator, store = _coordinator(apis), _offsets(apis)
+    header = context.header
+    coordinator, store = _coordinator(services), _offsets(services)
     names = list(dict.fromkeys(request.groups_names))
     decided = coordinator.delete_groups(names)
 
@@ -501,6 +542,6 @@ def handle_delete_groups(apis: KafkaApis, header: RequestHeader, request: Any) -
                     log.warning("cannot delete group %s from ZooKeeper: %s", group_id, e)
                     error = ErrorCode.coordinator_not_available
             results.append({"group_id": group_id, "error_code": error})
-        return response(header, {"throttle_time": 0, "results": results})
+        return build_response(header, {"throttle_time": 0, "results": results})
 
     return answer()
