@@ -355,7 +355,11 @@ class ControllerBrokerRequestBatch:
         topic_states = tuple(
             build(
                 UpdateMetadataTopicState,
-                {"topic_name": topic, "topic_id": self._topic_id(topic), "partition_states": states},
+                {
+                    "topic_name": topic,
+                    "topic_id": self._topic_id(topic),
+                    "partition_states": states,
+                },
             )
             for topic, states in topics.items()
         )
@@ -440,4 +444,3 @@ class ControllerBrokerRequestBatch:
                 request,
                 on_stop_replica_response,
             )
-

@@ -37,7 +37,7 @@ from odradek.cluster.fetcher import ReplicaFetcherManager
 from odradek.cluster.isr_writes import BatchedIsrWriter
 from odradek.cluster.replica_manager import ReplicaManager, read_partition_topic_id
 from odradek.controller.controller import KafkaController
-from odradek.controller.leader_election import AutoRebalanceConfig
+from odradek.controller.elect_leaders import AutoRebalanceConfig
 from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.metadata import GroupConfig
 from odradek.coordinator.group.offset_store import OffsetStore

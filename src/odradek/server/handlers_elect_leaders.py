@@ -1,7 +1,7 @@
 """ElectLeaders (43), versions 0-2: leader elections an admin client asks for (KIP-183, KIP-460).
 
 Only the active controller elects (`KafkaController.elect_leaders`, see
-`odradek.controller.leader_election`); on any other broker every partition is answered
+`odradek.controller.elect_leaders`); on any other broker every partition is answered
 NOT_CONTROLLER, as in Kafka's ZooKeeper mode, and clients send the request to the controller named
 in Metadata. v0 has no election type and means PREFERRED; v1+ carry PREFERRED (0) or UNCLEAN (1),
 anything else is INVALID_REQUEST. `topic_partitions` null means every partition this broker's
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.controller.leader_election import ElectionOutcome, ElectionType
+from odradek.controller.elect_leaders import ElectionOutcome, ElectionType
 from odradek.errors import InvalidRequestError, KafkaError, RequestTimedOutError
 from odradek.protocol.build import build_response
 

@@ -40,7 +40,8 @@ Per-partition outcomes of a requested election (ZooKeeper or API), as Kafka answ
 
 The decisions (which partitions to elect, the imbalance per broker) are pure functions with their
 own tests; `ReplicaLeaderElection` only moves data between them, the context and the partition
-state machine. Concurrency: everything here runs on the controller's event task, except the
+state machine, which it reaches through `ElectionClient` (the controller: its term, a watch for
+the current term, the event queue, and an election run by the partition state machine). Concurrency: everything here runs on the controller's event task, except the
 timer's callback, which only enqueues an event.
 """
 
@@ -53,22 +54,21 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
 from odradek.controller import events as ev
-from odradek.controller.context import LeaderAndIsr, TopicPartition
-from odradek.controller.election import NO_LEADER, preferred_replica_partition_leader_election
+from odradek.controller.context import ControllerContext, LeaderAndIsr, TopicPartition
+from odradek.controller.election_algorithms import (
+    NO_LEADER,
+    preferred_replica_partition_leader_election,
+)
 from odradek.controller.partition_state_machine import ElectionStrategy, StateChangeFailedError
-from odradek.controller.states import PartitionState
 from odradek.errors import KafkaError, NotControllerError
-from odradek.zk.client import DeleteOp
+from odradek.zk.client import DeleteOp, WatchEvent, ZkClient
 from odradek.zk.errors import ControllerMovedError, InvalidZNodeDataError, NoNodeError
 from odradek.zk.znodes import PreferredReplicaElectionZNode
-
-if TYPE_CHECKING:
-    from odradek.controller.controller import KafkaController
 
 log = logging.getLogger(__name__)
 
@@ -292,30 +292,62 @@ class AutoRebalanceTimer:
 # --- the controller step --------------------------------------------------------------------------
 
 
+class ElectionClient(Protocol):
+    """What the elections need from the controller."""
+
+    @property
+    def broker_id(self) -> int: ...
+
+    @property
+    def is_active(self) -> bool: ...
+
+    @property
+    def term(self) -> int:
+        """Changes at every failover and resignation: events of an earlier term are stale."""
+        ...
+
+    def put(self, event: Any) -> None:
+        """Enqueue a controller event."""
+
+    def watch(self, make_event: Callable[[WatchEvent], Any]) -> Callable[[WatchEvent], None]:
+        """A watch callback that enqueues `make_event(event)`, in the current term only."""
+        ...
+
+    async def elect_with_strategy(
+        self, partitions: Sequence[TopicPartition], strategy: ElectionStrategy
+    ) -> Mapping[TopicPartition, LeaderAndIsr | Exception]:
+        """OnlinePartition -> OnlinePartition for `partitions` with `strategy`; each result."""
+        ...
+
+
 class ReplicaLeaderElection:
     """The controller's replica leader elections. One per controller component (it outlives
     terms); controller event task only."""
 
-    def __init__(self, controller: KafkaController, auto_rebalance: AutoRebalanceConfig) -> None:
-        self.controller = controller
+    def __init__(
+        self,
+        context: ControllerContext,
+        zk: ZkClient,
+        client: ElectionClient,
+        auto_rebalance: AutoRebalanceConfig,
+    ) -> None:
+        self.context = context
+        self.zk = zk
+        self.client = client
         self.auto_rebalance = auto_rebalance
-        self.timer = AutoRebalanceTimer(controller.put)
+        self.timer = AutoRebalanceTimer(client.put)
         self._znode_watch: Callable[..., None] | None = None
         self.auto_rebalances = 0
-
-    @property
-    def context(self) -> Any:
-        return self.controller.context
 
     # lifecycle
 
     async def on_controller_failover(self) -> None:
         """Watch `/admin/preferred_replica_election`, act on a request left there, and start the
         rebalance timer. One watch callable per term, so that re-arming it never adds a watcher."""
-        self._znode_watch = self.controller._watch(lambda e: ev.PreferredReplicaElection())
+        self._znode_watch = self.client.watch(lambda e: ev.PreferredReplicaElection())
         await self.process_preferred_replica_election_znode()
         if self.auto_rebalance.enabled:
-            self.timer.schedule(FIRST_AUTO_REBALANCE_DELAY_S, self.controller._generation)
+            self.timer.schedule(FIRST_AUTO_REBALANCE_DELAY_S, self.client.term)
 
     def on_controller_resignation(self) -> None:
         self.timer.cancel()
@@ -326,7 +358,7 @@ class ReplicaLeaderElection:
     async def process_preferred_replica_election_znode(self) -> None:
         """The PreferredReplicaElection event: re-arm the watch; if the znode exists, elect the
         preferred replica of the partitions it lists, then delete it (fenced)."""
-        zk = self.controller.zk_client
+        zk = self.zk
         path = PreferredReplicaElectionZNode.path()
         if await zk.exists(path, self._znode_watch) is None:
             return
@@ -353,9 +385,9 @@ class ReplicaLeaderElection:
         """The ElectLeaders request's event: outcomes per partition into `event.result`."""
         if event.result.done():
             return
-        if not self.controller.is_active:
+        if not self.client.is_active:
             event.result.set_exception(
-                NotControllerError(f"broker {self.controller.broker_id} is not the controller")
+                NotControllerError(f"broker {self.client.broker_id} is not the controller")
             )
             return
         outcomes = await self.elect(
@@ -366,15 +398,15 @@ class ReplicaLeaderElection:
 
     async def process_auto_rebalance(self, event: ev.AutoPreferredReplicaLeaderElection) -> None:
         """The timer's event: check the balance, elect where needed, schedule the next check."""
-        if event.generation != self.controller._generation or not self.controller.is_active:
+        if event.generation != self.client.term or not self.client.is_active:
             return
         try:
             await self.check_and_trigger_auto_leader_rebalance()
         finally:
             if (
                 self.auto_rebalance.enabled
-                and self.controller.is_active
-                and event.generation == self.controller._generation
+                and self.client.is_active
+                and event.generation == self.client.term
             ):
                 self.timer.schedule(self.auto_rebalance.check_interval_s, event.generation)
 
@@ -459,11 +491,7 @@ class ReplicaLeaderElection:
                 if election_type is ElectionType.PREFERRED
                 else ElectionStrategy.UNCLEAN
             )
-            psm = self.controller.partition_state_machine
-            assert psm is not None
-            results = await psm.handle_state_changes(
-                plan.electable, PartitionState.OnlinePartition, strategy
-            )
+            results = await self.client.elect_with_strategy(plan.electable, strategy)
             for tp in plan.electable:
                 outcome = outcome_of(
                     results.get(tp, StateChangeFailedError("no result")), election_type
@@ -483,7 +511,7 @@ class ReplicaLeaderElection:
         """Remove the request, fenced by the controller epoch: a deposed controller must not
         delete a request its successor has not seen."""
         with contextlib.suppress(NoNodeError):
-            await self.controller.zk_client.checked_multi(
+            await self.zk.checked_multi(
                 self.context.epoch_zk_version, [DeleteOp(PreferredReplicaElectionZNode.path())]
             )
 
