@@ -52,7 +52,7 @@ from odradek.server.admin.manager import AdminManager
 from odradek.server.admin.topic_configs import TopicConfigs
 from odradek.server.admin.topics import log_config_for
 from odradek.server.apis import KafkaApis
-from odradek.server.config import KafkaConfig
+from odradek.server.config import KafkaConfig, parse_properties
 from odradek.server.metadata_cache import MetadataCache
 from odradek.zk.client import CreateOp, SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
@@ -219,11 +219,7 @@ class Broker:
         for log_dir in self.config.log_dirs:
             path = Path(log_dir) / "meta.properties"
             if path.exists():
-                values = dict(
-                    line.split("=", 1)
-                    for line in path.read_text().splitlines()
-                    if "=" in line and not line.startswith("#")
-                )
+                values = parse_properties(path.read_text(encoding="utf-8", errors="replace"))
                 if values.get("broker.id", str(self.broker_id)) != str(self.broker_id):
                     raise OperatorError(
                         f"log dir {log_dir} belongs to broker.id={values.get('broker.id')}, not {self.broker_id}"
