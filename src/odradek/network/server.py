@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from odradek.errors import OperatorError
+from odradek.errors import OperatorError, require
 from odradek.network.request_context import ANONYMOUS, RequestContext
 from odradek.protocol.codec import (
     ProtocolError,
@@ -174,8 +174,7 @@ class ClientConnection(asyncio.Protocol):
                 log.exception("cannot encode the response to api %d; closing", header.api_key)
                 self.close("response encoding failed")
                 return
-            assert self._transport is not None
-            self._transport.write(data)
+            require(self._transport, "the connection's transport").write(data)
 
     def _update_reading(self) -> None:
         if self._transport is None or self.state is not ConnectionState.OPEN:
