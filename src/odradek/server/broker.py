@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -522,9 +521,3 @@ class Broker:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
-
-
-def configure_process_memory() -> None:
-    """Fresh multi-megabyte allocations are slow on some VMs: keep freed memory mapped."""
-    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(64 * 1024 * 1024))
-    os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 * 1024 * 1024))

@@ -106,6 +106,10 @@ _DEFS = [
     ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
     ConfigDef("group.min.session.timeout.ms", "int", 6000, _at_least(0)),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),
+    # Odradek's own: rotation of the broker's log file (`odradek server --log-file`), in place of
+    # the log4j appender settings a Kafka broker reads from log4j.properties.
+    ConfigDef("broker.log.max.bytes", "long", 100 * 1024 * 1024, _at_least(0)),
+    ConfigDef("broker.log.backup.count", "int", 10, _at_least(0)),
 ]
 
 DEFINITIONS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}

@@ -10,6 +10,7 @@ Directory layout (`DIR` is the cluster directory; nothing outside it is written)
   Absent when the cluster uses an external ZooKeeper (`zookeeper=` connect string).
 * `DIR/broker-<id>/server.properties` -- the broker's whole configuration, written by `up()` and
   reused unchanged by every restart (same ports, same data). `broker.log` there collects the
+  broker's log (rotated by size into `broker.log.1`, ...: `broker.log.max.bytes`) and the
   process's stdout and stderr (appended across restarts, each start preceded by a marker line),
   `state-change.log` the controller's state-change log, and `data/` is its `log.dirs`.
 * `DIR/cluster.json` -- what the other commands need to find the processes again, rewritten
@@ -269,6 +270,10 @@ class LocalCluster:
             str(broker.config),
             "--state-change-log",
             str(broker.dir),
+            # The broker writes its log itself, so that it can rotate it (broker.log.max.bytes);
+            # stdout and stderr are appended to the same file by _spawn.
+            "--log-file",
+            str(broker.log),
         ]
 
     def _spawn(self, broker_id: int) -> None:
