@@ -9,6 +9,11 @@ slotted dataclasses carrying the same class variables (``__type__``, ``__version
 unchanged: ``kio.serial.entity_writer(cls)(buffer, message)`` and
 ``kio.serial.entity_reader(cls)(data, offset)``, and a codec can treat them like any kio message.
 
+Why by hand: kio's code generator lives only in kio's source repository, not in the package on
+PyPI, so it cannot run here. Instead `tests/unit/test_interbroker_schemas.py` holds every class to
+Kafka 3.9's JSON schemas (vendored under `tests/unit/kafka_schemas/`): field lists, order and types
+per struct, and kio's bytes against an encoder driven by the schema alone.
+
 Layout follows kio: ``<api>/v<N>/request.py`` and ``<api>/v<N>/response.py``, each module
 documenting which schema it follows and what every field means to a ZooKeeper-mode controller.
 
