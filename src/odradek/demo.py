@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -209,8 +210,8 @@ class Run:
     def describe(self, produced: int, missing: list[int], layout: dict[int, Any]) -> str:
         count = f"produced {produced}"
         if missing:
-            moving = ", ".join(f"{INPUT_TOPIC}-{p}" for p in missing)
-            count = f"produced {produced} so far (no answer from the leader of {moving})"
+            unanswered = ", ".join(f"{INPUT_TOPIC}-{p}" for p in missing)
+            count = f"produced {produced} so far (last known count for {unanswered})"
         read = min(sum(q.read_offsets().values()) for q in self.queries)
         batches = min(q.batches() for q in self.queries)
         spark = f"read by Spark {read}, micro-batches {batches}"
@@ -255,6 +256,10 @@ def output_to(log_file: Path) -> Iterator[None]:
         os.close(saved[1])
 
 
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="odradek.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--dir", type=Path, help="working directory (default: a temporary one)")
@@ -275,9 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     directory = args.dir or Path(tempfile.mkdtemp(prefix="odradek-demo-"))
     directory.mkdir(parents=True, exist_ok=True)
     log_file = directory / "demo.log"
-    logging.basicConfig(
-        filename=log_file, level=logging.INFO, format="%(asctime)s %(name)s %(message)s"
-    )
+    log_handler = logging.FileHandler(log_file)
+    log_handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    logging.getLogger().addHandler(log_handler)
+    logging.getLogger().setLevel(logging.INFO)
+    # SIGTERM (a terminal closed, `kill`) unwinds like Ctrl-C, so the cluster is brought down.
+    signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     say(f"1. starting ZooKeeper and 3 brokers in {directory}")
     cluster = LocalCluster.up(directory / "cluster", brokers=3)
@@ -432,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
             if ok
             else "FAIL: the output does not match the input"
         )
+    except RuntimeError as e:  # the demo's own verdicts: a deadline passed, a query failed
+        say(f"FAIL: {e}")
     finally:
         for query in queries:
             with contextlib.suppress(Exception):
@@ -446,6 +456,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             say("shutting down")
             cluster.down()
+            # py4j still logs as the interpreter exits: not into a file about to be deleted.
+            logging.getLogger().removeHandler(log_handler)
+            log_handler.close()
             if args.dir is None and ok:
                 shutil.rmtree(directory, ignore_errors=True)
             elif not ok:
@@ -454,4 +467,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        say("interrupted")
+        sys.exit(130)
