@@ -31,7 +31,7 @@ STAMP = struct.Struct(">d")
 def percentile(sorted_values: list[float], fraction: float) -> float:
     if not sorted_values:
         return float("nan")
-    index = min(len(sorted_values) - 1, int(round(fraction * (len(sorted_values) - 1))))
+    index = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
     return sorted_values[index]
 
 
