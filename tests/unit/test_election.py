@@ -1,4 +1,4 @@
-"""Table tests for the leader election algorithms (odradek.controller.election)."""
+"""Table tests for the leader election algorithms (odradek.controller.election_algorithms)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Group membership lives only in memory (as it would be lost with the broker anywa
 offsets live in ZooKeeper (`offset_store`), so they survive a move.
 
 Group states, their valid previous states (`VALID_PREVIOUS_STATES`) and what moves a group (the
-states, members and groups themselves are data, in `group_metadata`):
+states, members and groups themselves are data, in `metadata`; the membership changes in `rebalance`):
 
   Empty               <- PreparingRebalance   no members; a JoinGroup starts a rebalance
   PreparingRebalance  <- Empty, CompletingRebalance, Stable

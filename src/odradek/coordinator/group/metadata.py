@@ -1,7 +1,7 @@
 """The group coordinator's data: group states, members, groups, timers, requests and results.
 
 `GroupMetadata` holds one group's membership and refuses a state change that
-`VALID_PREVIOUS_STATES` does not allow; `GroupCoordinator` (in `group_coordinator`, whose module
+`VALID_PREVIOUS_STATES` does not allow; `GroupCoordinator` (in `coordinator`, whose module
 docstring lists the states and what moves a group between them) decides when changes happen.
 Nothing here does I/O or reads a clock: times come in as milliseconds, and a `TimerQueue` only
 orders deadlines, leaving it to its owner to run the due ones.
@@ -39,7 +39,7 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
-# Each state with the states it may be entered from (the table in `group_coordinator`).
+# Each state with the states it may be entered from (the table in `coordinator`).
 VALID_PREVIOUS_STATES: dict[GroupState, frozenset[GroupState]] = {
     GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE}),
     GroupState.PREPARING_REBALANCE: frozenset(
