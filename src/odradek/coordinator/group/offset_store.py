@@ -39,7 +39,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.coordinator.group.schemas import (
+from odradek.coordinator.group.zk_offsets import (
     CONSUMERS_PATH,
     ConsumerOffsetZNode,
     group_id_from_znode_name,
