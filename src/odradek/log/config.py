@@ -17,6 +17,12 @@ override the broker's defaults (`log.segment.bytes`, ...), which `from_broker_pr
 | file_delete_delay_ms           | file.delete.delay.ms            | log.segment.delete.delay.ms    |
 | min_insync_replicas            | min.insync.replicas             | min.insync.replicas            |
 | unclean_leader_election_enable | unclean.leader.election.enable  | unclean.leader.election.enable |
+| cleanup_policy                 | cleanup.policy                  | log.cleanup.policy             |
+
+`cleanup_policy` is a tuple of "delete" and "compact" (Kafka's LIST config): retention by time
+and size (`Log.delete_retention_segments`) applies only when it holds "delete"; "compact" is the
+log cleaner's business. A log whose policy is compact only keeps every segment until the cleaner
+rewrites it, as in Kafka; the log start offset (DeleteRecords) still removes segments below it.
 
 min.insync.replicas and unclean.leader.election.enable are not used by the log itself; they live
 here because Kafka keeps them in its LogConfig too, so the partition and the controller read every
@@ -55,10 +61,21 @@ class LogConfig:
     file_delete_delay_ms: int = 60_000
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    cleanup_policy: tuple[str, ...] = ("delete",)
 
     def __post_init__(self) -> None:
         for spec in _TOPIC_PROPERTIES.values():
             spec.check(getattr(self, spec.field))
+
+    @property
+    def delete(self) -> bool:
+        """Does retention by time and size delete old segments (cleanup.policy has delete)?"""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def compact(self) -> bool:
+        """Is the log compacted (cleanup.policy has compact)?"""
+        return "compact" in self.cleanup_policy
 
     @property
     def uses_log_append_time(self) -> bool:
@@ -70,7 +87,7 @@ class LogConfig:
     ) -> LogConfig:
         """`defaults` overridden by the topic-level properties given (Kafka names).
 
-        Names that are not log settings (cleanup.policy, compression.type, ...) are ignored here:
+        Names that are not log settings (compression.type, ...) are ignored here:
         which topic configs exist is the admin layer's business, not the log's.
         """
         base = defaults if defaults is not None else cls()
@@ -105,7 +122,12 @@ class LogConfig:
         result = {}
         for name, spec in _TOPIC_PROPERTIES.items():
             value = getattr(self, spec.field)
-            result[name] = str(value).lower() if isinstance(value, bool) else str(value)
+            if isinstance(value, bool):
+                result[name] = str(value).lower()
+            elif isinstance(value, tuple):
+                result[name] = ",".join(value)
+            else:
+                result[name] = str(value)
         return result
 
 
@@ -126,6 +148,16 @@ def _parse_bool(name: str, value: str) -> bool:
     if text not in ("true", "false"):
         raise InvalidConfigurationError(f"{name} must be true or false, got {value!r}")
     return text == "true"
+
+
+_CLEANUP_POLICIES = ("compact", "delete")
+
+
+def _parse_cleanup_policy(name: str, value: str) -> tuple[str, ...]:
+    items = tuple(dict.fromkeys(i.strip() for i in str(value).split(",") if i.strip()))
+    if any(item not in _CLEANUP_POLICIES for item in items):
+        raise InvalidConfigurationError(f"{name} must list compact and/or delete, got {value!r}")
+    return items
 
 
 def _parse_timestamp_type(name: str, value: str) -> str:
@@ -185,6 +217,13 @@ _TOPIC_PROPERTIES: dict[str, _Property] = {
             f"must be {CREATE_TIME} or {LOG_APPEND_TIME}",
         ),
         _Property(
+            "cleanup.policy",
+            "cleanup_policy",
+            _parse_cleanup_policy,
+            lambda v: isinstance(v, tuple) and all(i in _CLEANUP_POLICIES for i in v),
+            "must list compact and/or delete",
+        ),
+        _Property(
             "unclean.leader.election.enable",
             "unclean_leader_election_enable",
             _parse_bool,
@@ -207,6 +246,7 @@ _BROKER_TO_TOPIC = {
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "log.cleanup.policy": "cleanup.policy",
 }
 
 _HOUR_MS = 60 * 60 * 1000

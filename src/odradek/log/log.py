@@ -597,20 +597,21 @@ class Log:
 
         A segment goes when its largest timestamp is more than retention.ms old, when the log
         is larger than retention.bytes even without it (oldest first), or when it lies wholly
-        below the log start offset. The active segment is never deleted, and with
-        `high_watermark` neither is any segment holding offsets at or above it (data not yet
-        replicated everywhere). Moves the log start offset up to the first remaining segment.
-        Returns the number of segments deleted.
+        below the log start offset. Retention by time and size applies only when cleanup.policy
+        holds "delete" (a compacted topic keeps its segments for the cleaner). The active
+        segment is never deleted, and with `high_watermark` neither is any segment holding
+        offsets at or above it (data not yet replicated everywhere). Moves the log start offset
+        up to the first remaining segment. Returns the number of segments deleted.
         """
         self._check_open()
         config = self._config
         deleted = 0
-        if config.retention_ms >= 0:
+        if config.delete and config.retention_ms >= 0:
             deleted += self._delete_oldest_while(
                 high_watermark,
                 lambda segment, _next: now_ms - segment.largest_timestamp() > config.retention_ms,
             )
-        if config.retention_bytes >= 0:
+        if config.delete and config.retention_bytes >= 0:
             excess = self._size - config.retention_bytes
 
             def over_size(segment: LogSegment, _next: LogSegment) -> bool:

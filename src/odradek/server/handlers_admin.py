@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from odradek.errors import KafkaError, TopicDeletionDisabledError
 from odradek.protocol.build import build_response
 from odradek.server.admin.manager import TopicCreation
-from odradek.server.admin.topics import effective_topic_config
+from odradek.server.admin.topics import config_value_text, effective_topic_config
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -81,7 +81,7 @@ def handle_create_topics(broker: BrokerServices, context: RequestContext, reques
             result["configs"] = [
                 {
                     "name": key,
-                    "value": str(value).lower() if isinstance(value, bool) else str(value),
+                    "value": config_value_text(value),
                     "read_only": False,
                     "config_source": 1 if key in creation.configs else 5,
                     "is_sensitive": False,

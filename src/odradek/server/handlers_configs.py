@@ -19,7 +19,12 @@ from kio.schema.errors import ErrorCode
 from odradek.errors import InvalidConfigurationError, KafkaError
 from odradek.protocol.build import build_response
 from odradek.server.admin.manager import ConcurrentAssignmentChange
-from odradek.server.admin.topics import TOPIC_CONFIGS, effective_topic_config
+from odradek.server.admin.topics import (
+    TOPIC_CONFIGS,
+    config_value_text,
+    effective_topic_config,
+    parse_topic_config_value,
+)
 from odradek.server.config import DEFINITIONS
 
 if TYPE_CHECKING:
@@ -36,9 +41,7 @@ CONFIG_TYPES = {"int": 3, "long": 5, "bool": 1, "enum": 2, "string": 2, "list": 
 
 
 def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    return None if value is None else config_value_text(value)
 
 
 async def _describe_topic(
@@ -159,9 +162,13 @@ async def _alter(broker: BrokerServices, request: Any, incremental: bool) -> lis
                     current[entry.name] = entry.value
                 elif operation == OP_DELETE:
                     current.pop(entry.name, None)
-                else:
+                elif TOPIC_CONFIGS[entry.name].kind != "list":
                     raise InvalidConfigurationError(
                         f"{entry.name} is not a list config: APPEND/SUBTRACT do not apply"
+                    )
+                else:
+                    current[entry.name] = _apply_list_operation(
+                        broker, entry.name, current.get(entry.name), entry.value, operation
                     )
             if request.validate_only:
                 await admin.topic_assignment(name)
@@ -175,6 +182,25 @@ async def _alter(broker: BrokerServices, request: Any, incremental: bool) -> lis
             result["error_message"] = str(e)
         results.append(result)
     return results
+
+
+def _apply_list_operation(
+    broker: BrokerServices, name: str, current: str | None, value: str | None, operation: int
+) -> str:
+    """APPEND or SUBTRACT `value`'s items to or from the topic's list (its override, else the
+    broker default), as Kafka's IncrementalAlterConfigs does."""
+    base = parse_topic_config_value(
+        name,
+        current
+        if current is not None
+        else config_value_text(TOPIC_CONFIGS[name].broker_default(broker.config)),
+    )
+    items = parse_topic_config_value(name, value or "")
+    if operation == OP_APPEND:
+        result = tuple(dict.fromkeys((*base, *items)))
+    else:
+        result = tuple(item for item in base if item not in items)
+    return config_value_text(result)
 
 
 def handle_alter_configs(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
