@@ -6,7 +6,8 @@ features from this list, so advertising anything more would invite requests we c
 
 Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
 `handlers_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_reassignment`,
-`handlers_interbroker`, and the group coordinator's `odradek.coordinator.group.handlers`); each is
+`handlers_interbroker`, and the group coordinator's `odradek.coordinator.group.handlers` and
+`handlers_offsets`); each is
 `handle(services, context, request) -> response | awaitable`, where `context` is the request's
 own `RequestContext` (header, client address, principal): per-request state travels with the
 request, never on this shared object.
@@ -26,6 +27,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.group import handlers as handlers_groups
+from odradek.coordinator.group import handlers_offsets
 from odradek.network.request_context import RequestContext
 from odradek.protocol.build import build, build_response
 from odradek.protocol.codec import (
@@ -82,6 +84,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 Handler = Callable[[BrokerServices, RequestContext, Any], Any]
@@ -121,8 +124,9 @@ class KafkaApis:
             ApiKey.SYNC_GROUP: handlers_groups.handle_sync_group,
             ApiKey.HEARTBEAT: handlers_groups.handle_heartbeat,
             ApiKey.LEAVE_GROUP: handlers_groups.handle_leave_group,
-            ApiKey.OFFSET_COMMIT: handlers_groups.handle_offset_commit,
-            ApiKey.OFFSET_FETCH: handlers_groups.handle_offset_fetch,
+            ApiKey.OFFSET_COMMIT: handlers_offsets.handle_offset_commit,
+            ApiKey.OFFSET_FETCH: handlers_offsets.handle_offset_fetch,
+            ApiKey.OFFSET_DELETE: handlers_offsets.handle_offset_delete,
             ApiKey.LIST_GROUPS: handlers_groups.handle_list_groups,
             ApiKey.DESCRIBE_GROUPS: handlers_groups.handle_describe_groups,
             ApiKey.DELETE_GROUPS: handlers_groups.handle_delete_groups,

@@ -39,7 +39,9 @@ from odradek.controller.controller import KafkaController
 from odradek.controller.elect_leaders import AutoRebalanceConfig
 from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.metadata import GroupConfig
-from odradek.coordinator.group.offset_store import OffsetStore
+from odradek.coordinator.group.metadata_manager import GroupMetadataManager, OffsetConfig
+from odradek.coordinator.group.placement import OFFSETS_TOPIC
+from odradek.coordinator.group.zk_import import ZkLegacyOffsets
 from odradek.errors import KafkaError, OperatorError, require
 from odradek.log.log_manager import LogManager
 from odradek.network.client import BrokerConnection
@@ -53,6 +55,7 @@ from odradek.server.admin.topics import log_config_for
 from odradek.server.apis import KafkaApis
 from odradek.server.config import KafkaConfig, parse_properties
 from odradek.server.metadata_cache import MetadataCache
+from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
 from odradek.zk.client import CreateOp, SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
 from odradek.zk.znodes import (
@@ -88,8 +91,8 @@ class Broker:
         self.controller: KafkaController = None  # type: ignore[assignment]
         self.admin: AdminManager = None  # type: ignore[assignment]
         self.topic_configs: TopicConfigs = None  # type: ignore[assignment]
-        self.offset_store: OffsetStore = None  # type: ignore[assignment]
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]
+        self._offsets_topic: OffsetsTopicCreator | None = None
         self.socket_server: SocketServer | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._metadata_waiters: list[asyncio.Future[None]] = []
@@ -136,13 +139,18 @@ class Broker:
         listener = config.listener
         self.metadata_cache = MetadataCache(self.broker_id)
         # The group coordinator exists before we listen, so no group request finds it missing;
-        # its timers start with the other periodic work (7).
-        self.offset_store = OffsetStore(self.zk)
-        self.group_coordinator = GroupCoordinator.for_broker(
+        # it serves groups once its timers start with the other periodic work (7), and loads
+        # offsets partitions as LeaderAndIsr makes us their leader.
+        cache = self.metadata_cache
+        self.group_coordinator = GroupCoordinator(
             self.broker_id,
             GroupConfig.from_broker_config(config),
-            self.metadata_cache,
-            self.offset_store,
+            GroupMetadataManager(
+                OffsetConfig.from_broker_config(config),
+                ReplicaManagerOffsetsLog(lambda: self.replica_manager),
+                partition_count=lambda: cache.partition_count(OFFSETS_TOPIC),
+                legacy=ZkLegacyOffsets(self.zk),
+            ),
         )
         apis = KafkaApis(self)
         self.socket_server = SocketServer(
@@ -171,6 +179,9 @@ class Broker:
         self.admin = AdminManager(
             self.zk, config["num.partitions"], config["default.replication.factor"]
         )
+        self._offsets_topic = OffsetsTopicCreator(
+            config, self.admin, self.metadata_cache.alive_broker_ids
+        )
         self.controller = KafkaController(
             self.broker_id,
             self.zk,
@@ -195,7 +206,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
-        self.group_coordinator.start_for_broker(self.wait_for_metadata, self.metadata_cache)
+        self.group_coordinator.start()
         self.started = True
         log.info(
             "broker %d started: listening on %s:%d, cluster %s, %d logs",
@@ -325,6 +336,11 @@ class Broker:
         """(host, port) of a broker as UpdateMetadata told us, for the replica fetchers."""
         endpoint = self.metadata_cache.get_broker(broker_id)
         return (endpoint.host, endpoint.port) if endpoint is not None else None
+
+    def ensure_offsets_topic(self) -> None:
+        """Create `__consumer_offsets` if need be (FindCoordinator found no such topic)."""
+        if self._offsets_topic is not None:
+            self._offsets_topic.ensure()
 
     def maybe_auto_create_topic(self, topic: str) -> None:
         """Create an unknown topic with the broker defaults (auto.create.topics.enable)."""

@@ -42,6 +42,13 @@ def _at_least(minimum: int) -> Callable[[Any], str | None]:
     return check
 
 
+def _between(low: int, high: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if low <= value <= high else f"must be between {low} and {high}"
+
+    return check
+
+
 def _one_of(*allowed: str) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         return None if value in allowed else f"must be one of {', '.join(allowed)}"
@@ -103,9 +110,18 @@ _DEFS = [
     ConfigDef("request.timeout.ms", "int", 30000, _at_least(1)),
     ConfigDef("offsets.topic.replication.factor", "int", 3, _at_least(1)),
     ConfigDef("offsets.topic.num.partitions", "int", 50, _at_least(1)),
+    ConfigDef("offsets.topic.segment.bytes", "int", 104857600, _at_least(1)),
+    ConfigDef("offsets.topic.compression.codec", "int", 0, _between(0, 4)),
+    ConfigDef("offsets.commit.required.acks", "int", -1, _between(-1, 32767)),
+    ConfigDef("offsets.commit.timeout.ms", "int", 5000, _at_least(1)),
+    ConfigDef("offsets.retention.minutes", "int", 10080, _at_least(1)),
+    ConfigDef("offsets.retention.check.interval.ms", "long", 600000, _at_least(1)),
+    ConfigDef("offsets.load.buffer.size", "int", 5242880, _at_least(1)),
+    ConfigDef("offset.metadata.max.bytes", "int", 4096),
     ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
     ConfigDef("group.min.session.timeout.ms", "int", 6000, _at_least(0)),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),
+    ConfigDef("group.max.size", "int", 2147483647, _at_least(1)),
     # Odradek's own: rotation of the broker's log file (`odradek server --log-file`), in place of
     # the log4j appender settings a Kafka broker reads from log4j.properties.
     ConfigDef("broker.log.max.bytes", "long", 100 * 1024 * 1024, _at_least(0)),

@@ -21,6 +21,7 @@ from odradek.errors import KafkaError
 from odradek.protocol.build import build_response
 from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.server.metadata_cache import BrokerEndpoint, PartitionMetadata
+from odradek.server.offsets_topic import on_leadership_change
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -116,6 +117,16 @@ def handle_leader_and_isr(broker: BrokerServices, context: RequestContext, reque
             )
         except KafkaError as e:
             return error_response(e.code)
+        applied = [s for s in states if results.get((s.topic, s.partition)) is None]
+        on_leadership_change(
+            broker.group_coordinator.manager,
+            [
+                (s.topic, s.partition, s.state.leader_epoch)
+                for s in applied
+                if s.state.leader == broker.broker_id
+            ],
+            [(s.topic, s.partition) for s in applied if s.state.leader != broker.broker_id],
+        )
         topics = []
         for topic in request.topic_states:
             topics.append(
@@ -201,6 +212,9 @@ def handle_stop_replica(broker: BrokerServices, context: RequestContext, request
         results = broker.replica_manager.stop_replicas(request.controller_epoch, partitions)
     except KafkaError as e:
         return build_response(header, {"error_code": e.code, "partition_errors": ()})
+    on_leadership_change(
+        broker.group_coordinator.manager, (), [key for key, e in results.items() if e is None]
+    )
     errors = [
         {
             "topic_name": topic,

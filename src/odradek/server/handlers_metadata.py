@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.coordinator.group.placement import OFFSETS_TOPIC
 from odradek.errors import KafkaError
 from odradek.protocol.build import build
 from odradek.protocol.codec import RequestHeader, encode_body, response_class
@@ -61,7 +62,7 @@ def _topic_metadata(cache: MetadataCache, name: str) -> dict[str, Any]:
         "error_code": ErrorCode.none,
         "name": name,
         "topic_id": cache.topic_ids.get(name, ZERO_UUID),
-        "is_internal": False,
+        "is_internal": name == OFFSETS_TOPIC,
         "partitions": partitions,
         "topic_authorized_operations": -2147483648,
     }

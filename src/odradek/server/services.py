@@ -15,11 +15,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from odradek.coordinator.group.coordinator import GroupCoordinator
-    from odradek.coordinator.group.offset_store import OffsetStore
-
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.controller.controller import KafkaController
+    from odradek.coordinator.group.coordinator import GroupCoordinator
     from odradek.server.admin.manager import AdminManager
     from odradek.server.admin.topic_configs import TopicConfigs
     from odradek.server.config import KafkaConfig
@@ -43,9 +41,10 @@ class BrokerServices(Protocol):
     admin: AdminManager
     topic_configs: TopicConfigs
     group_coordinator: GroupCoordinator
-    offset_store: OffsetStore
 
     def maybe_auto_create_topic(self, topic: str) -> None: ...
+
+    def ensure_offsets_topic(self) -> None: ...
 
     async def wait_for_metadata(self, condition: Callable[[], bool], timeout: float) -> bool: ...
 

@@ -14,6 +14,8 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+import functools
+
 OFFSETS_TOPIC = "__consumer_offsets"
 """The internal topic of committed offsets and group metadata."""
 
@@ -29,7 +31,9 @@ def java_string_hash(text: str) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+@functools.lru_cache(maxsize=1 << 17)
 def partition_for(group_id: str, partitions: int) -> int:
-    """The offsets-topic partition of `group_id` among `partitions` (Kafka's partitionFor)."""
+    """The offsets-topic partition of `group_id` among `partitions` (Kafka's partitionFor).
+    Memoised: every group request asks, and unloading a partition asks for every group."""
     hashed = java_string_hash(group_id)
     return (0 if hashed == -(2**31) else abs(hashed)) % partitions
