@@ -4,6 +4,10 @@ Record batches stay opaque: the handler hands each partition's bytes to the repl
 validates batch headers and CRCs, stamps offsets and the leader epoch, and appends them as they are.
 acks=0 gets no response; acks=1 is answered after the local append; acks=-1 (all) after the high
 watermark passes the appended batches, or REQUEST_TIMED_OUT after the request's timeout.
+
+Internal topics (`__consumer_offsets`) take records only from the broker's own coordinator, as in
+Kafka: a client's produce to one is INVALID_TOPIC_EXCEPTION (Kafka lets its admin client id
+`__admin_client` through, and so does this).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.coordinator.group.placement import OFFSETS_TOPIC
 from odradek.network.server import NO_RESPONSE
 from odradek.protocol.build import build_response
 
@@ -19,6 +24,9 @@ if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ProduceResult
     from odradek.network.request_context import RequestContext
     from odradek.server.services import BrokerServices
+
+
+ADMIN_CLIENT_ID = "__admin_client"
 
 
 def _partition_response(index: int, result: ProduceResult) -> dict[str, Any]:
@@ -53,6 +61,8 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
                 immediate[key] = ErrorCode.transactional_id_authorization_failed
             elif partition_data.records is None:
                 immediate[key] = ErrorCode.corrupt_message
+            elif name == OFFSETS_TOPIC and header.client_id != ADMIN_CLIENT_ID:
+                immediate[key] = ErrorCode.invalid_topic_exception
             else:
                 entries[key] = partition_data.records
         order.append((name, indexes))
