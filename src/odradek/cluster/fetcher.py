@@ -361,9 +361,13 @@ class ReplicaFetcher:
             partition.update_follower_high_watermark(int(data.high_watermark))
             leader_log_start = int(data.log_start_offset)
             if leader_log_start > partition.log.log_start_offset:
-                partition.log.maybe_increment_log_start_offset(
+                moved = partition.log.maybe_increment_log_start_offset(
                     min(leader_log_start, partition.log.log_end_offset)
                 )
+                # Persisted before the next fetch reports it to the leader (DeleteRecords waits
+                # for that report).
+                if moved and self.manager.on_log_start_offset_moved is not None:
+                    self.manager.on_log_start_offset_moved()
             return
         if error == ErrorCode.offset_out_of_range:
             state.truncating = True
@@ -383,6 +387,8 @@ class ReplicaFetcherManager:
         self.config = config
         self.broker_id = config.broker_id
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self.on_log_start_offset_moved: Callable[[], None] | None = None
+        """Set by the replica manager: persists log start offsets (DeleteRecords)."""
 
     def _fetcher_index(self, key: TopicPartition) -> int:
         return hash(key) % self.config["num.replica.fetchers"]

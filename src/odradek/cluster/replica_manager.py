@@ -6,6 +6,11 @@ each partition's high watermark), serves fetches from consumers and followers (l
 delayed-fetch purgatory: futures woken by appends and HW moves, never by polling), moves partitions
 between replica fetchers when leadership moves, and runs the periodic work Kafka's ReplicaManager does:
 ISR shrink checks, ISR change notifications for the controller, and the high watermark checkpoint.
+DeleteRecords moves a leader's log start offset and waits (up to the request's timeout) until the
+ISR followers report the new start in their fetches; every move of a log start offset, on the
+leader or on a follower, is written to the log directory's `log-start-offset-checkpoint` at once
+(`on_log_start_offset_moved`), so that a broker killed right after does not serve deleted records
+again when it restarts.
 
 Concurrency: every method runs on the broker's event loop thread.
 """
@@ -56,6 +61,8 @@ class FetchPartitionRequest:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int | None = None
+    log_start_offset: int = -1
+    """A follower's own log start offset, as its fetch reports it (-1 from consumers)."""
 
 
 @dataclass(slots=True)
@@ -134,6 +141,8 @@ class ReplicaManager:
         self._isr_changes = _IsrChanges()
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        if fetcher_manager is not None:
+            fetcher_manager.on_log_start_offset_moved = self.on_log_start_offset_moved
 
     # start-up and shutdown
 
@@ -383,6 +392,56 @@ class ReplicaManager:
                 )
         return results
 
+    # DeleteRecords
+
+    def on_log_start_offset_moved(self) -> None:
+        """Persist the log start offsets now (DeleteRecords moved one, here or on the leader)."""
+        try:
+            self.log_manager.checkpoint_recovery_points_and_start_offsets()
+        except (OSError, KafkaError) as e:
+            log.error("cannot write the log start offset checkpoint: %s", e)
+
+    def delete_records(
+        self, offsets: dict[TopicPartition, int], timeout_ms: int
+    ) -> Awaitable[dict[TopicPartition, tuple[int, KafkaError | None]]]:
+        """DeleteRecords: per partition, (low watermark, error). Each leader moves its log start
+        offset now; the answer waits until every ISR follower has moved too, or the timeout
+        (REQUEST_TIMED_OUT for the partitions still waiting)."""
+        results: dict[TopicPartition, tuple[int, KafkaError | None]] = {}
+        waits: dict[TopicPartition, asyncio.Future[int]] = {}
+        moved = False
+        for key, offset in offsets.items():
+            try:
+                partition = self.leader_partition(*key)
+                before = partition.log_start_offset
+                start = partition.delete_records_on_leader(offset)
+            except KafkaError as e:
+                results[key] = (-1, e)
+                continue
+            moved = moved or start != before
+            waits[key] = partition.wait_for_low_watermark(start)
+        if moved:
+            self.on_log_start_offset_moved()
+
+        async def wait() -> dict[TopicPartition, tuple[int, KafkaError | None]]:
+            if waits:
+                await asyncio.wait(waits.values(), timeout=timeout_ms / 1000)
+            for key, future in waits.items():
+                if not future.done():
+                    future.cancel()
+                    results[key] = (-1, RequestTimedOutError(f"{key}: low watermark not reached"))
+                elif future.exception() is not None:
+                    error = future.exception()
+                    results[key] = (
+                        -1,
+                        error if isinstance(error, KafkaError) else KafkaError(str(error)),
+                    )
+                else:
+                    results[key] = (future.result(), None)
+            return results
+
+        return wait()
+
     # fetch
 
     def _read_all(
@@ -401,7 +460,9 @@ class ReplicaManager:
             try:
                 partition = self.leader_partition(request.topic, request.partition)
                 if from_follower:
-                    partition.update_follower_fetch_state(replica_id, request.fetch_offset, now)
+                    partition.update_follower_fetch_state(
+                        replica_id, request.fetch_offset, now, request.log_start_offset
+                    )
                 read = partition.read_records(
                     request.fetch_offset,
                     min(request.max_bytes, remaining),

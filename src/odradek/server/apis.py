@@ -5,7 +5,7 @@ APIs it has a handler for, in exactly the version ranges those handlers understa
 features from this list, so advertising anything more would invite requests we cannot answer).
 
 Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
-`handlers_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_reassignment`,
+`handlers_admin`, `handlers_log_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_reassignment`,
 `handlers_interbroker`, and the group coordinator's `odradek.coordinator.group.handlers` and
 `handlers_offsets`); each is
 `handle(services, context, request) -> response | awaitable`, where `context` is the request's
@@ -42,6 +42,7 @@ from odradek.server import (
     handlers_elect_leaders,
     handlers_fetch,
     handlers_interbroker,
+    handlers_log_admin,
     handlers_metadata,
     handlers_produce,
     handlers_reassignment,
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 9),
     ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 6),
+    ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (1, 12),
     ApiKey.LEADER_AND_ISR: (5, 5),
     ApiKey.STOP_REPLICA: (3, 3),
@@ -85,6 +86,10 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    # handlers_log_admin: Kafka 3.9's ranges (DescribeLogDirs v0 is not in kio; it equals v1).
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
 }
 
 Handler = Callable[[BrokerServices, RequestContext, Any], Any]
@@ -115,6 +120,9 @@ class KafkaApis:
                 handlers_reassignment.handle_list_partition_reassignments
             ),
             ApiKey.ELECT_LEADERS: handlers_elect_leaders.handle_elect_leaders,
+            ApiKey.DELETE_RECORDS: handlers_log_admin.handle_delete_records,
+            ApiKey.DESCRIBE_LOG_DIRS: handlers_log_admin.handle_describe_log_dirs,
+            ApiKey.DESCRIBE_CLUSTER: handlers_log_admin.handle_describe_cluster,
             ApiKey.LEADER_AND_ISR: handlers_interbroker.handle_leader_and_isr,
             ApiKey.UPDATE_METADATA: handlers_interbroker.handle_update_metadata,
             ApiKey.STOP_REPLICA: handlers_interbroker.handle_stop_replica,

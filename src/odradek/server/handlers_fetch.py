@@ -6,7 +6,9 @@ LEO). Fetch sessions (KIP-227) are not implemented: every response carries sessi
 clients to keep sending full fetch requests.
 
 ListOffsets answers earliest (-2: the log start offset), latest (-1: the high watermark for consumers,
-the LEO for followers) and by timestamp (the first offset whose batch timestamp is at or after it).
+the LEO for followers), by timestamp (the first offset whose batch timestamp is at or after it) and,
+from v7, max timestamp (-3, KIP-734: the record with the largest timestamp, below the high
+watermark for consumers). A found offset carries the leader epoch that wrote it.
 
 OffsetForLeaderEpoch (KIP-101/KIP-279) answers, for a requested leader epoch, the largest epoch at or
 below it that this leader knows and the offset where that epoch ended — what a follower truncates to.
@@ -54,6 +56,7 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                     int(partition.fetch_offset),
                     int(partition.partition_max_bytes),
                     _epoch_or_none(getattr(partition, "current_leader_epoch", None)),
+                    int(getattr(partition, "log_start_offset", -1)),
                 )
             )
         order.append((topic.topic, indexes))
@@ -153,7 +156,9 @@ def handle_list_offsets(broker: BrokerServices, context: RequestContext, request
                     limit = partition.log_end_offset if from_follower else partition.high_watermark
                     if found is not None and found[0] < limit:
                         entry["offset"], entry["timestamp"] = found[0], found[1]
-                if entry["offset"] >= 0:
+                        epoch = partition.log.leader_epoch_cache.epoch_for_offset(found[0])
+                        entry["leader_epoch"] = epoch if epoch >= 0 else partition.leader_epoch
+                if entry["offset"] >= 0 and entry["leader_epoch"] < 0:
                     entry["leader_epoch"] = partition.leader_epoch
             except KafkaError as e:
                 entry["error_code"] = e.code
