@@ -29,6 +29,7 @@ from odradek.coordinator.group import schemas
 from odradek.coordinator.group.placement import OFFSETS_TOPIC, partition_for
 from odradek.protocol.codec import ApiKey
 from odradek.testing import LocalCluster
+from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
 from tests.integration._clients import create_topic, unique_topic
 from tests.integration._groups import (
@@ -453,7 +454,12 @@ def test_the_store_its_errors_and_group_admin(cluster3: LocalCluster) -> None:
         assert (group, "Empty") in {(g.group_id, g.group_state) for g in listed.groups}
         # What the log holds: Kafka's records, in Kafka's order (metadata of generation 1, the
         # commit, the Empty generation 2).
-        records = stored_records(bootstrap, group)
+        # (The Empty generation is stored after LeaveGroup answered: wait until it is replicated.)
+        records = wait_until(
+            lambda: (found := stored_records(bootstrap, group)) if len(found) >= 3 else None,
+            CLIENT_TIMEOUT_S,
+            "three records of the group",
+        )
         kinds = [(type(k).__name__, type(v).__name__) for k, v in records]
         assert kinds == [
             ("GroupMetadataKey", "GroupMetadataValue"),
@@ -486,10 +492,16 @@ def test_the_store_its_errors_and_group_admin(cluster3: LocalCluster) -> None:
         assert fetch_offsets(connection, group, topic, [0])[1] == {0: (-1, -1, "")}
         deleted = connection.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": [group]})
         assert deleted.results[0].error_code == ErrorCode.none
-        assert stored_records(bootstrap, group)[-2:] == [
+        # Tombstones are appended with acks=1 (as Kafka does): readers see them once replicated.
+        tombstones = [
             (schemas.OffsetCommitKey(group, topic, 0), None),
             (schemas.GroupMetadataKey(group), None),
         ]
+        wait_until(
+            lambda: stored_records(bootstrap, group)[-2:] == tombstones,
+            CLIENT_TIMEOUT_S,
+            "the tombstones in the offsets topic",
+        )
         described = connection.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group]})
         assert described.groups[0].group_state == "Dead"
 
