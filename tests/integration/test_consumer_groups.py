@@ -452,14 +452,15 @@ def test_the_store_its_errors_and_group_admin(cluster3: LocalCluster) -> None:
         assert (left.error_code, left.members[0].error_code) == (ErrorCode.none, ErrorCode.none)
         listed = connection.request(ApiKey.LIST_GROUPS, 4, {"states_filter": ["Empty"]})
         assert (group, "Empty") in {(g.group_id, g.group_state) for g in listed.groups}
+
         # What the log holds: Kafka's records, in Kafka's order (metadata of generation 1, the
         # commit, the Empty generation 2).
         # (The Empty generation is stored after LeaveGroup answered: wait until it is replicated.)
-        records = wait_until(
-            lambda: (found := stored_records(bootstrap, group)) if len(found) >= 3 else None,
-            CLIENT_TIMEOUT_S,
-            "three records of the group",
-        )
+        def three_records() -> list[tuple[Any, Any]] | None:
+            found = stored_records(bootstrap, group)
+            return found if len(found) >= 3 else None
+
+        records = wait_until(three_records, CLIENT_TIMEOUT_S, "three records of the group")
         kinds = [(type(k).__name__, type(v).__name__) for k, v in records]
         assert kinds == [
             ("GroupMetadataKey", "GroupMetadataValue"),
