@@ -96,6 +96,19 @@ def group_tombstone(group_id: str) -> KeyValue:
     return schemas.group_metadata_key(group_id), None
 
 
+def split_batches(data: bytes | memoryview, size: int) -> Iterable[memoryview]:
+    """`data` (whole batches) in slices of about `size` bytes, cut at batch boundaries."""
+    view = memoryview(data)
+    start = end = 0
+    for header in iter_batches(view):
+        end = header.position + header.size
+        if end - start >= size:
+            yield view[start:end]
+            start = end
+    if end > start:
+        yield view[start:end]
+
+
 @dataclass(slots=True)
 class ReplayedGroup:
     """What a partition's log says about one group."""
@@ -142,7 +155,7 @@ class PartitionReplay:
             if value is None:
                 group.offsets.pop(partition, None)
                 return
-            decoded: OffsetCommitValue = schemas.decode(OffsetCommitValue, value)
+            decoded = schemas.decode_offset_commit_value(value)
             group.offsets[partition] = (
                 OffsetAndMetadata(
                     decoded.offset,

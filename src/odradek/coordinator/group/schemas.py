@@ -374,12 +374,57 @@ def record_version(data: bytes | memoryview) -> int:
 Key = OffsetCommitKey | GroupMetadataKey
 
 
+_LENGTH = struct.Struct(">h")
+_VALUE_V3_HEAD = struct.Struct(">hqih")
+
+
+def _fast_offset_commit_key(data: bytes) -> OffsetCommitKey | None:
+    """The common key (versions 0-1, ASCII-or-UTF-8 names) without the generic codec: a load
+    decodes one per record. None when anything looks unusual (the generic decoder decides)."""
+    try:
+        (group_length,) = _LENGTH.unpack_from(data, 2)
+        topic_at = 4 + group_length
+        (topic_length,) = _LENGTH.unpack_from(data, topic_at)
+        partition_at = topic_at + 2 + topic_length
+        if group_length < 0 or topic_length < 0 or partition_at + 4 != len(data):
+            return None
+        (partition,) = _INT32.unpack_from(data, partition_at)
+        return OffsetCommitKey(
+            data[4:topic_at].decode("utf-8"),
+            data[topic_at + 2 : partition_at].decode("utf-8"),
+            partition,
+        )
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+def _fast_offset_commit_value(data: bytes) -> OffsetCommitValue | None:
+    """Version 3, the one Kafka 3.x and Odradek write, without the generic codec."""
+    try:
+        version, offset, leader_epoch, length = _VALUE_V3_HEAD.unpack_from(data, 0)
+        end = _VALUE_V3_HEAD.size + length
+        if version != 3 or length < 0 or end + 8 != len(data):
+            return None
+        (commit_timestamp,) = _INT64.unpack_from(data, end)
+        metadata = data[_VALUE_V3_HEAD.size : end].decode("utf-8")
+    except (struct.error, UnicodeDecodeError):
+        return None
+    return OffsetCommitValue(offset, leader_epoch, metadata, commit_timestamp)
+
+
+def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
+    """An OffsetCommitValue of any version (the common version 3 on a fast path)."""
+    fast = _fast_offset_commit_value(data)
+    return fast if fast is not None else decode(OffsetCommitValue, data)  # type: ignore[no-any-return]
+
+
 def decode_key(data: bytes | memoryview) -> Key | None:
     """An offsets-topic key: OffsetCommitKey (versions 0, 1) or GroupMetadataKey (2); None for
     the keys of Kafka's new consumer-group protocol (3 and up), which Odradek does not use."""
     version = record_version(data)
     if version in (0, 1):
-        return decode(OffsetCommitKey, data)  # type: ignore[no-any-return]
+        fast = _fast_offset_commit_key(bytes(data))
+        return fast if fast is not None else decode(OffsetCommitKey, data)  # type: ignore[no-any-return]
     if version == 2:
         return decode(GroupMetadataKey, data)  # type: ignore[no-any-return]
     if version > 2:
