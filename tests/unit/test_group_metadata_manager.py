@@ -424,3 +424,39 @@ def test_an_offsets_only_group_is_listed_empty_without_protocol() -> None:
     group.offsets.load(("t", 0), OffsetAndMetadata(3), 0)
     assert group.overview().state == "Empty" and group.overview().protocol_type == ""
     assert bool(group.offsets)
+
+
+def test_the_zookeeper_importer_reads_old_znodes_and_marks_groups() -> None:
+    from odradek.coordinator.group.placement import partition_for
+    from odradek.coordinator.group.zk_import import ZkLegacyOffsets, imported_marker_path
+    from odradek.coordinator.group.zk_offsets import ConsumerOffsetZNode
+    from tests.fakes.controller_zk import FakeZooKeeper
+
+    async def scenario() -> None:
+        tree = FakeZooKeeper()
+        zk = tree.client()
+        groups = {"g/slash": {("t", 0): 5, ("t", 1): 6}, "plain": {("u", 3): 7}}
+        for group, offsets in groups.items():
+            for (topic, partition), offset in offsets.items():
+                await zk.create(
+                    ConsumerOffsetZNode.path(group, topic, partition),
+                    ConsumerOffsetZNode.encode(offset),
+                    makepath=True,
+                )
+        await zk.create(ConsumerOffsetZNode.path("junk", "t", 0), b"not a number", makepath=True)
+        legacy = ZkLegacyOffsets(zk)  # type: ignore[arg-type]
+
+        def partition_of(group: str) -> int:
+            return partition_for(group, 50)
+
+        found: dict[str, Any] = {}
+        for partition in {partition_of(g) for g in [*groups, "junk"]}:
+            found.update(await legacy.unimported_offsets(partition, partition_of))
+        assert found == {**groups, "junk": {}}
+        await legacy.mark_imported("g/slash", partition_of("g/slash"))
+        assert tree.exists(imported_marker_path("g/slash")) is not None
+        assert await legacy.unimported_offsets(partition_of("g/slash"), partition_of) == (
+            {"plain": groups["plain"]} if partition_of("plain") == partition_of("g/slash") else {}
+        )
+
+    run(scenario)

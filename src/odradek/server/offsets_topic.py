@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from odradek.server.config import KafkaConfig
 
 log = logging.getLogger(__name__)
+
+WARN_INTERVAL_S = 30.0
 
 
 def _append_result(result: ProduceResult) -> AppendResult:
@@ -93,6 +96,7 @@ class OffsetsTopicCreator:
         self.admin = admin
         self._alive_brokers = alive_brokers
         self._creating: asyncio.Task[None] | None = None
+        self._warned_at = -WARN_INTERVAL_S
 
     def ensure(self) -> None:
         if self._creating is not None and not self._creating.done():
@@ -100,6 +104,10 @@ class OffsetsTopicCreator:
         replication = self.config["offsets.topic.replication.factor"]
         alive = len(list(self._alive_brokers()))
         if alive < replication:
+            now = time.monotonic()
+            if now - self._warned_at < WARN_INTERVAL_S:
+                return  # every FindCoordinator asks: say it once in a while, not each time
+            self._warned_at = now
             log.error(
                 "not creating %s: %d brokers are alive, offsets.topic.replication.factor is %d "
                 "(set it to the number of brokers on a smaller cluster)",

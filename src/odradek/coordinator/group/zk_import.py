@@ -61,19 +61,25 @@ class ZkLegacyOffsets:
     def __init__(self, zk: ZkClient, clock: Callable[[], float] = time.monotonic) -> None:
         self.zk = zk
         self._clock = clock
-        self._listing: tuple[float, list[str]] | None = None
+        self._listing: tuple[float, asyncio.Task[list[str]]] | None = None
 
     async def _groups(self) -> list[str]:
+        """The group ids under /consumers; partitions loading together share one listing."""
         now = self._clock()
-        if self._listing is not None and now - self._listing[0] < LISTING_TTL_S:
-            return self._listing[1]
+        if (
+            self._listing is None
+            or now - self._listing[0] >= LISTING_TTL_S
+            or (self._listing[1].done() and self._listing[1].exception() is not None)
+        ):
+            self._listing = (now, asyncio.get_running_loop().create_task(self._list()))
+        return await asyncio.shield(self._listing[1])
+
+    async def _list(self) -> list[str]:
         try:
             names = await self.zk.get_children(CONSUMERS_PATH)
         except NoNodeError:
             names = []
-        groups = [group_id_from_znode_name(name) for name in names]
-        self._listing = (now, groups)
-        return groups
+        return [group_id_from_znode_name(name) for name in names]
 
     async def unimported_offsets(
         self, partition: int, partition_of: Callable[[str], int]
