@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient
 
 from odradek.coordinator.group.placement import OFFSETS_TOPIC, partition_for
 from odradek.testing import LocalCluster
-from tests.fixtures.cluster import START_TIMEOUT_S, _bring_down, wait_until
+from tests.fixtures.cluster import START_TIMEOUT_S, _bring_down, _used_clusters, wait_until
 from tests.integration import _wire
 from tests.integration._clients import create_topic, unique_topic, wait_until_serving
 from tests.integration._groups import (
@@ -53,6 +53,12 @@ def failover_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Local
         yield cluster
     finally:
         _bring_down(cluster)
+
+
+@pytest.fixture(autouse=True)
+def _report_logs(failover_cluster: LocalCluster, request: pytest.FixtureRequest) -> None:
+    """A failing test's report gets the tails of this module's broker logs."""
+    _used_clusters(request.node).append(failover_cluster)
 
 
 def survivors(cluster: LocalCluster, dead: int) -> str:
@@ -241,7 +247,8 @@ def test_groups_commit_and_resume_across_a_sigkill_of_their_coordinator(
     finally:
         monitor.stop.set()
         consumer.close()
-        monitor.join(10)
+        if monitor.is_alive():
+            monitor.join(10)
         cluster.start_broker(victim)
     assert monitor.reads > 0
     assert monitor.backwards == []
