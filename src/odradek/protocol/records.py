@@ -1,0 +1,304 @@
+"""The records inside a RecordBatch v2: validation and layout, native and pure-Python.
+
+A batch's records section (after the 61-byte header, decompressed when the batch is compressed)
+is `recordsCount` records back to back; the layout of one record and the rules a well-formed
+section obeys are documented in the C source, `_records.c`. The short version: exactly
+`recordsCount` records and no trailing byte; varints of at most 5 bytes and varlongs of at most 10,
+whose value fits; each record's length equal to the bytes its fields take; key, value and header
+value lengths >= -1 (-1 is null), header key lengths >= 0; record i has offsetDelta i.
+
+Two implementations of the same rules:
+
+* `scan_records` / `index_records` call the native walker (`odradek.protocol._records`, built by
+  `pip install -e .`), which costs no Python work per record and releases the GIL. This is what
+  the broker uses on the produce path.
+* `reference_scan` / `reference_index` are the rules written plainly in Python: the specification
+  the property tests hold the native walker to, and the fallback when the extension is missing
+  (with a warning: that is a broken installation, and 20-50x slower).
+
+Both raise `InvalidRecordError` (INVALID_RECORD, the code Kafka's LogValidator answers for a
+malformed record) with a message naming the record and what is wrong with it.
+
+`RecordLayout` is one record's fields as positions in the records section. Readers that need keys
+and values (the tools' `decode_records`, a compaction key map, a columnar reader) slice them out of
+the section from these positions instead of parsing records themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable
+from typing import NamedTuple
+
+from odradek.errors import InvalidRecordError
+
+log = logging.getLogger(__name__)
+
+Buffer = bytes | bytearray | memoryview
+
+MIN_RECORD_SIZE = 7
+"""The smallest record: length, attributes, timestampDelta, offsetDelta, null key, null value and
+a header count, one byte each."""
+
+
+class RecordLayout(NamedTuple):
+    """Where one record's fields are in its records section (lengths -1 mean null)."""
+
+    offset_delta: int
+    timestamp: int
+    key_position: int
+    key_length: int
+    value_position: int
+    value_length: int
+    headers_position: int
+    header_count: int
+    end: int
+
+
+class ScanResult(NamedTuple):
+    """What validation learns in its pass: the smallest and largest record timestamp (-1, -1 for
+    no records) and the indexes of records outside the timestamp bounds asked for."""
+
+    min_timestamp: int
+    max_timestamp: int
+    outside: tuple[int, ...]
+
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference implementation
+
+
+class _Malformed(Exception):
+    def __init__(self, message: str, index: int, position: int) -> None:
+        super().__init__(message, index, position)
+        self.message = message
+
+
+def _varint(buf: Buffer, position: int, end: int, max_bytes: int, bits: int) -> tuple[int, int]:
+    """A zig-zag varint of at most `max_bytes` whose unsigned value fits `bits` bits."""
+    raw = 0
+    for count in range(max_bytes):
+        if position >= end:
+            raise ValueError("is cut short")
+        byte = buf[position]
+        position += 1
+        if count == max_bytes - 1:
+            if byte & 0x80:
+                raise ValueError("is too long")
+            if byte >> (bits - 7 * count):
+                raise ValueError("does not fit its type")
+        raw |= (byte & 0x7F) << (7 * count)
+        if not byte & 0x80:
+            return (raw >> 1) ^ -(raw & 1), position
+    raise ValueError("is too long")  # pragma: no cover - the loop returns or raises
+
+
+def _to_int64(value: int) -> int:
+    return (value + 2**63) % 2**64 - 2**63
+
+
+def _walk(
+    buf: Buffer,
+    count: int,
+    base_timestamp: int,
+    visit: Callable[[int, RecordLayout], None],
+) -> None:
+    n = len(buf)
+    if count < 0:
+        raise _Malformed(f"recordsCount {count} is negative", -1, 0)
+    if count > n // MIN_RECORD_SIZE:
+        raise _Malformed(f"recordsCount {count} cannot fit in {n} bytes of records", -1, 0)
+    position = 0
+    for index in range(count):
+
+        def read(end: int, what: str, long: bool = False) -> int:
+            nonlocal position
+            try:
+                value, position = _varint(
+                    buf, position, end, 10 if long else 5, 64 if long else 32
+                )
+            except ValueError as e:
+                raise _Malformed(f"record {index}: the {what} varint {e}", index, position) from None
+            return value
+
+        def fail(message: str) -> _Malformed:
+            return _Malformed(f"record {index}{message}", index, position)
+
+        length = read(n, "length")
+        if length < 0:
+            raise fail(f" has a negative length {length}")
+        if length > n - position:
+            raise fail(
+                f" has length {length} but only {n - position} bytes of records remain"
+            )
+        end = position + length
+        if position >= end:
+            raise fail(" has no attributes byte")
+        position += 1
+        timestamp = _to_int64(base_timestamp + read(end, "timestampDelta", long=True))
+        offset_delta = read(end, "offsetDelta")
+        if offset_delta != index:
+            raise fail(
+                f" has offsetDelta {offset_delta} (records must have consecutive offset deltas)"
+            )
+        key_length = read(end, "key length")
+        if key_length < -1:
+            raise fail(f" has key length {key_length}")
+        key_position = position
+        if key_length > end - position:
+            raise fail(f": its key of {key_length} bytes runs past the record")
+        position += max(key_length, 0)
+        value_length = read(end, "value length")
+        if value_length < -1:
+            raise fail(f" has value length {value_length}")
+        value_position = position
+        if value_length > end - position:
+            raise fail(f": its value of {value_length} bytes runs past the record")
+        position += max(value_length, 0)
+        header_count = read(end, "header count")
+        if header_count < 0:
+            raise fail(f" has header count {header_count}")
+        if header_count > (end - position) // 2:
+            raise fail(
+                f": {header_count} headers cannot fit in the {end - position} bytes left of "
+                "the record"
+            )
+        headers_position = position
+        for h in range(header_count):
+            header_key_length = read(end, "header key length")
+            if header_key_length < 0:
+                raise fail(
+                    f": header {h} has key length {header_key_length} (header keys cannot be "
+                    "null)"
+                )
+            if header_key_length > end - position:
+                raise fail(f": header {h}'s key runs past the record")
+            position += header_key_length
+            header_value_length = read(end, "header value length")
+            if header_value_length < -1:
+                raise fail(f": header {h} has value length {header_value_length}")
+            if header_value_length > end - position:
+                raise fail(f": header {h}'s value runs past the record")
+            position += max(header_value_length, 0)
+        if position != end:
+            raise fail(
+                f" has length {length} but its fields take {position - (end - length)} bytes"
+            )
+        visit(
+            index,
+            RecordLayout(
+                offset_delta,
+                timestamp,
+                key_position,
+                key_length,
+                value_position,
+                value_length,
+                headers_position,
+                header_count,
+                end,
+            ),
+        )
+    if position != n:
+        raise _Malformed(
+            f"{n - position} bytes follow the last of the {count} records", count, position
+        )
+
+
+def reference_scan(
+    records: Buffer,
+    records_count: int,
+    base_timestamp: int,
+    lower: int | None = None,
+    upper: int | None = None,
+) -> ScanResult:
+    """`scan_records` in plain Python (see the module docstring)."""
+    check = lower is not None or upper is not None
+    low = _INT64_MIN if lower is None else lower
+    high = _INT64_MAX if upper is None else upper
+    timestamps: list[int] = []
+    outside: list[int] = []
+
+    def visit(index: int, record: RecordLayout) -> None:
+        timestamps.append(record.timestamp)
+        if check and record.timestamp != -1 and not low <= record.timestamp <= high:
+            outside.append(index)
+
+    try:
+        _walk(records, records_count, base_timestamp, visit)
+    except _Malformed as e:
+        raise InvalidRecordError(e.message) from None
+    if not timestamps:
+        return ScanResult(-1, -1, ())
+    return ScanResult(min(timestamps), max(timestamps), tuple(outside))
+
+
+def reference_index(records: Buffer, records_count: int, base_timestamp: int) -> list[RecordLayout]:
+    """`index_records` in plain Python."""
+    layouts: list[RecordLayout] = []
+    try:
+        _walk(records, records_count, base_timestamp, lambda _i, r: layouts.append(r))
+    except _Malformed as e:
+        raise InvalidRecordError(e.message) from None
+    return layouts
+
+
+# ---------------------------------------------------------------------------------------------
+# The native implementation
+
+try:
+    from odradek.protocol import _records as _native
+except ImportError:  # pragma: no cover - exercised only by a broken installation
+    _native = None  # type: ignore[assignment]
+    log.warning(
+        "odradek.protocol._records is not built (run `pip install -e .`): validating records in "
+        "pure Python, which is much slower"
+    )
+
+NATIVE = _native is not None
+"""Whether the native walker is in use."""
+
+_ROW = struct.Struct("=9q")
+
+
+def scan_records(
+    records: Buffer,
+    records_count: int,
+    base_timestamp: int,
+    lower: int | None = None,
+    upper: int | None = None,
+) -> ScanResult:
+    """Validate a records section in one pass; InvalidRecordError on the first malformation.
+
+    `lower`/`upper` (optional, inclusive, clamped to int64) are timestamp bounds: the result lists
+    the indexes of records with a timestamp other than -1 outside them.
+    """
+    if lower is not None:
+        lower = max(lower, _INT64_MIN)
+    if upper is not None:
+        upper = min(upper, _INT64_MAX)
+    if _native is None:  # pragma: no cover
+        return reference_scan(records, records_count, base_timestamp, lower, upper)
+    if not _INT64_MIN <= records_count <= _INT64_MAX:
+        raise InvalidRecordError(f"recordsCount {records_count} is out of range")
+    try:
+        return ScanResult._make(
+            _native.scan(records, records_count, base_timestamp, lower, upper)
+        )
+    except _native.InvalidRecordsError as e:
+        raise InvalidRecordError(e.args[0]) from None
+
+
+def index_records(records: Buffer, records_count: int, base_timestamp: int) -> list[RecordLayout]:
+    """Validate a records section and return every record's layout."""
+    if _native is None:  # pragma: no cover
+        return reference_index(records, records_count, base_timestamp)
+    try:
+        rows = _native.index(records, records_count, base_timestamp)
+    except _native.InvalidRecordsError as e:
+        raise InvalidRecordError(e.args[0]) from None
+    return [RecordLayout._make(row) for row in _ROW.iter_unpack(rows)]
