@@ -216,38 +216,71 @@ def cases(now_ms: int) -> list[Case]:
     one_record = numbered(1)
     out: list[Case] = [
         Case("valid", batch_of(three)),
-        Case("valid with headers and nulls", batch_of([
-            RawRecord(key=None, value=None, headers=[(b"h", None), (b"h2", b"x")]),
-            RawRecord(key=b"", value=b"", offset_delta=1, headers=[(b"", b"")]),
-        ])),
+        Case(
+            "valid with headers and nulls",
+            batch_of(
+                [
+                    RawRecord(key=None, value=None, headers=[(b"h", None), (b"h2", b"x")]),
+                    RawRecord(key=b"", value=b"", offset_delta=1, headers=[(b"", b"")]),
+                ]
+            ),
+        ),
     ]
-    for codec in (CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4,
-                  CompressionType.ZSTD):
+    for codec in (
+        CompressionType.GZIP,
+        CompressionType.SNAPPY,
+        CompressionType.LZ4,
+        CompressionType.ZSTD,
+    ):
         name = CompressionType(codec).name.lower()
         out += [
             Case(f"valid {name}", batch_of(numbered(50), compression=codec)),
-            Case(f"{name}: recordsCount above the records",
-                 batch_of(three, compression=codec, records_count=4, last_offset_delta=3)),
-            Case(f"{name}: recordsCount below the records",
-                 batch_of(three, compression=codec, records_count=2, last_offset_delta=1)),
-            Case(f"{name}: trailing bytes after the last record",
-                 batch_of(three, compression=codec, tail=b"\x00\x01\x02")),
-            Case(f"{name}: record length past the end",
-                 batch_of([*numbered(2), RawRecord(offset_delta=2, length_adjust=5)],
-                          compression=codec)),
-            Case(f"{name}: payload is not {name}",
-                 raw_batch(b"\x01\x02garbage-payload" * 4, records_count=3, attributes=codec)),
-            Case(f"{name}: payload cut short",
-                 raw_batch(COMPRESSORS[codec](records_section(numbered(50)))[:-7],
-                           records_count=50, attributes=codec)),
-            Case(f"{name}: offset deltas not sequential",
-                 batch_of([replace(r, offset_delta=2 * i) for i, r in enumerate(three)],
-                          compression=codec)),
+            Case(
+                f"{name}: recordsCount above the records",
+                batch_of(three, compression=codec, records_count=4, last_offset_delta=3),
+            ),
+            Case(
+                f"{name}: recordsCount below the records",
+                batch_of(three, compression=codec, records_count=2, last_offset_delta=1),
+            ),
+            Case(
+                f"{name}: trailing bytes after the last record",
+                batch_of(three, compression=codec, tail=b"\x00\x01\x02"),
+            ),
+            Case(
+                f"{name}: record length past the end",
+                batch_of(
+                    [*numbered(2), RawRecord(offset_delta=2, length_adjust=5)], compression=codec
+                ),
+            ),
+            Case(
+                f"{name}: payload is not {name}",
+                raw_batch(b"\x01\x02garbage-payload" * 4, records_count=3, attributes=codec),
+            ),
+            Case(
+                f"{name}: payload cut short",
+                raw_batch(
+                    COMPRESSORS[codec](records_section(numbered(50)))[:-7],
+                    records_count=50,
+                    attributes=codec,
+                ),
+            ),
+            Case(
+                f"{name}: offset deltas not sequential",
+                batch_of(
+                    [replace(r, offset_delta=2 * i) for i, r in enumerate(three)], compression=codec
+                ),
+            ),
         ]
     out += [
-        Case("raw snappy (librdkafka's framing)",
-             raw_batch(bytes(cramjam.snappy.compress_raw(records_section(three))),
-                       records_count=3, attributes=CompressionType.SNAPPY)),
+        Case(
+            "raw snappy (librdkafka's framing)",
+            raw_batch(
+                bytes(cramjam.snappy.compress_raw(records_section(three))),
+                records_count=3,
+                attributes=CompressionType.SNAPPY,
+            ),
+        ),
         Case("bad CRC", raw_batch(records_section(three), records_count=3, crc=0x12345678)),
         Case("magic 1", batch_of(three, magic=1)),
         Case("magic 3", batch_of(three, magic=3)),
@@ -258,73 +291,112 @@ def cases(now_ms: int) -> list[Case]:
         Case("transactional without producer id", batch_of(three, attributes=0x10)),
         Case("producer id without sequence", batch_of(three, producer_id=7, producer_epoch=0)),
         Case("recordsCount 0", batch_of([], records_count=0, last_offset_delta=0)),
-        Case("recordsCount above the records", batch_of(three, records_count=4,
-                                                        last_offset_delta=3)),
-        Case("recordsCount below the records", batch_of(three, records_count=2,
-                                                        last_offset_delta=1)),
+        Case(
+            "recordsCount above the records", batch_of(three, records_count=4, last_offset_delta=3)
+        ),
+        Case(
+            "recordsCount below the records", batch_of(three, records_count=2, last_offset_delta=1)
+        ),
         Case("recordsCount negative", batch_of(three, records_count=-1, last_offset_delta=2)),
         Case("lastOffsetDelta above recordsCount - 1", batch_of(three, last_offset_delta=5)),
         Case("lastOffsetDelta below recordsCount - 1", batch_of(three, last_offset_delta=1)),
         Case("lastOffsetDelta negative", batch_of(three, last_offset_delta=-1)),
         Case("trailing bytes after the last record", batch_of(three, tail=b"\x00\x00")),
-        Case("record length too long",
-             batch_of([*numbered(2), RawRecord(offset_delta=2, length_adjust=3)])),
-        Case("record length too short",
-             batch_of([RawRecord(length_adjust=-1), *numbered(2)[1:]])),
+        Case(
+            "record length too long",
+            batch_of([*numbered(2), RawRecord(offset_delta=2, length_adjust=3)]),
+        ),
+        Case("record length too short", batch_of([RawRecord(length_adjust=-1), *numbered(2)[1:]])),
         Case("record length negative", batch_of([RawRecord(length_raw=varint(-5))])),
         Case("record length zero", batch_of([RawRecord(length_raw=varint(0))])),
-        Case("record length varint of 6 bytes",
-             batch_of([RawRecord(length_raw=b"\x80\x80\x80\x80\x80\x00")])),
-        Case("timestamp delta varlong of 11 bytes",
-             batch_of([RawRecord(timestamp_raw=b"\x80" * 10 + b"\x00")])),
-        Case("key length varint of 6 bytes",
-             batch_of([RawRecord(key_raw=b"\x80\x80\x80\x80\x80\x00")])),
-        Case("offset delta varint with bits beyond 32",
-             batch_of([RawRecord(offset_raw=b"\x80\x80\x80\x80\x10")])),
+        Case(
+            "record length varint of 6 bytes",
+            batch_of([RawRecord(length_raw=b"\x80\x80\x80\x80\x80\x00")]),
+        ),
+        Case(
+            "timestamp delta varlong of 11 bytes",
+            batch_of([RawRecord(timestamp_raw=b"\x80" * 10 + b"\x00")]),
+        ),
+        Case(
+            "key length varint of 6 bytes",
+            batch_of([RawRecord(key_raw=b"\x80\x80\x80\x80\x80\x00")]),
+        ),
+        Case(
+            "offset delta varint with bits beyond 32",
+            batch_of([RawRecord(offset_raw=b"\x80\x80\x80\x80\x10")]),
+        ),
         Case("key length past the record", batch_of([RawRecord(key_raw=varint(40) + b"k")])),
         Case("key length -2", batch_of([RawRecord(key_raw=varint(-2))])),
         Case("value length past the record", batch_of([RawRecord(value_raw=varint(99) + b"v")])),
         Case("value length -7", batch_of([RawRecord(value_raw=varint(-7))])),
         Case("header count negative", batch_of([RawRecord(headers_raw=varint(-1))])),
         Case("header count huge", batch_of([RawRecord(headers_raw=varint(1_000_000))])),
-        Case("header count above the headers",
-             batch_of([RawRecord(headers_raw=varint(2) + sized(b"h") + sized(b"v"))])),
-        Case("header key null",
-             batch_of([RawRecord(headers_raw=varint(1) + varint(-1) + sized(b"v"))])),
-        Case("header key not UTF-8",
-             batch_of([RawRecord(headers=[(b"\xff\xfe", b"v")])])),
+        Case(
+            "header count above the headers",
+            batch_of([RawRecord(headers_raw=varint(2) + sized(b"h") + sized(b"v"))]),
+        ),
+        Case(
+            "header key null",
+            batch_of([RawRecord(headers_raw=varint(1) + varint(-1) + sized(b"v"))]),
+        ),
+        Case("header key not UTF-8", batch_of([RawRecord(headers=[(b"\xff\xfe", b"v")])])),
         Case("header value null", batch_of([RawRecord(headers=[(b"h", None)])])),
-        Case("header value length past the record",
-             batch_of([RawRecord(headers_raw=varint(1) + sized(b"h") + varint(50))])),
-        Case("offset deltas not sequential",
-             batch_of([replace(r, offset_delta=2 * i) for i, r in enumerate(three)])),
+        Case(
+            "header value length past the record",
+            batch_of([RawRecord(headers_raw=varint(1) + sized(b"h") + varint(50))]),
+        ),
+        Case(
+            "offset deltas not sequential",
+            batch_of([replace(r, offset_delta=2 * i) for i, r in enumerate(three)]),
+        ),
         Case("offset deltas repeated", batch_of([replace(r, offset_delta=0) for r in three])),
         Case("offset delta negative", batch_of([RawRecord(offset_delta=-1)])),
         Case("record attributes set", batch_of([RawRecord(attributes=0x7F)])),
-        Case("maxTimestamp below the records' largest",
-             batch_of(numbered(3, timestamp_delta=50), max_timestamp=BASE_TIMESTAMP)),
-        Case("maxTimestamp above the records' largest",
-             batch_of(three, max_timestamp=BASE_TIMESTAMP + 999_999)),
+        Case(
+            "maxTimestamp below the records' largest",
+            batch_of(numbered(3, timestamp_delta=50), max_timestamp=BASE_TIMESTAMP),
+        ),
+        Case(
+            "maxTimestamp above the records' largest",
+            batch_of(three, max_timestamp=BASE_TIMESTAMP + 999_999),
+        ),
         Case("batchLength longer than the bytes", batch_of(three, batch_length_adjust=10)),
         Case("batchLength shorter than the bytes", batch_of(three, batch_length_adjust=-10)),
-        Case("batchLength below a header", raw_batch(b"", records_count=0,
-                                                     batch_length_adjust=-20)),
+        Case(
+            "batchLength below a header", raw_batch(b"", records_count=0, batch_length_adjust=-20)
+        ),
         Case("two batches", batch_of(three) + batch_of(three)),
         Case("empty records", b""),
         Case("a partial batch after a whole one", batch_of(three) + batch_of(three)[:30]),
         Case("timestamps years old on a bounded topic", batch_of(three), topic="bounded"),
         Case("timestamps now on a bounded topic", _now_relative(now_ms), topic="bounded"),
-        Case("timestamps two hours ahead on a bounded topic",
-             _now_relative(now_ms, delta_ms=2 * 3600 * 1000), topic="bounded"),
-        Case("one record of three out of bounds",
-             batch_of([replace(r, timestamp_delta=(0 if i != 1 else -3 * 3600 * 1000))
-                       for i, r in enumerate(numbered(3))], base_timestamp=now_ms),
-             topic="bounded"),
-        Case("timestamp -1 on a bounded topic",
-             batch_of(one_record, base_timestamp=-1, max_timestamp=-1), topic="bounded"),
+        Case(
+            "timestamps two hours ahead on a bounded topic",
+            _now_relative(now_ms, delta_ms=2 * 3600 * 1000),
+            topic="bounded",
+        ),
+        Case(
+            "one record of three out of bounds",
+            batch_of(
+                [
+                    replace(r, timestamp_delta=(0 if i != 1 else -3 * 3600 * 1000))
+                    for i, r in enumerate(numbered(3))
+                ],
+                base_timestamp=now_ms,
+            ),
+            topic="bounded",
+        ),
+        Case(
+            "timestamp -1 on a bounded topic",
+            batch_of(one_record, base_timestamp=-1, max_timestamp=-1),
+            topic="bounded",
+        ),
         Case("LogAppendTime bit from a producer", batch_of(three, attributes=0x08)),
-        Case("LogAppendTime bit on a LogAppendTime topic", batch_of(three, attributes=0x08),
-             topic="append"),
+        Case(
+            "LogAppendTime bit on a LogAppendTime topic",
+            batch_of(three, attributes=0x08),
+            topic="append",
+        ),
         Case("old timestamps on a LogAppendTime topic", batch_of(three), topic="append"),
     ]
     return out

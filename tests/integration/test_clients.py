@@ -201,11 +201,7 @@ def test_produced_with_every_codec(
 
 @pytest.mark.parametrize(
     ("client", "codec"),
-    [
-        pytest.param(client, codec, id=f"{client}-{codec}")
-        for client in CLIENTS
-        for codec in CODECS
-    ],
+    [pytest.param(client, codec, id=f"{client}-{codec}") for client in CLIENTS for codec in CODECS],
 )
 def test_stored_in_the_codec_written(
     cluster3: LocalCluster, written: Callable[[str], Written], client: str, codec: str
@@ -258,7 +254,9 @@ def test_acks(cluster3: LocalCluster, client: str, acks: int):
     create_topic(cluster3.bootstrap_servers, topic)
     # With acks=0 nothing reports a record sent before the leader has the partition: wait until
     # the leader answers for it (CreateTopics only waits for the metadata of the broker it asked).
-    wait_until(lambda: _latest_or_none(cluster3, topic) == 0, 30, "the leader to host the partition")
+    wait_until(
+        lambda: _latest_or_none(cluster3, topic) == 0, 30, "the leader to host the partition"
+    )
     records = [
         Rec(f"k{i}".encode(), f"v{i}".encode(), (), 1_600_000_000_000 + i) for i in range(20)
     ]

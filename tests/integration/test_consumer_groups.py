@@ -166,7 +166,8 @@ def test_confluent_group_splits_commits_rebalances_and_resumes(cluster3: LocalCl
         description = admin.describe_consumer_groups([group])[group].result(CLIENT_TIMEOUT_S)
         assert description.state is ConsumerGroupState.STABLE
         described = [
-            sorted(tp.partition for tp in m.assignment.topic_partitions) for m in description.members
+            sorted(tp.partition for tp in m.assignment.topic_partitions)
+            for m in description.members
         ]
         assert sorted(described) == sorted(sorted(partitions) for partitions in owned.values())
         # 2. Everything produced is consumed exactly once between them, each from its own.

@@ -354,7 +354,11 @@ class ControllerBrokerRequestBatch:
         topic_states = tuple(
             build(
                 UpdateMetadataTopicState,
-                {"topic_name": topic, "topic_id": self._topic_id(topic), "partition_states": states},
+                {
+                    "topic_name": topic,
+                    "topic_id": self._topic_id(topic),
+                    "partition_states": states,
+                },
             )
             for topic, states in topics.items()
         )

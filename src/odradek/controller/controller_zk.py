@@ -177,7 +177,9 @@ class ControllerZk:
     async def get_partition_states(
         self, partitions: Sequence[TopicPartition]
     ) -> dict[TopicPartition, LeaderAndIsr]:
-        results = await self.zk.get_many([TopicPartitionStateZNode.path(t, p) for t, p in partitions])
+        results = await self.zk.get_many(
+            [TopicPartitionStateZNode.path(t, p) for t, p in partitions]
+        )
         states = {}
         for tp, result in zip(partitions, results, strict=True):
             if isinstance(result, NoNodeError):

@@ -72,7 +72,10 @@ def write_checkpoint(
     """Write a checkpoint file with the given entry lines (version and count are added)."""
     entries = list(lines)
     write_atomically(
-        path, "".join([f"{CHECKPOINT_VERSION}\n{len(entries)}\n", *entries]), sync=sync, sync_dir=sync_dir
+        path,
+        "".join([f"{CHECKPOINT_VERSION}\n{len(entries)}\n", *entries]),
+        sync=sync,
+        sync_dir=sync_dir,
     )
 
 

@@ -102,6 +102,98 @@ def _to_int64(value: int) -> int:
     return (value + 2**63) % 2**64 - 2**63
 
 
+class _Walker:
+    """The reference walk: one record at a time, every rule spelled out."""
+
+    def __init__(self, buf: Buffer) -> None:
+        self.buf = buf
+        self.position = 0
+        self.index = -1
+
+    def fail(self, message: str) -> _Malformed:
+        return _Malformed(f"record {self.index}{message}", self.index, self.position)
+
+    def read(self, end: int, what: str, long: bool = False) -> int:
+        try:
+            value, self.position = _varint(
+                self.buf, self.position, end, 10 if long else 5, 64 if long else 32
+            )
+        except ValueError as e:
+            raise self.fail(f": the {what} varint {e}") from None
+        return value
+
+    def record(self, n: int, base_timestamp: int) -> RecordLayout:
+        length = self.read(n, "length")
+        if length < 0:
+            raise self.fail(f" has a negative length {length}")
+        if length > n - self.position:
+            raise self.fail(
+                f" has length {length} but only {n - self.position} bytes of records remain"
+            )
+        end = self.position + length
+        if self.position >= end:
+            raise self.fail(" has no attributes byte")
+        self.position += 1
+        timestamp = _to_int64(base_timestamp + self.read(end, "timestampDelta", long=True))
+        offset_delta = self.read(end, "offsetDelta")
+        if offset_delta != self.index:
+            raise self.fail(
+                f" has offsetDelta {offset_delta} (records must have consecutive offset deltas)"
+            )
+        key_position, key_length = self.field(end, "key")
+        value_position, value_length = self.field(end, "value")
+        header_count = self.read(end, "header count")
+        if header_count < 0:
+            raise self.fail(f" has header count {header_count}")
+        if header_count > (end - self.position) // 2:
+            raise self.fail(
+                f": {header_count} headers cannot fit in the {end - self.position} bytes left "
+                "of the record"
+            )
+        headers_position = self.position
+        for h in range(header_count):
+            header_key_length = self.read(end, "header key length")
+            if header_key_length < 0:
+                raise self.fail(
+                    f": header {h} has key length {header_key_length} (header keys cannot be null)"
+                )
+            if header_key_length > end - self.position:
+                raise self.fail(f": header {h}'s key runs past the record")
+            self.position += header_key_length
+            header_value_length = self.read(end, "header value length")
+            if header_value_length < -1:
+                raise self.fail(f": header {h} has value length {header_value_length}")
+            if header_value_length > end - self.position:
+                raise self.fail(f": header {h}'s value runs past the record")
+            self.position += max(header_value_length, 0)
+        if self.position != end:
+            raise self.fail(
+                f" has length {length} but its fields take {self.position - (end - length)} bytes"
+            )
+        return RecordLayout(
+            offset_delta,
+            timestamp,
+            key_position,
+            key_length,
+            value_position,
+            value_length,
+            headers_position,
+            header_count,
+            end,
+        )
+
+    def field(self, end: int, what: str) -> tuple[int, int]:
+        """A key or value: (position of its bytes, length or -1 for null)."""
+        length = self.read(end, f"{what} length")
+        if length < -1:
+            raise self.fail(f" has {what} length {length}")
+        position = self.position
+        if length > end - position:
+            raise self.fail(f": its {what} of {length} bytes runs past the record")
+        self.position += max(length, 0)
+        return position, length
+
+
 def _walk(
     buf: Buffer,
     count: int,
@@ -113,99 +205,15 @@ def _walk(
         raise _Malformed(f"recordsCount {count} is negative", -1, 0)
     if count > n // MIN_RECORD_SIZE:
         raise _Malformed(f"recordsCount {count} cannot fit in {n} bytes of records", -1, 0)
-    position = 0
+    walker = _Walker(buf)
     for index in range(count):
-
-        def read(end: int, what: str, long: bool = False) -> int:
-            nonlocal position
-            try:
-                value, position = _varint(
-                    buf, position, end, 10 if long else 5, 64 if long else 32
-                )
-            except ValueError as e:
-                raise _Malformed(f"record {index}: the {what} varint {e}", index, position) from None
-            return value
-
-        def fail(message: str) -> _Malformed:
-            return _Malformed(f"record {index}{message}", index, position)
-
-        length = read(n, "length")
-        if length < 0:
-            raise fail(f" has a negative length {length}")
-        if length > n - position:
-            raise fail(
-                f" has length {length} but only {n - position} bytes of records remain"
-            )
-        end = position + length
-        if position >= end:
-            raise fail(" has no attributes byte")
-        position += 1
-        timestamp = _to_int64(base_timestamp + read(end, "timestampDelta", long=True))
-        offset_delta = read(end, "offsetDelta")
-        if offset_delta != index:
-            raise fail(
-                f" has offsetDelta {offset_delta} (records must have consecutive offset deltas)"
-            )
-        key_length = read(end, "key length")
-        if key_length < -1:
-            raise fail(f" has key length {key_length}")
-        key_position = position
-        if key_length > end - position:
-            raise fail(f": its key of {key_length} bytes runs past the record")
-        position += max(key_length, 0)
-        value_length = read(end, "value length")
-        if value_length < -1:
-            raise fail(f" has value length {value_length}")
-        value_position = position
-        if value_length > end - position:
-            raise fail(f": its value of {value_length} bytes runs past the record")
-        position += max(value_length, 0)
-        header_count = read(end, "header count")
-        if header_count < 0:
-            raise fail(f" has header count {header_count}")
-        if header_count > (end - position) // 2:
-            raise fail(
-                f": {header_count} headers cannot fit in the {end - position} bytes left of "
-                "the record"
-            )
-        headers_position = position
-        for h in range(header_count):
-            header_key_length = read(end, "header key length")
-            if header_key_length < 0:
-                raise fail(
-                    f": header {h} has key length {header_key_length} (header keys cannot be "
-                    "null)"
-                )
-            if header_key_length > end - position:
-                raise fail(f": header {h}'s key runs past the record")
-            position += header_key_length
-            header_value_length = read(end, "header value length")
-            if header_value_length < -1:
-                raise fail(f": header {h} has value length {header_value_length}")
-            if header_value_length > end - position:
-                raise fail(f": header {h}'s value runs past the record")
-            position += max(header_value_length, 0)
-        if position != end:
-            raise fail(
-                f" has length {length} but its fields take {position - (end - length)} bytes"
-            )
-        visit(
-            index,
-            RecordLayout(
-                offset_delta,
-                timestamp,
-                key_position,
-                key_length,
-                value_position,
-                value_length,
-                headers_position,
-                header_count,
-                end,
-            ),
-        )
-    if position != n:
+        walker.index = index
+        visit(index, walker.record(n, base_timestamp))
+    if walker.position != n:
         raise _Malformed(
-            f"{n - position} bytes follow the last of the {count} records", count, position
+            f"{n - walker.position} bytes follow the last of the {count} records",
+            count,
+            walker.position,
         )
 
 
@@ -286,9 +294,7 @@ def scan_records(
     if not _INT64_MIN <= records_count <= _INT64_MAX:
         raise InvalidRecordError(f"recordsCount {records_count} is out of range")
     try:
-        return ScanResult._make(
-            _native.scan(records, records_count, base_timestamp, lower, upper)
-        )
+        return ScanResult._make(_native.scan(records, records_count, base_timestamp, lower, upper))
     except _native.InvalidRecordsError as e:
         raise InvalidRecordError(e.args[0]) from None
 

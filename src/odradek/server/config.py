@@ -72,6 +72,9 @@ _DEFS = [
         "log.message.timestamp.type", "string", "CreateTime", _one_of("CreateTime", "LogAppendTime")
     ),
     ConfigDef("log.segment.delete.delay.ms", "long", 60000, _at_least(0)),
+    ConfigDef("log.message.timestamp.before.max.ms", "long", 2**63 - 1, _at_least(0)),
+    ConfigDef("log.message.timestamp.after.max.ms", "long", 2**63 - 1, _at_least(0)),
+    ConfigDef("log.message.timestamp.difference.max.ms", "long", 2**63 - 1, _at_least(0)),
     ConfigDef("log.flush.offset.checkpoint.interval.ms", "int", 60000, _at_least(0)),
     ConfigDef("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, _at_least(0)),
     ConfigDef("log.cleanup.policy", "string", "delete"),
