@@ -13,7 +13,12 @@ records to notice), so this module builds the bytes field by field:
   the topic it needs (CreateTime with KIP-937 bounds, or LogAppendTime).
 
 Compression here is the clients' own: gzip from the standard library, snappy in the xerial framing
-Kafka's Java producer writes and raw as librdkafka writes, lz4 frames, zstd frames.
+Kafka's Java producer writes and raw as librdkafka writes, lz4 frames with independent blocks (the
+only kind Kafka's Java reader accepts), zstd frames.
+
+`cases()` is the catalogue of small cases, `bomb_cases()` the decompression bombs (built on
+demand: they take seconds); each case carries Odradek's expected answer and Kafka 3.9's where it
+differs, with the reason.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from __future__ import annotations
 import gzip
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import cramjam
 import google_crc32c
 
+from odradek.protocol import compression
 from odradek.protocol.record_batch import HEADER, HEADER_SIZE, LOG_OVERHEAD, CompressionType
 
 BASE_TIMESTAMP = 1_700_000_000_000
@@ -108,10 +114,10 @@ def xerial_snappy(data: bytes, block: int = 32 * 1024) -> bytes:
 
 COMPRESSORS: dict[int, Callable[[bytes], bytes]] = {
     CompressionType.NONE: lambda data: data,
-    CompressionType.GZIP: gzip.compress,
+    CompressionType.GZIP: lambda data: gzip.compress(data, compresslevel=6),
     CompressionType.SNAPPY: xerial_snappy,
-    CompressionType.LZ4: lambda data: bytes(cramjam.lz4.compress(data)),
-    CompressionType.ZSTD: lambda data: bytes(cramjam.zstd.compress(data)),
+    CompressionType.LZ4: lambda data: compression.compress(CompressionType.LZ4, data),
+    CompressionType.ZSTD: lambda data: compression.compress(CompressionType.ZSTD, data),
 }
 
 
@@ -190,32 +196,61 @@ def batch_of(
 # ------------------------------------------------------------------------------------------
 # The catalogue
 
+# Why Odradek answers differently from Kafka 3.9 (each confirmed against a real Kafka 3.9.1 broker
+# by tests/integration/test_kafka_differential.py):
+STORES_UNREADABLE = (
+    "Kafka stores this batch, but its records cannot be read back correctly: librdkafka fails on "
+    "a length below -1 and positions itself by offset deltas, skipping or repeating records"
+)
+INTERNAL_ERROR = (
+    "Kafka answers UNKNOWN_SERVER_ERROR: an internal exception escapes its log validator"
+)
+VARINT_RANGE = (
+    "Kafka drops the bits beyond 32 that librdkafka keeps: the two would read different values"
+)
+NO_LIMIT = (
+    "Kafka does not bound decompression: it accepts (and decompresses on every read) records "
+    "beyond socket.request.max.bytes, where Odradek stops"
+)
+
 
 @dataclass(frozen=True)
 class Case:
     """One produce the differential test sends to both brokers.
 
     `topic` is "create" (CreateTime, default timestamp bounds), "bounded" (CreateTime with
-    message.timestamp.before/after.max.ms of one hour, which refuses BASE_TIMESTAMP) or
-    "append" (LogAppendTime). `records` is what goes into the partition's records field."""
+    message.timestamp.before/after.max.ms of one hour) or "append" (LogAppendTime). `records` is
+    what goes into the partition's records field. `expected` is Odradek's answer (an ErrorCode
+    name, "none" when the batch is stored); `kafka` is Kafka 3.9's when it differs, and `why`
+    says why Odradek does not follow it."""
 
     name: str
     records: bytes
+    expected: str
     topic: str = "create"
-    note: str = ""
-    tags: tuple[str, ...] = field(default_factory=tuple)
+    kafka: str | None = None
+    why: str = ""
+
+    @property
+    def kafka_expected(self) -> str:
+        return self.kafka if self.kafka is not None else self.expected
 
 
 def _now_relative(now_ms: int, records: int = 3, delta_ms: int = 0) -> bytes:
     return batch_of(numbered(records), base_timestamp=now_ms + delta_ms)
 
 
+CODECS = (CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4, CompressionType.ZSTD)
+INVALID = "invalid_record"
+CORRUPT = "corrupt_message"
+OK = "none"
+
+
 def cases(now_ms: int) -> list[Case]:
-    """Every case; `now_ms` anchors the timestamps that must be in range."""
+    """Every small case; `now_ms` anchors the timestamps that must be in range."""
     three = numbered(3)
-    one_record = numbered(1)
     out: list[Case] = [
-        Case("valid", batch_of(three)),
+        Case("valid", batch_of(three), OK),
         Case(
             "valid with headers and nulls",
             batch_of(
@@ -224,38 +259,44 @@ def cases(now_ms: int) -> list[Case]:
                     RawRecord(key=b"", value=b"", offset_delta=1, headers=[(b"", b"")]),
                 ]
             ),
+            OK,
         ),
     ]
-    for codec in (
-        CompressionType.GZIP,
-        CompressionType.SNAPPY,
-        CompressionType.LZ4,
-        CompressionType.ZSTD,
-    ):
+    for codec in CODECS:
         name = CompressionType(codec).name.lower()
         out += [
-            Case(f"valid {name}", batch_of(numbered(50), compression=codec)),
+            Case(f"valid {name}", batch_of(numbered(50), compression=codec), OK),
             Case(
                 f"{name}: recordsCount above the records",
                 batch_of(three, compression=codec, records_count=4, last_offset_delta=3),
+                INVALID,
             ),
             Case(
                 f"{name}: recordsCount below the records",
                 batch_of(three, compression=codec, records_count=2, last_offset_delta=1),
+                INVALID,
             ),
             Case(
                 f"{name}: trailing bytes after the last record",
                 batch_of(three, compression=codec, tail=b"\x00\x01\x02"),
+                INVALID,
             ),
             Case(
-                f"{name}: record length past the end",
+                f"{name}: last record's length past the end",
                 batch_of(
                     [*numbered(2), RawRecord(offset_delta=2, length_adjust=5)], compression=codec
                 ),
+                INVALID,
+                kafka=OK,
+                why="Kafka stores it; a Java consumer then fails with 'the record payload reached "
+                "EOF'",
             ),
             Case(
                 f"{name}: payload is not {name}",
                 raw_batch(b"\x01\x02garbage-payload" * 4, records_count=3, attributes=codec),
+                CORRUPT,
+                kafka="unknown_server_error",
+                why=INTERNAL_ERROR,
             ),
             Case(
                 f"{name}: payload cut short",
@@ -264,12 +305,19 @@ def cases(now_ms: int) -> list[Case]:
                     records_count=50,
                     attributes=codec,
                 ),
+                CORRUPT,
+                kafka="unknown_server_error",
+                why=INTERNAL_ERROR,
             ),
             Case(
                 f"{name}: offset deltas not sequential",
                 batch_of(
-                    [replace(r, offset_delta=2 * i) for i, r in enumerate(three)], compression=codec
+                    [replace(r, offset_delta=2 * i) for i, r in enumerate(three)],
+                    compression=codec,
                 ),
+                INVALID,
+                kafka="unknown_server_error",
+                why=INTERNAL_ERROR,
             ),
         ]
     out += [
@@ -280,99 +328,221 @@ def cases(now_ms: int) -> list[Case]:
                 records_count=3,
                 attributes=CompressionType.SNAPPY,
             ),
-        ),
-        Case("bad CRC", raw_batch(records_section(three), records_count=3, crc=0x12345678)),
-        Case("magic 1", batch_of(three, magic=1)),
-        Case("magic 3", batch_of(three, magic=3)),
-        Case("magic 0", batch_of(three, magic=0)),
-        Case("compression codec 5", batch_of(three, attributes=5)),
-        Case("compression codec 7", batch_of(three, attributes=7)),
-        Case("control batch", batch_of(three, attributes=0x20)),
-        Case("transactional without producer id", batch_of(three, attributes=0x10)),
-        Case("producer id without sequence", batch_of(three, producer_id=7, producer_epoch=0)),
-        Case("recordsCount 0", batch_of([], records_count=0, last_offset_delta=0)),
-        Case(
-            "recordsCount above the records", batch_of(three, records_count=4, last_offset_delta=3)
+            OK,
         ),
         Case(
-            "recordsCount below the records", batch_of(three, records_count=2, last_offset_delta=1)
+            "lz4 with linked blocks",
+            raw_batch(
+                bytes(cramjam.lz4.compress(records_section(numbered(50)))),
+                records_count=50,
+                attributes=CompressionType.LZ4,
+            ),
+            CORRUPT,
+            kafka="unknown_server_error",
+            why=INTERNAL_ERROR + " (its lz4 reader supports independent blocks only)",
         ),
-        Case("recordsCount negative", batch_of(three, records_count=-1, last_offset_delta=2)),
-        Case("lastOffsetDelta above recordsCount - 1", batch_of(three, last_offset_delta=5)),
-        Case("lastOffsetDelta below recordsCount - 1", batch_of(three, last_offset_delta=1)),
-        Case("lastOffsetDelta negative", batch_of(three, last_offset_delta=-1)),
-        Case("trailing bytes after the last record", batch_of(three, tail=b"\x00\x00")),
+        Case(
+            "bad CRC", raw_batch(records_section(three), records_count=3, crc=0x12345678), CORRUPT
+        ),
+        Case("magic 0", batch_of(three, magic=0), INVALID),
+        Case("magic 1", batch_of(three, magic=1), INVALID),
+        Case("magic 3", batch_of(three, magic=3), CORRUPT),
+        Case("magic -1", batch_of(three, magic=-1), CORRUPT),
+        Case(
+            "compression codec 5",
+            batch_of(three, attributes=5),
+            CORRUPT,
+            kafka="unknown_server_error",
+            why=INTERNAL_ERROR,
+        ),
+        Case(
+            "compression codec 7",
+            batch_of(three, attributes=7),
+            CORRUPT,
+            kafka="unknown_server_error",
+            why=INTERNAL_ERROR,
+        ),
+        Case("control batch", batch_of(three, attributes=0x20), INVALID),
+        Case(
+            "transactional without a transactional id",
+            batch_of(three, attributes=0x10, producer_id=9, producer_epoch=0, base_sequence=0),
+            "transactional_id_authorization_failed",
+        ),
+        Case(
+            "producer id without sequence",
+            batch_of(three, producer_id=7, producer_epoch=0),
+            INVALID,
+        ),
+        Case("base offset 5", batch_of(three, base_offset=5), INVALID),
+        Case("attributes: unknown high bits", batch_of(three, attributes=0x4000), OK),
+        Case("recordsCount 0", batch_of([], records_count=0, last_offset_delta=0), INVALID),
+        Case(
+            "recordsCount above the records",
+            batch_of(three, records_count=4, last_offset_delta=3),
+            INVALID,
+        ),
+        Case(
+            "recordsCount below the records",
+            batch_of(three, records_count=2, last_offset_delta=1),
+            INVALID,
+        ),
+        Case(
+            "recordsCount negative", batch_of(three, records_count=-1, last_offset_delta=2), INVALID
+        ),
+        Case(
+            "lastOffsetDelta above recordsCount - 1", batch_of(three, last_offset_delta=5), INVALID
+        ),
+        Case(
+            "lastOffsetDelta below recordsCount - 1", batch_of(three, last_offset_delta=1), INVALID
+        ),
+        Case("lastOffsetDelta negative", batch_of(three, last_offset_delta=-1), INVALID),
+        Case("trailing bytes after the last record", batch_of(three, tail=b"\x00\x00"), INVALID),
         Case(
             "record length too long",
             batch_of([*numbered(2), RawRecord(offset_delta=2, length_adjust=3)]),
+            INVALID,
         ),
-        Case("record length too short", batch_of([RawRecord(length_adjust=-1), *numbered(2)[1:]])),
-        Case("record length negative", batch_of([RawRecord(length_raw=varint(-5))])),
-        Case("record length zero", batch_of([RawRecord(length_raw=varint(0))])),
+        Case(
+            "record length too short",
+            batch_of([RawRecord(length_adjust=-1), *numbered(2)[1:]]),
+            INVALID,
+        ),
+        Case("record length negative", batch_of([RawRecord(length_raw=varint(-5))]), INVALID),
+        Case("record length zero", batch_of([RawRecord(length_raw=varint(0))]), INVALID),
         Case(
             "record length varint of 6 bytes",
             batch_of([RawRecord(length_raw=b"\x80\x80\x80\x80\x80\x00")]),
+            INVALID,
+            kafka="unknown_server_error",
+            why=INTERNAL_ERROR,
         ),
         Case(
             "timestamp delta varlong of 11 bytes",
             batch_of([RawRecord(timestamp_raw=b"\x80" * 10 + b"\x00")]),
+            INVALID,
         ),
         Case(
             "key length varint of 6 bytes",
             batch_of([RawRecord(key_raw=b"\x80\x80\x80\x80\x80\x00")]),
+            INVALID,
         ),
         Case(
             "offset delta varint with bits beyond 32",
             batch_of([RawRecord(offset_raw=b"\x80\x80\x80\x80\x10")]),
+            INVALID,
+            kafka=OK,
+            why=VARINT_RANGE,
         ),
-        Case("key length past the record", batch_of([RawRecord(key_raw=varint(40) + b"k")])),
-        Case("key length -2", batch_of([RawRecord(key_raw=varint(-2))])),
-        Case("value length past the record", batch_of([RawRecord(value_raw=varint(99) + b"v")])),
-        Case("value length -7", batch_of([RawRecord(value_raw=varint(-7))])),
-        Case("header count negative", batch_of([RawRecord(headers_raw=varint(-1))])),
-        Case("header count huge", batch_of([RawRecord(headers_raw=varint(1_000_000))])),
+        Case(
+            "key length past the record", batch_of([RawRecord(key_raw=varint(40) + b"k")]), INVALID
+        ),
+        Case(
+            "key length -2",
+            batch_of([RawRecord(key_raw=varint(-2))]),
+            INVALID,
+            kafka=OK,
+            why=STORES_UNREADABLE,
+        ),
+        Case(
+            "value length past the record",
+            batch_of([RawRecord(value_raw=varint(99) + b"v")]),
+            INVALID,
+        ),
+        Case(
+            "value length -7",
+            batch_of([RawRecord(value_raw=varint(-7))]),
+            INVALID,
+            kafka=OK,
+            why=STORES_UNREADABLE,
+        ),
+        Case("header count negative", batch_of([RawRecord(headers_raw=varint(-1))]), INVALID),
+        Case("header count huge", batch_of([RawRecord(headers_raw=varint(1_000_000))]), INVALID),
         Case(
             "header count above the headers",
             batch_of([RawRecord(headers_raw=varint(2) + sized(b"h") + sized(b"v"))]),
+            INVALID,
         ),
         Case(
             "header key null",
             batch_of([RawRecord(headers_raw=varint(1) + varint(-1) + sized(b"v"))]),
+            INVALID,
         ),
-        Case("header key not UTF-8", batch_of([RawRecord(headers=[(b"\xff\xfe", b"v")])])),
-        Case("header value null", batch_of([RawRecord(headers=[(b"h", None)])])),
+        Case("header key not UTF-8", batch_of([RawRecord(headers=[(b"\xff\xfe", b"v")])]), OK),
+        Case("header value null", batch_of([RawRecord(headers=[(b"h", None)])]), OK),
+        Case(
+            "header value length -2",
+            batch_of([RawRecord(headers_raw=varint(1) + sized(b"h") + varint(-2))]),
+            INVALID,
+            kafka=OK,
+            why=STORES_UNREADABLE,
+        ),
         Case(
             "header value length past the record",
             batch_of([RawRecord(headers_raw=varint(1) + sized(b"h") + varint(50))]),
+            INVALID,
         ),
         Case(
             "offset deltas not sequential",
             batch_of([replace(r, offset_delta=2 * i) for i, r in enumerate(three)]),
+            INVALID,
+            kafka=OK,
+            why=STORES_UNREADABLE,
         ),
-        Case("offset deltas repeated", batch_of([replace(r, offset_delta=0) for r in three])),
-        Case("offset delta negative", batch_of([RawRecord(offset_delta=-1)])),
-        Case("record attributes set", batch_of([RawRecord(attributes=0x7F)])),
+        Case(
+            "offset deltas repeated",
+            batch_of([replace(r, offset_delta=0) for r in three]),
+            INVALID,
+            kafka=OK,
+            why=STORES_UNREADABLE,
+        ),
+        Case(
+            "offset delta negative",
+            batch_of([RawRecord(offset_delta=-1)]),
+            INVALID,
+            kafka=OK,
+            why=STORES_UNREADABLE,
+        ),
+        Case("record attributes set", batch_of([RawRecord(attributes=0x7F)]), OK),
         Case(
             "maxTimestamp below the records' largest",
             batch_of(numbered(3, timestamp_delta=50), max_timestamp=BASE_TIMESTAMP),
+            OK,
         ),
         Case(
             "maxTimestamp above the records' largest",
             batch_of(three, max_timestamp=BASE_TIMESTAMP + 999_999),
+            OK,
         ),
-        Case("batchLength longer than the bytes", batch_of(three, batch_length_adjust=10)),
-        Case("batchLength shorter than the bytes", batch_of(three, batch_length_adjust=-10)),
+        Case("batchLength longer than the bytes", batch_of(three, batch_length_adjust=10), INVALID),
         Case(
-            "batchLength below a header", raw_batch(b"", records_count=0, batch_length_adjust=-20)
+            "batchLength shorter than the bytes", batch_of(three, batch_length_adjust=-10), CORRUPT
         ),
-        Case("two batches", batch_of(three) + batch_of(three)),
-        Case("empty records", b""),
-        Case("a partial batch after a whole one", batch_of(three) + batch_of(three)[:30]),
-        Case("timestamps years old on a bounded topic", batch_of(three), topic="bounded"),
-        Case("timestamps now on a bounded topic", _now_relative(now_ms), topic="bounded"),
+        Case(
+            "batchLength below a header",
+            raw_batch(b"", records_count=0, batch_length_adjust=-20),
+            CORRUPT,
+        ),
+        Case("two batches", batch_of(three) + batch_of(three), INVALID),
+        Case(
+            "a valid batch, then one with a bad CRC",
+            batch_of(three) + raw_batch(records_section(three), records_count=3, crc=1),
+            INVALID,
+        ),
+        Case("empty records", b"", INVALID),
+        Case("a partial batch after a whole one", batch_of(three) + batch_of(three)[:30], OK),
+        Case("10 stray bytes after a whole batch", batch_of(three) + b"\x01" * 10, OK),
+        Case("20 zero bytes after a whole batch", batch_of(three) + b"\x00" * 20, CORRUPT),
+        Case(
+            "timestamps years old on a bounded topic",
+            batch_of(three),
+            "invalid_timestamp",
+            topic="bounded",
+        ),
+        Case("timestamps now on a bounded topic", _now_relative(now_ms), OK, topic="bounded"),
         Case(
             "timestamps two hours ahead on a bounded topic",
             _now_relative(now_ms, delta_ms=2 * 3600 * 1000),
+            "invalid_timestamp",
             topic="bounded",
         ),
         Case(
@@ -384,19 +554,78 @@ def cases(now_ms: int) -> list[Case]:
                 ],
                 base_timestamp=now_ms,
             ),
+            "invalid_timestamp",
             topic="bounded",
         ),
         Case(
             "timestamp -1 on a bounded topic",
-            batch_of(one_record, base_timestamp=-1, max_timestamp=-1),
+            batch_of(numbered(1), base_timestamp=-1, max_timestamp=-1),
+            OK,
             topic="bounded",
         ),
-        Case("LogAppendTime bit from a producer", batch_of(three, attributes=0x08)),
+        Case("LogAppendTime bit from a producer", batch_of(three, attributes=0x08), OK),
         Case(
             "LogAppendTime bit on a LogAppendTime topic",
             batch_of(three, attributes=0x08),
+            "invalid_timestamp",
             topic="append",
         ),
-        Case("old timestamps on a LogAppendTime topic", batch_of(three), topic="append"),
+        Case("old timestamps on a LogAppendTime topic", batch_of(three), OK, topic="append"),
+        Case(
+            "too large for max.message.bytes",
+            batch_of([RawRecord(value=b"x" * 1_100_000)]),
+            "message_too_large",
+        ),
     ]
+    return out
+
+
+BOMB_BYTES = 150 * 1024 * 1024
+"""More than the default decompression limit (socket.request.max.bytes, 100 MB)."""
+
+
+def bomb_cases() -> list[Case]:
+    """Decompression bombs and an honest large batch (slow to build: a few seconds)."""
+    zeros = bytes(BOMB_BYTES)
+    out = [
+        Case(
+            f"{CompressionType(codec).name.lower()} bomb of zeros",
+            raw_batch(COMPRESSORS[codec](zeros), records_count=1000, attributes=codec),
+            INVALID,
+        )
+        for codec in (CompressionType.GZIP, CompressionType.LZ4, CompressionType.ZSTD)
+    ]
+    # Snappy cannot expand 1 MB past about 21 MB: its bomb fits the limit and is garbage.
+    out.append(
+        Case(
+            "snappy bomb of zeros",
+            raw_batch(
+                COMPRESSORS[CompressionType.SNAPPY](zeros[: 20 * 1024 * 1024]),
+                records_count=1000,
+                attributes=CompressionType.SNAPPY,
+            ),
+            INVALID,
+        )
+    )
+    del zeros
+    big_value = bytes(BOMB_BYTES)
+    out.append(
+        Case(
+            "zstd: one well-formed record of 150 MB",
+            batch_of([RawRecord(value=big_value)], compression=CompressionType.ZSTD),
+            "message_too_large",
+            kafka=OK,
+            why=NO_LIMIT,
+        )
+    )
+    del big_value
+    line = b"an honest, highly compressible log line, much like the one before it " * 14
+    honest = [RawRecord(key=str(i).encode(), value=line, offset_delta=i) for i in range(20_000)]
+    out.append(
+        Case(
+            "zstd: an honest batch of 20 MB",
+            batch_of(honest, compression=CompressionType.ZSTD),
+            OK,
+        )
+    )
     return out

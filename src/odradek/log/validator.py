@@ -58,7 +58,11 @@ from odradek.errors import (
     RecordTooLargeError,
 )
 from odradek.log.config import LogConfig
-from odradek.protocol.compression import DecompressedTooLargeError, decompress_bounded
+from odradek.protocol.compression import (
+    DecompressedTooLargeError,
+    decompress_bounded,
+    trim_scratch,
+)
 from odradek.protocol.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -187,18 +191,36 @@ def validate_produce_records(
     limit = config.decompressed_limit
     try:
         if header.compression != CompressionType.NONE:
-            inline_limit = limit if budget is None else min(limit, budget)
-            try:
-                payload = decompress_bounded(header.compression, payload, inline_limit)
-            except DecompressedTooLargeError:
-                if inline_limit < limit:
-                    raise NeedsWorkerThread() from None
-                raise
+            payload = _decompress(payload, header, limit, budget)
         elif budget is not None and len(payload) > budget:
             raise NeedsWorkerThread()
         return _check_records(payload, header, config, now_ms)
     finally:
         payload.release()
+        trim_scratch()
+
+
+def _decompress(
+    payload: memoryview, header: BatchHeader, limit: int, budget: int | None
+) -> memoryview:
+    """The decompressed records, at most min(limit, budget) bytes of them.
+
+    When the output does not fit, what did fit is walked as a prefix first: garbage (a bomb of
+    zeros, say) is then refused as malformed records, as Kafka's streaming reader refuses it, and
+    only well-formed records that are too many are MESSAGE_TOO_LARGE (or sent to a worker thread
+    when it is only the budget that is exceeded)."""
+    inline_limit = limit if budget is None else min(limit, budget)
+    try:
+        return decompress_bounded(header.compression, payload, inline_limit)
+    except DecompressedTooLargeError as e:
+        if e.prefix is not None:
+            try:
+                scan_records(e.prefix, header.records_count, header.base_timestamp, prefix=True)
+            finally:
+                e.prefix.release()
+        if inline_limit < limit:
+            raise NeedsWorkerThread() from None
+        raise
 
 
 def _check_records(

@@ -35,6 +35,11 @@
  *     records;
  *   - the header count is >= 0 and could fit in what is left of the record.
  *
+ * A prefix walk (`prefix=True`) checks the first bytes of a records section whose end has not been
+ * produced (a decompression stopped at its limit): it stops without error at the first record that
+ * is not wholly within the bytes given, and refuses only what is wrong in the bytes it has, so that
+ * a decompression bomb of garbage is refused as malformed, as Kafka's streaming reader refuses it.
+ *
  * One walker serves every purpose through a visitor called once per record with the record's
  * layout (`rec_t`): `scan` (validation: timestamps' minimum and maximum, and which records fall
  * outside given bounds) and `index` (the position of every field, for readers that build columns
@@ -150,25 +155,34 @@ static inline int read_varlong(const uint8_t *p, Py_ssize_t end, Py_ssize_t *pos
             FAIL("record %zd: the %s varint %s", index, (what), varint_problem(_code)); \
     } while (0)
 
-/* Walk `count` records in p[0:n]; call `visit` on each. 0 on success, -1 with `err` filled. */
+/* Walk `count` records in p[0:n]; call `visit` on each. 0 on success, -1 with `err` filled.
+ * With `prefix`, p[0:n] is only the start of the records: stop quietly where they are cut. */
 static int walk(const uint8_t *p, Py_ssize_t n, int64_t count, int64_t base_timestamp,
-                visit_fn visit, void *ctx, walk_error_t *err) {
+                int prefix, visit_fn visit, void *ctx, walk_error_t *err) {
     Py_ssize_t pos = 0;
     Py_ssize_t index = -1;
     if (count < 0)
         FAIL("recordsCount %lld is negative", (long long)count);
-    if (count > n / MIN_RECORD_SIZE)
+    if (!prefix && count > n / MIN_RECORD_SIZE)
         FAIL("recordsCount %lld cannot fit in %zd bytes of records", (long long)count, n);
     for (index = 0; index < count; index++) {
         rec_t rec;
         int32_t length;
         rec.start = pos;
+        if (prefix) {
+            Py_ssize_t probe = pos;
+            if (pos >= n || read_varint(p, n, &probe, &length) == VARINT_TRUNCATED)
+                return 0;
+        }
         VARINT(read_varint, n, &length, "length");
         if (length < 0)
             FAIL("record %zd has a negative length %d", index, (int)length);
-        if (length > n - pos)
+        if (length > n - pos) {
+            if (prefix)
+                return 0;
             FAIL("record %zd has length %d but only %zd bytes of records remain", index,
                  (int)length, n - pos);
+        }
         Py_ssize_t end = pos + length;
         rec.end = end;
         if (pos >= end)
@@ -240,6 +254,7 @@ static int walk(const uint8_t *p, Py_ssize_t n, int64_t count, int64_t base_time
 
 typedef struct {
     int64_t min_timestamp, max_timestamp;
+    Py_ssize_t seen;
     int check_bounds;
     int64_t lower, upper;
     Py_ssize_t *outside; /* indexes of records outside [lower, upper] */
@@ -251,6 +266,7 @@ static int scan_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error
     scan_ctx_t *ctx = (scan_ctx_t *)ctx_;
     (void)err;
     int64_t ts = rec->timestamp;
+    ctx->seen++;
     if (ts < ctx->min_timestamp)
         ctx->min_timestamp = ts;
     if (ts > ctx->max_timestamp)
@@ -284,21 +300,23 @@ static PyObject *raise_walk_error(const walk_error_t *err) {
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(records, records_count, base_timestamp, lower=None, upper=None)\n"
+"scan(records, records_count, base_timestamp, lower=None, upper=None, prefix=False)\n"
 "    -> (min_timestamp, max_timestamp, outside)\n\n"
 "Validate the records section `records` (decompressed) of a batch declaring `records_count`\n"
 "records and `base_timestamp`. Returns the smallest and largest record timestamp (-1, -1 when\n"
 "there are no records) and, when `lower`/`upper` are given, the indexes of the records whose\n"
 "timestamp (other than -1) lies outside [lower, upper] as a tuple (empty when none).\n"
-"Raises InvalidRecordsError(message, record index, byte position) on the first malformation.");
+"Raises InvalidRecordsError(message, record index, byte position) on the first malformation.\n"
+"With prefix=True, `records` is only the start of the section (see the module comment).");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long count, base_timestamp;
     PyObject *lower_obj = Py_None, *upper_obj = Py_None;
+    int prefix = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*LL|OO:scan", &view, &count, &base_timestamp, &lower_obj,
-                          &upper_obj))
+    if (!PyArg_ParseTuple(args, "y*LL|OOp:scan", &view, &count, &base_timestamp, &lower_obj,
+                          &upper_obj, &prefix))
         return NULL;
     scan_ctx_t ctx;
     memset(&ctx, 0, sizeof(ctx));
@@ -320,8 +338,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     walk_error_t err;
     int result;
     Py_BEGIN_ALLOW_THREADS
-    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, scan_visit, &ctx,
-                  &err);
+    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, prefix, scan_visit,
+                  &ctx, &err);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result != 0) {
@@ -345,7 +363,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         PyTuple_SET_ITEM(outside, i, item);
     }
     free(ctx.outside);
-    if (count == 0) {
+    if (ctx.seen == 0) {
         ctx.min_timestamp = -1;
         ctx.max_timestamp = -1;
     }
@@ -391,7 +409,7 @@ static PyObject *index_records(PyObject *self, PyObject *args) {
     walk_error_t err;
     /* Refuse impossible counts before allocating rows for them. */
     if (count < 0 || count > view.len / MIN_RECORD_SIZE) {
-        walk((const uint8_t *)view.buf, view.len, count, base_timestamp, NULL, NULL, &err);
+        walk((const uint8_t *)view.buf, view.len, count, base_timestamp, 0, NULL, NULL, &err);
         PyBuffer_Release(&view);
         return raise_walk_error(&err);
     }
@@ -403,8 +421,8 @@ static PyObject *index_records(PyObject *self, PyObject *args) {
     index_ctx_t ctx = {(int64_t *)PyBytes_AS_STRING(rows)};
     int result;
     Py_BEGIN_ALLOW_THREADS
-    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, index_visit, &ctx,
-                  &err);
+    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, 0, index_visit,
+                  &ctx, &err);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result != 0) {

@@ -9,14 +9,16 @@ fit, before it has produced more than that:
 
 * `decompress_bounded(codec, payload, limit)` returns a `memoryview` of the decompressed bytes in
   a per-thread scratch buffer (valid until the next call on the same thread), or raises
-  `DecompressedTooLargeError` when the output would exceed `limit` and `CorruptRecordError` when
-  the payload is not valid for its codec.
+  `DecompressedTooLargeError` when the output would exceed `limit` (carrying, for the streaming
+  codecs, the first `limit` bytes of output, so that a caller can tell a bomb of garbage from
+  well-formed records that are merely too many) and `CorruptRecordError` when the payload is not
+  valid for its codec. Call `trim_scratch()` when done with the view.
 * `decompress(codec, payload, limit)` is the same returning `bytes` (a copy), for callers that keep
   the result.
 
 The scratch buffer is an anonymous memory map of `limit` bytes: pages the kernel has not been
-asked for cost nothing, so a large limit does not mean large memory use. After a call that used
-more than `RESIDENT_SCRATCH_BYTES`, the pages beyond that are given back (`MADV_DONTNEED`), so a
+asked for cost nothing, so a large limit does not mean large memory use. `trim_scratch()` gives
+back the pages beyond `RESIDENT_SCRATCH_BYTES` (`MADV_DONTNEED`) after a call that used more, so a
 bomb that filled the buffer once does not stay resident.
 
 Formats, as producers write them:
@@ -67,11 +69,17 @@ _OUTPUT_FULL = "failed to write whole buffer"
 
 class DecompressedTooLargeError(RecordTooLargeError):
     """A batch whose records, decompressed, exceed the broker's limit (MESSAGE_TOO_LARGE: a Java
-    producer answers that code by splitting the batch and sending the halves)."""
+    producer answers that code by splitting the batch and sending the halves).
+
+    `prefix` is the output produced before the limit was hit (None when the codec told the size
+    up front), in the scratch buffer: valid until the next call on this thread."""
+
+    prefix: memoryview | None = None
 
 
 class _Scratch(threading.local):
     buffer: mmap.mmap | None = None
+    used: int = 0
 
 
 _scratch = _Scratch()
@@ -81,17 +89,22 @@ def _scratch_buffer(size: int) -> mmap.mmap:
     buffer = _scratch.buffer
     if buffer is None or len(buffer) < size:
         if buffer is not None:
-            buffer.close()
+            try:
+                buffer.close()
+            except BufferError:  # a view of it is still alive: the map goes when the view does
+                pass
         buffer = _scratch.buffer = mmap.mmap(-1, max(size, 1))
     return buffer
 
 
-def _release_scratch(used: int) -> None:
+def trim_scratch() -> None:
+    """Give back this thread's scratch pages beyond RESIDENT_SCRATCH_BYTES, if it used more."""
     buffer = _scratch.buffer
-    if buffer is not None and used > RESIDENT_SCRATCH_BYTES:
+    if buffer is not None and _scratch.used > RESIDENT_SCRATCH_BYTES:
         page = mmap.PAGESIZE
         start = RESIDENT_SCRATCH_BYTES // page * page
         buffer.madvise(mmap.MADV_DONTNEED, start, len(buffer) - start)
+    _scratch.used = 0
 
 
 def check_lz4_frame(payload: bytes | memoryview) -> None:
@@ -107,10 +120,14 @@ def check_lz4_frame(payload: bytes | memoryview) -> None:
         )
 
 
-def _too_large(codec: int, limit: int) -> DecompressedTooLargeError:
-    return DecompressedTooLargeError(
+def _too_large(
+    codec: int, limit: int, prefix: memoryview | None = None
+) -> DecompressedTooLargeError:
+    error = DecompressedTooLargeError(
         f"batch decompresses ({_NAMES.get(codec, codec)}) to more than {limit} bytes"
     )
+    error.prefix = prefix
+    return error
 
 
 def _corrupt(codec: int, error: Exception) -> CorruptRecordError:
@@ -133,7 +150,7 @@ def _snappy_raw_into(block: bytes | memoryview, out: memoryview, codec: int, lim
         raise _corrupt(codec, e) from None
 
 
-def _xerial_into(payload: memoryview, out: memoryview, limit: int) -> int:
+def _xerial_into(payload: memoryview, out: memoryview, limit: int, buffer: mmap.mmap) -> int:
     position, written, end = _XERIAL_HEADER_SIZE, 0, len(payload)
     while position < end:
         if position + 4 > end:
@@ -142,9 +159,13 @@ def _xerial_into(payload: memoryview, out: memoryview, limit: int) -> int:
         position += 4
         if length < 0 or position + length > end:
             raise CorruptRecordError(f"snappy (xerial) block of {length} bytes runs past the batch")
-        written += _snappy_raw_into(
-            payload[position : position + length], out[written:], SNAPPY, limit
-        )
+        try:
+            written += _snappy_raw_into(
+                payload[position : position + length], out[written:], SNAPPY, limit
+            )
+        except DecompressedTooLargeError:
+            _scratch.used = written
+            raise _too_large(SNAPPY, limit, memoryview(buffer)[:written]) from None
         position += length
     return written
 
@@ -170,7 +191,7 @@ def decompress_bounded(codec: int, payload: bytes | memoryview, limit: int) -> m
         if codec == SNAPPY:
             view = memoryview(payload)
             if bytes(view[:8]) == _XERIAL_MAGIC:
-                written = _xerial_into(view, out[:limit], limit)
+                written = _xerial_into(view, out[:limit], limit, buffer)
             else:
                 written = _snappy_raw_into(view, out[:limit], codec, limit)
         elif codec in _STREAM_DECOMPRESSORS:
@@ -179,26 +200,31 @@ def decompress_bounded(codec: int, payload: bytes | memoryview, limit: int) -> m
             try:
                 written = int(_STREAM_DECOMPRESSORS[codec](payload, out))
             except cramjam.DecompressionError as e:
-                if _OUTPUT_FULL in str(e):
-                    raise _too_large(codec, limit) from None
+                if _OUTPUT_FULL in str(e):  # the output filled the buffer, and there is more
+                    _scratch.used = len(out)
+                    raise _too_large(codec, limit, memoryview(buffer)[:limit]) from None
                 raise _corrupt(codec, e) from None
             if written > limit:
-                raise _too_large(codec, limit)
+                _scratch.used = written
+                raise _too_large(codec, limit, memoryview(buffer)[:limit])
         else:
             raise CorruptRecordError(f"unknown compression codec {codec}")
     finally:
         out.release()
-    _release_scratch(written)
+    _scratch.used = max(_scratch.used, written)
     return memoryview(buffer)[:written]
 
 
 def decompress(codec: int, payload: bytes | memoryview, limit: int) -> bytes:
     """`decompress_bounded` as a `bytes` copy the caller may keep."""
-    view = decompress_bounded(codec, payload, limit)
     try:
-        return bytes(view)
+        view = decompress_bounded(codec, payload, limit)
+        try:
+            return bytes(view)
+        finally:
+            view.release()
     finally:
-        view.release()
+        trim_scratch()
 
 
 # --------------------------------------------------------------------------------------------

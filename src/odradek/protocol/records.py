@@ -122,6 +122,14 @@ class _Walker:
             raise self.fail(f": the {what} varint {e}") from None
         return value
 
+    def record_is_cut(self, n: int) -> bool:
+        """Prefix walks: whether the next record is not wholly within the bytes there are."""
+        try:
+            length, position = _varint(self.buf, self.position, n, 5, 32)
+        except ValueError as e:
+            return str(e) == "is cut short"
+        return length > n - position
+
     def record(self, n: int, base_timestamp: int) -> RecordLayout:
         length = self.read(n, "length")
         if length < 0:
@@ -199,15 +207,18 @@ def _walk(
     count: int,
     base_timestamp: int,
     visit: Callable[[int, RecordLayout], None],
+    prefix: bool = False,
 ) -> None:
     n = len(buf)
     if count < 0:
         raise _Malformed(f"recordsCount {count} is negative", -1, 0)
-    if count > n // MIN_RECORD_SIZE:
+    if not prefix and count > n // MIN_RECORD_SIZE:
         raise _Malformed(f"recordsCount {count} cannot fit in {n} bytes of records", -1, 0)
     walker = _Walker(buf)
     for index in range(count):
         walker.index = index
+        if prefix and walker.record_is_cut(n):
+            return
         visit(index, walker.record(n, base_timestamp))
     if walker.position != n:
         raise _Malformed(
@@ -223,6 +234,7 @@ def reference_scan(
     base_timestamp: int,
     lower: int | None = None,
     upper: int | None = None,
+    prefix: bool = False,
 ) -> ScanResult:
     """`scan_records` in plain Python (see the module docstring)."""
     check = lower is not None or upper is not None
@@ -237,7 +249,7 @@ def reference_scan(
             outside.append(index)
 
     try:
-        _walk(records, records_count, base_timestamp, visit)
+        _walk(records, records_count, base_timestamp, visit, prefix)
     except _Malformed as e:
         raise InvalidRecordError(e.message) from None
     if not timestamps:
@@ -279,22 +291,27 @@ def scan_records(
     base_timestamp: int,
     lower: int | None = None,
     upper: int | None = None,
+    prefix: bool = False,
 ) -> ScanResult:
     """Validate a records section in one pass; InvalidRecordError on the first malformation.
 
     `lower`/`upper` (optional, inclusive, clamped to int64) are timestamp bounds: the result lists
-    the indexes of records with a timestamp other than -1 outside them.
+    the indexes of records with a timestamp other than -1 outside them. With `prefix`, `records`
+    is only the start of the section (a decompression stopped at its limit): the walk stops at
+    the first record not wholly there, refusing only malformations in the bytes it has.
     """
     if lower is not None:
         lower = max(lower, _INT64_MIN)
     if upper is not None:
         upper = min(upper, _INT64_MAX)
     if _native is None:  # pragma: no cover
-        return reference_scan(records, records_count, base_timestamp, lower, upper)
+        return reference_scan(records, records_count, base_timestamp, lower, upper, prefix)
     if not _INT64_MIN <= records_count <= _INT64_MAX:
         raise InvalidRecordError(f"recordsCount {records_count} is out of range")
     try:
-        return ScanResult._make(_native.scan(records, records_count, base_timestamp, lower, upper))
+        return ScanResult._make(
+            _native.scan(records, records_count, base_timestamp, lower, upper, prefix)
+        )
     except _native.InvalidRecordsError as e:
         raise InvalidRecordError(e.args[0]) from None
 
