@@ -23,6 +23,7 @@ from odradek.log.validator import NeedsWorkerThread, validate_produce_records
 from odradek.protocol.record_batch import TimestampType, decode_records, read_header
 from tests.fuzz.record_batches import (
     BASE_TIMESTAMP,
+    BOMB_NAMES,
     Case,
     RawRecord,
     batch_of,
@@ -75,9 +76,9 @@ def bombs() -> list[Case]:
     return bomb_cases()
 
 
-@pytest.mark.parametrize("index", range(6))
-def test_bombs_and_honest_large_batches(index: int) -> None:
-    case = bombs()[index]
+@pytest.mark.parametrize("name", BOMB_NAMES)
+def test_bombs_and_honest_large_batches(name: str) -> None:
+    case = bombs()[BOMB_NAMES.index(name)]
     started = time.perf_counter()
     assert answer(case) == case.expected, case.name
     assert time.perf_counter() - started < 10
