@@ -26,6 +26,7 @@ from tests.fuzz.record_batches import RawRecord, encode_record, records_section,
 INT64 = st.integers(-(2**63), 2**63 - 1)
 SMALL_BYTES = st.binary(max_size=40)
 NULLABLE = st.none() | SMALL_BYTES
+HEADER_KEYS = st.text(max_size=12).map(lambda text: text.encode("utf-8", "surrogatepass"))
 
 
 def test_the_native_walker_is_built() -> None:
@@ -42,7 +43,7 @@ def well_formed(draw: st.DrawFn) -> tuple[bytes, int, int, list[RawRecord]]:
         RawRecord(
             key=draw(NULLABLE),
             value=draw(NULLABLE),
-            headers=draw(st.lists(st.tuples(SMALL_BYTES, NULLABLE), max_size=3)),
+            headers=draw(st.lists(st.tuples(HEADER_KEYS, NULLABLE), max_size=3)),
             offset_delta=i,
             timestamp_delta=draw(st.integers(-(2**40), 2**40) | INT64),
             attributes=draw(st.integers(0, 255)),
@@ -227,3 +228,23 @@ def test_a_prefix_walk_refuses_garbage_it_has_seen() -> None:
     for function in (scan_records, reference_scan):
         with pytest.raises(InvalidRecordError, match="no attributes byte"):
             function(zeros, 1000, 0, prefix=True)
+
+
+@given(st.binary(max_size=12) | HEADER_KEYS)
+@example(b"\xed\xa0\x80")  # an encoded surrogate
+@example(b"\xc0\xaf")  # an overlong "/"
+@example(b"\xf4\x90\x80\x80")  # above U+10FFFF
+@example(b"\xf0\x9f\x98")  # cut short
+def test_header_keys_must_be_utf8_as_python_decodes_it(key: bytes) -> None:
+    payload = encode_record(RawRecord(headers=[(key, b"v")]))
+    try:
+        key.decode()
+        valid = True
+    except UnicodeDecodeError:
+        valid = False
+    for function in (scan_records, reference_scan):
+        if valid:
+            function(payload, 1, 0)
+        else:
+            with pytest.raises(InvalidRecordError, match="is not UTF-8"):
+                function(payload, 1, 0)

@@ -27,6 +27,9 @@
  *     silently drops the excess bits) because librdkafka keeps them, so the two would disagree
  *     about such a record;
  *   - a record's length covers exactly its fields, and no field runs past the record;
+ *   - header keys are valid UTF-8 (RFC 3629: no overlong forms, no surrogates): a header key is
+ *     a string in Kafka's clients, and confluent-kafka's Python consumer fails on a record whose
+ *     key is not UTF-8 (Kafka's own broker stores them; Java's consumer replaces the bad bytes);
  *   - key and value lengths are >= -1 and header value lengths too; header key lengths are >= 0.
  *     Kafka's own reader takes any negative key or value length as null, but librdkafka treats
  *     only -1 as null and fails on the rest, so they are refused here;
@@ -140,6 +143,46 @@ static inline int read_varlong(const uint8_t *p, Py_ssize_t end, Py_ssize_t *pos
     return VARINT_TOO_LONG; /* not reached */
 }
 
+/* Whether p[0:n] is UTF-8 as RFC 3629 defines it (what Python's strict decoder accepts). */
+static int utf8_valid(const uint8_t *p, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t b = p[i];
+        if (b < 0x80) {
+            i++;
+            continue;
+        }
+        int extra;
+        uint8_t low = 0x80, high = 0xBF; /* allowed range of the first continuation byte */
+        if (b >= 0xC2 && b <= 0xDF) {
+            extra = 1;
+        } else if (b >= 0xE0 && b <= 0xEF) {
+            extra = 2;
+            if (b == 0xE0)
+                low = 0xA0; /* no overlong forms */
+            else if (b == 0xED)
+                high = 0x9F; /* no surrogates */
+        } else if (b >= 0xF0 && b <= 0xF4) {
+            extra = 3;
+            if (b == 0xF0)
+                low = 0x90;
+            else if (b == 0xF4)
+                high = 0x8F; /* nothing above U+10FFFF */
+        } else {
+            return 0;
+        }
+        if (n - i <= extra)
+            return 0;
+        if (p[i + 1] < low || p[i + 1] > high)
+            return 0;
+        for (int k = 2; k <= extra; k++)
+            if ((p[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += extra + 1;
+    }
+    return 1;
+}
+
 #define FAIL(...)                                                                    \
     do {                                                                             \
         err->index = index;                                                          \
@@ -227,6 +270,8 @@ static int walk(const uint8_t *p, Py_ssize_t n, int64_t count, int64_t base_time
                      index, (int)h, (int)key_len);
             if (key_len > end - pos)
                 FAIL("record %zd: header %d's key runs past the record", index, (int)h);
+            if (!utf8_valid(p + pos, key_len))
+                FAIL("record %zd: header %d's key is not UTF-8", index, (int)h);
             pos += key_len;
             VARINT(read_varint, end, &value_len, "header value length");
             if (value_len < -1)

@@ -5,7 +5,8 @@ is `recordsCount` records back to back; the layout of one record and the rules a
 section obeys are documented in the C source, `_records.c`. The short version: exactly
 `recordsCount` records and no trailing byte; varints of at most 5 bytes and varlongs of at most 10,
 whose value fits; each record's length equal to the bytes its fields take; key, value and header
-value lengths >= -1 (-1 is null), header key lengths >= 0; record i has offsetDelta i.
+value lengths >= -1 (-1 is null), header key lengths >= 0 and header keys UTF-8; record i has
+offsetDelta i.
 
 Two implementations of the same rules:
 
@@ -167,6 +168,10 @@ class _Walker:
                 )
             if header_key_length > end - self.position:
                 raise self.fail(f": header {h}'s key runs past the record")
+            try:
+                bytes(self.buf[self.position : self.position + header_key_length]).decode()
+            except UnicodeDecodeError:
+                raise self.fail(f": header {h}'s key is not UTF-8") from None
             self.position += header_key_length
             header_value_length = self.read(end, "header value length")
             if header_value_length < -1:
