@@ -238,3 +238,63 @@ def test_large_batches_keep_their_order_and_the_loop_keeps_serving(make_cluster:
         for r in sequence
         for _ in range(read_header(r).records_count)
     ]
+
+
+def fetch_size(bootstrap: str, topic: str, replica_id: int, max_bytes: int) -> int:
+    with _wire.WireConnection.to(bootstrap) as connection:
+        response = connection.request(
+            ApiKey.FETCH,
+            _wire.FETCH_VERSION,
+            {
+                "replica_id": replica_id,
+                "max_wait": 0,
+                "min_bytes": 0,
+                "max_bytes": max_bytes,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {
+                        "topic": topic,
+                        "partitions": [
+                            {
+                                "partition": 0,
+                                "current_leader_epoch": -1,
+                                "fetch_offset": 0,
+                                "log_start_offset": -1,
+                                "partition_max_bytes": max_bytes,
+                            }
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+        )
+    (answer,) = response.responses[0].partitions
+    assert answer.error_code == ErrorCode.none, answer
+    return len(answer.records or b"")
+
+
+def test_fetch_responses_are_capped_by_the_broker(make_cluster: Any) -> None:
+    """KIP-541: a fetch asking for 2 GB gets at most fetch.max.bytes (consumers) or
+    replica.fetch.response.max.bytes (followers), plus at most one batch (KIP-74)."""
+    cluster = make_cluster(
+        1,
+        auto_create_topics_enable=False,
+        fetch_max_bytes=64 * 1024,
+        replica_fetch_response_max_bytes=32 * 1024,
+    )
+    bootstrap = cluster.broker(1).bootstrap
+    topic = unique_topic("capped")
+    create_topic(bootstrap, topic, replication_factor=1)
+    wait_until(lambda: _leader_ready(bootstrap, topic), 30, "a leader")
+    batch = batch_of([RawRecord(value=bytes(10_000), offset_delta=i) for i in range(2)])
+    for _ in range(30):
+        assert produce_raw(bootstrap, topic, batch).error_code == ErrorCode.none
+    total = 30 * len(batch)
+    assert fetch_size(bootstrap, topic, -1, 2**31 - 1) <= 64 * 1024
+    assert 0 < fetch_size(bootstrap, topic, 1, 2**31 - 1) <= 32 * 1024
+    assert fetch_size(bootstrap, topic, -1, 100) == len(batch)  # one batch, whatever the size
+    assert fetch_size(bootstrap, topic, -1, -5) == len(batch)
+    assert fetch_size(bootstrap, topic, -1, 64 * 1024) < total
