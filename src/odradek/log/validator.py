@@ -40,6 +40,9 @@ result says so; `Log.append_as_leader` patches the header and its CRC). A partia
 complete one (fewer bytes than its batchLength) is dropped, as Kafka drops it.
 
 Cost. Everything above except decompression and the record walk is a header unpack and a CRC.
+`bench/validation_cost.py` measures what the rest costs a producer by running brokers with
+ODRADEK_BENCH_SKIP_RECORD_VALIDATION=1 in their environment, which skips decompression and the
+record walk (and so must never be set anywhere else).
 The walk is native (one pass, no Python per record). Both run on the calling thread only up to
 `budget` bytes of records: past that `NeedsWorkerThread` is raised before any large work is done,
 and the caller (the replica manager) runs the validation again on a worker thread with no budget.
@@ -48,6 +51,8 @@ Decompression and the walk release the GIL there.
 
 from __future__ import annotations
 
+import logging
+import os
 import struct
 from dataclasses import dataclass
 
@@ -85,6 +90,12 @@ _MIN_RECORD_OVERHEAD = 14
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 TIMESTAMP_ERROR = "One or more records have been rejected due to invalid timestamp"
+
+_SKIP_RECORDS = os.environ.get("ODRADEK_BENCH_SKIP_RECORD_VALIDATION") == "1"
+if _SKIP_RECORDS:
+    logging.getLogger(__name__).warning(
+        "ODRADEK_BENCH_SKIP_RECORD_VALIDATION=1: records are NOT validated (benchmarks only)"
+    )
 
 
 class NeedsWorkerThread(Exception):
@@ -187,6 +198,8 @@ def validate_produce_records(
     walk on this thread, None = unlimited) would be exceeded."""
     header = _single_batch(records)
     _check_header(records, header, config)
+    if _SKIP_RECORDS:
+        return ValidatedRecords(header, header.size, header.max_timestamp, False)
     payload = memoryview(records)[HEADER_SIZE : header.size]
     limit = config.decompressed_limit
     try:
