@@ -139,10 +139,11 @@ def end_to_end(records: int, rounds: int, size: int, codecs: list[str]) -> dict[
 
 
 def in_process(size: int) -> dict[str, object]:
+    from tests.fuzz.record_batches import RawRecord, batch_of
+
     from odradek.log.config import LogConfig
     from odradek.log.validator import validate_produce_records
     from odradek.protocol.records import reference_scan
-    from tests.fuzz.record_batches import RawRecord, batch_of
 
     pool = values(size)
     count = 1_000_000 // (size + 10)
