@@ -64,15 +64,20 @@ def snapshot(bootstrap: str, topic: str) -> list[bytes]:
 
 
 def read_everything(bootstrap: str, topic: str) -> dict[int, list[int]]:
-    """Every offset librdkafka reads from each partition up to its log end offset."""
+    """Every offset librdkafka reads from each partition, from its log start offset (retention
+    may have deleted old segments: the fuzzer writes records of 2023) to its log end offset."""
+    with _wire.WireConnection.to(bootstrap) as connection:
+        starts = {
+            p: _wire.list_offset(connection, topic, p, _wire.EARLIEST) for p in range(PARTITIONS)
+        }
     ends = {p: _wire.log_end_offset(bootstrap, topic, p) for p in range(PARTITIONS)}
     offsets: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
     consumer = confluent_consumer(bootstrap)
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        consumer.assign([TopicPartition(topic, p, starts[p]) for p in range(PARTITIONS)])
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and any(
-            len(offsets[p]) < ends[p] for p in range(PARTITIONS)
+            len(offsets[p]) < ends[p] - starts[p] for p in range(PARTITIONS)
         ):
             for message in consumer.consume(1000, 0.5):
                 if message.error():
@@ -82,7 +87,8 @@ def read_everything(bootstrap: str, topic: str) -> dict[int, list[int]]:
     finally:
         consumer.close()
     for partition in range(PARTITIONS):
-        assert offsets[partition] == list(range(ends[partition])), f"partition {partition}"
+        expected = list(range(starts[partition], ends[partition]))
+        assert offsets[partition] == expected, f"partition {partition}"
     return offsets
 
 
