@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from odradek.errors import InvalidRecordError
 from odradek.protocol import records
 from odradek.protocol.records import (
+    find_timestamp,
     index_records,
+    reference_find_timestamp,
     reference_index,
     reference_scan,
     scan_records,
@@ -248,3 +250,14 @@ def test_header_keys_must_be_utf8_as_python_decodes_it(key: bytes) -> None:
         else:
             with pytest.raises(InvalidRecordError, match="is not UTF-8"):
                 function(payload, 1, 0)
+
+
+@given(well_formed(), INT64, st.integers(-2, 14))
+@settings(max_examples=400)
+def test_find_timestamp_agrees_with_the_reference(
+    section: tuple[bytes, int, int, list[RawRecord]], target: int, min_delta: int
+) -> None:
+    payload, count, base, _raws = section
+    assert find_timestamp(payload, count, base, target, min_delta) == (
+        reference_find_timestamp(payload, count, base, target, min_delta)
+    )

@@ -45,9 +45,10 @@
  *
  * One walker serves every purpose through a visitor called once per record with the record's
  * layout (`rec_t`): `scan` (validation: timestamps' minimum and maximum, and which records fall
- * outside given bounds) and `index` (the position of every field, for readers that build columns
- * or key maps without decoding records in Python). Compaction's key map and an Arrow reader are
- * further visitors over the same walk.
+ * outside given bounds), `index` (the position of every field, for readers that build columns or
+ * key maps without decoding records in Python) and `find_timestamp` (ListOffsets: the first record
+ * at or after a timestamp, which stops the walk there). Compaction's key map and an Arrow reader
+ * are further visitors over the same walk.
  *
  * Thread safety: the walk touches no Python object, so the GIL is released around it; the buffer
  * stays exported (a bytearray cannot be resized meanwhile) and every read is bounds-checked
@@ -81,7 +82,8 @@ typedef struct {
     Py_ssize_t position;
 } walk_error_t;
 
-/* Called once per record; returns 0 to go on, -1 to stop (having filled the error). */
+/* Called once per record; returns 0 to go on, 1 to stop there (done), -1 to stop with the
+ * error filled in. */
 typedef int (*visit_fn)(void *ctx, Py_ssize_t index, const rec_t *rec, walk_error_t *err);
 
 enum { VARINT_OK = 0, VARINT_TRUNCATED, VARINT_TOO_LONG, VARINT_RANGE };
@@ -284,8 +286,13 @@ static int walk(const uint8_t *p, Py_ssize_t n, int64_t count, int64_t base_time
         if (pos != end)
             FAIL("record %zd has length %d but its fields take %zd bytes", index, (int)length,
                  pos - (end - length));
-        if (visit != NULL && visit(ctx, index, &rec, err) != 0)
-            return -1;
+        if (visit != NULL) {
+            int verdict = visit(ctx, index, &rec, err);
+            if (verdict < 0)
+                return -1;
+            if (verdict > 0)
+                return 0; /* the visitor has what it wanted */
+        }
     }
     if (pos != n) {
         index = count;
@@ -477,8 +484,60 @@ static PyObject *index_records(PyObject *self, PyObject *args) {
     return rows;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* find_timestamp: ListOffsets by timestamp                                                  */
+
+typedef struct {
+    int64_t target;
+    int64_t min_delta;
+    int found;
+    int64_t delta, timestamp;
+} find_ctx_t;
+
+static int find_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error_t *err) {
+    find_ctx_t *ctx = (find_ctx_t *)ctx_;
+    (void)index;
+    (void)err;
+    if (rec->timestamp >= ctx->target && rec->offset_delta >= ctx->min_delta) {
+        ctx->found = 1;
+        ctx->delta = rec->offset_delta;
+        ctx->timestamp = rec->timestamp;
+        return 1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(find_doc,
+"find_timestamp(records, records_count, base_timestamp, target, min_delta)\n"
+"    -> (offset_delta, timestamp) | None\n\n"
+"The first record (in offset order) with timestamp >= target and offset delta >= min_delta.\n"
+"Records are validated as far as the walk goes (InvalidRecordsError).");
+
+static PyObject *find_timestamp(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long count, base_timestamp, target, min_delta;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*LLLL:find_timestamp", &view, &count, &base_timestamp, &target,
+                          &min_delta))
+        return NULL;
+    find_ctx_t ctx = {target, min_delta, 0, 0, 0};
+    walk_error_t err;
+    int result;
+    Py_BEGIN_ALLOW_THREADS
+    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, 0, find_visit, &ctx,
+                  &err);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (result != 0)
+        return raise_walk_error(&err);
+    if (!ctx.found)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", (long long)ctx.delta, (long long)ctx.timestamp);
+}
+
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS, scan_doc},
+    {"find_timestamp", find_timestamp, METH_VARARGS, find_doc},
     {"index", index_records, METH_VARARGS, index_doc},
     {NULL, NULL, 0, NULL},
 };

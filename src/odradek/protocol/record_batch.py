@@ -495,13 +495,28 @@ def find_timestamp_in_batch(
 
     ListOffsets helper (not a hot path). The caller already knows the batch's maxTimestamp is
     >= target. CreateTime batches are searched record by record (decompressed, to at most
-    `limit` bytes, if need be), as Kafka does. LogAppendTime batches (every record has the batch timestamp) answer at batch
+    `limit` bytes, if need be), as Kafka does, by the native walker: no Python per record. LogAppendTime batches (every record has the batch timestamp) answer at batch
     granularity: the batch's base offset and maxTimestamp.
     """
     header = read_header(batch)
-    if header.timestamp_type == TimestampType.CREATE_TIME:
-        for record in decode_records(batch, limit):
-            if record.timestamp >= target_timestamp and record.offset >= min_offset:
-                return record.offset, record.timestamp
-        return None
-    return max(header.base_offset, min_offset), header.max_timestamp
+    if header.timestamp_type != TimestampType.CREATE_TIME:
+        return max(header.base_offset, min_offset), header.max_timestamp
+    from odradek.protocol import compression
+    from odradek.protocol.records import find_timestamp
+
+    payload: Buffer = memoryview(batch)[HEADER_SIZE : header.size]
+    try:
+        if header.compression != CompressionType.NONE:
+            payload = compression.decompress_bounded(header.compression, payload, limit)
+        found = find_timestamp(
+            payload,
+            header.records_count,
+            header.base_timestamp,
+            target_timestamp,
+            min_offset - header.base_offset,
+        )
+    finally:
+        if isinstance(payload, memoryview):
+            payload.release()
+        compression.trim_scratch()
+    return None if found is None else (header.base_offset + found[0], found[1])

@@ -330,3 +330,27 @@ def index_records(records: Buffer, records_count: int, base_timestamp: int) -> l
     except _native.InvalidRecordsError as e:
         raise InvalidRecordError(e.args[0]) from None
     return [RecordLayout._make(row) for row in _ROW.iter_unpack(rows)]
+
+
+def find_timestamp(
+    records: Buffer, records_count: int, base_timestamp: int, target: int, min_delta: int
+) -> tuple[int, int] | None:
+    """The first record with timestamp >= `target` and offset delta >= `min_delta`, as
+    (offset delta, timestamp); None when there is none. The walk stops at that record."""
+    if _native is None:  # pragma: no cover
+        return reference_find_timestamp(records, records_count, base_timestamp, target, min_delta)
+    try:
+        found = _native.find_timestamp(records, records_count, base_timestamp, target, min_delta)
+    except _native.InvalidRecordsError as e:
+        raise InvalidRecordError(e.args[0]) from None
+    return None if found is None else (found[0], found[1])
+
+
+def reference_find_timestamp(
+    records: Buffer, records_count: int, base_timestamp: int, target: int, min_delta: int
+) -> tuple[int, int] | None:
+    """`find_timestamp` in plain Python (it validates the whole section first)."""
+    for layout in reference_index(records, records_count, base_timestamp):
+        if layout.timestamp >= target and layout.offset_delta >= min_delta:
+            return layout.offset_delta, layout.timestamp
+    return None
