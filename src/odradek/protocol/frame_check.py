@@ -91,7 +91,7 @@ def compile_layout(cls: type) -> bytes:
         if typing.get_origin(tp) is tuple:
             item, item_nullable = _unwrap(typing.get_args(tp)[0])
             element = (
-                compile_layout(item)
+                compile_layout(typing.cast(type, item))
                 if dataclasses.is_dataclass(item)
                 else _scalar(kafka_type, flexible, item_nullable)
             )
@@ -99,7 +99,7 @@ def compile_layout(cls: type) -> bytes:
             program.append(opcode | (NULLABLE if nullable else 0))
             program += _U16.pack(len(element)) + element
         elif dataclasses.is_dataclass(tp):
-            program += compile_layout(tp)
+            program += compile_layout(typing.cast(type, tp))
         else:
             program += _scalar(kafka_type, flexible, nullable)
     if flexible:
