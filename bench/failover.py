@@ -49,11 +49,11 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from odradek.cli.launcher import LocalBroker, LocalCluster
 from odradek.errors import OdradekError
 from odradek.network.client import BrokerConnection
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey, request_class
+from odradek.testing import LocalBroker, LocalCluster
 
 METADATA_VERSION = 12
 POLL_S = 0.1

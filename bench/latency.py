@@ -31,7 +31,7 @@ STAMP = struct.Struct(">d")
 def percentile(sorted_values: list[float], fraction: float) -> float:
     if not sorted_values:
         return float("nan")
-    index = min(len(sorted_values) - 1, int(round(fraction * (len(sorted_values) - 1))))
+    index = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
     return sorted_values[index]
 
 
@@ -51,7 +51,7 @@ def main() -> None:
     cluster = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from odradek.cli.launcher import LocalCluster
+        from odradek.testing import LocalCluster
 
         cluster = LocalCluster.up(Path(tempfile.mkdtemp(prefix="odradek-bench-latency-")), brokers=args.brokers)
         bootstrap = cluster.bootstrap_servers

@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path)
     args = parser.parse_args()
 
-    from odradek.cli.launcher import LocalCluster
+    from odradek.testing import LocalCluster
 
     directory = args.dir or Path(tempfile.mkdtemp(prefix="odradek-bench-metadata-"))
     cluster = LocalCluster.up(directory, brokers=args.brokers)

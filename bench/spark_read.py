@@ -42,7 +42,7 @@ def target(bootstrap: str | None, brokers: int) -> Iterator[tuple[str, bool]]:
     if bootstrap is not None:
         yield bootstrap, False
         return
-    from odradek.cli.launcher import LocalCluster
+    from odradek.testing import LocalCluster
 
     directory = Path(tempfile.mkdtemp(prefix="odradek-spark-bench-"))
     cluster = LocalCluster.up(directory, brokers=brokers, timeout=120)

@@ -123,7 +123,7 @@ def main() -> None:
     cluster = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        from odradek.cli.launcher import LocalCluster
+        from odradek.testing import LocalCluster
 
         directory = Path(tempfile.mkdtemp(prefix="odradek-bench-"))
         cluster = LocalCluster.up(directory, brokers=args.brokers)

@@ -9,9 +9,10 @@ a Zipf-like popularity, sessions hop between related pages, and event time advan
 site's traffic (`--event-rate` views per second of event time; `--rate` is how fast they are
 produced), starting at `--start` (default 2026-01-01T12:00:00Z). A fraction of events is out of
 order (a small jitter) and a smaller fraction late (up to `--max-lateness-s`, which must stay below
-the job's watermark delay so that none is dropped); the last record is the end-of-stream marker.
-Records are keyed by user id and produced with acks=all; the topic is created if missing. Prints
-a JSON summary.
+the job's watermark delay so that none is dropped); the last record is the end-of-stream marker,
+sent only once every view is acknowledged. Records are keyed by user id and produced with
+acks=all; the topic is created if missing. Prints a JSON summary (with `last_view_time`, the
+latest event time of any view).
 """
 
 from __future__ import annotations
@@ -156,6 +157,7 @@ def main() -> int:
 
     started = time.monotonic()
     produced = 0
+    last_view_time = None
     for event in events(
         args.count,
         args.event_rate,
@@ -171,6 +173,15 @@ def main() -> int:
         ahead = produced / args.rate - (time.monotonic() - started)
         if ahead > 0:
             time.sleep(ahead)
+        if event["event_type"] == VIEW:
+            last_view_time = max(last_view_time or event["event_time"], event["event_time"])
+        else:
+            # The end-of-stream marker moves the job's watermark past every window: it must not
+            # be readable before every view is. Views still in flight in another partition
+            # could otherwise reach the job after the watermark passed their window and be
+            # dropped as late. Once flushed, every view is acknowledged (acks=all), so it is
+            # below its partition's high watermark before the marker is even sent.
+            producer.flush(120)
         while True:
             try:
                 producer.produce(
@@ -197,6 +208,7 @@ def main() -> int:
                 "unacknowledged": unacknowledged,
                 "seconds": round(elapsed, 2),
                 "seed": args.seed,
+                "last_view_time": last_view_time,
             }
         ),
         flush=True,

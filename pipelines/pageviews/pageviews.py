@@ -19,6 +19,8 @@ final once the watermark (the largest event time seen, minus the allowed latenes
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the generator runs without Spark; only the functions below need it
@@ -74,6 +76,22 @@ def aggregate(events: DataFrame, window: str = DEFAULT_WINDOW) -> DataFrame:
             "dwell_ms",
         )
     )
+
+
+def window_seconds(window: str) -> float:
+    """A Spark interval such as `10 seconds` or `1 minute`, in seconds."""
+    amount, unit = window.split()
+    scale = {"second": 1, "minute": 60, "hour": 3600}[unit.rstrip("s")]
+    return float(amount) * scale
+
+
+def window_end(event_time: str, window: str = DEFAULT_WINDOW) -> dt.datetime:
+    """The end of the tumbling `window` (aligned to the epoch, as Spark's) holding an event
+    time given in the events' ISO form (`2026-01-01T12:00:04.250Z`)."""
+    moment = dt.datetime.fromisoformat(event_time.replace("Z", "+00:00"))
+    size = window_seconds(window)
+    start = math.floor(moment.timestamp() / size) * size
+    return dt.datetime.fromtimestamp(start + size, dt.UTC)
 
 
 def row_key(row: Any) -> tuple[Any, Any, str]:

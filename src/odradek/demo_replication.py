@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from odradek.cli.launcher import LocalCluster
+    from odradek.testing import LocalCluster
 
     directory = args.dir or Path(tempfile.mkdtemp(prefix="odradek-demo-"))
     say(f"starting ZooKeeper and 3 brokers in {directory}")

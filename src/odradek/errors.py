@@ -11,11 +11,28 @@ command line prints their message on one line and exits non-zero, without a trac
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from kio.schema.errors import ErrorCode
+
+T = TypeVar("T")
 
 
 class OdradekError(Exception):
     """Base class of every exception raised by this project."""
+
+
+class InvariantError(OdradekError):
+    """An internal invariant does not hold: a bug in Odradek, not a client's or an operator's
+    mistake. Raised where a bare `assert` would be stripped under `python -O`."""
+
+
+def require(value: T | None, what: str) -> T:
+    """`value`, which the caller's invariant says is there; InvariantError naming `what` if it
+    is None (a component used before start-up or after shutdown, say)."""
+    if value is None:
+        raise InvariantError(f"{what} is not set")
+    return value
 
 
 class OperatorError(OdradekError):

@@ -51,11 +51,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-from odradek.cli.launcher import CLUSTER_FILE, LocalCluster, ProcessState
 from odradek.errors import ClusterTimeoutError, OperatorError
 from odradek.log.checkpoints import read_offset_checkpoint
 from odradek.log.naming import RECOVERY_POINT_CHECKPOINT, log_dir_name, parse_segment_file_name
 from odradek.protocol.record_batch import iter_batches
+from odradek.testing import CLUSTER_FILE, LocalCluster, ProcessState
 from odradek.zk.server import ZooKeeperServer
 from tests.faults.workload import PartitionState, read_partition_states
 

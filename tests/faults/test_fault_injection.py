@@ -36,11 +36,11 @@ from dataclasses import dataclass
 import pytest
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.errors import OdradekError
 from odradek.log.checkpoints import write_offset_checkpoint
 from odradek.log.naming import RECOVERY_POINT_CHECKPOINT, log_dir_name
 from odradek.protocol.record_batch import Record, build_batch
+from odradek.testing import LocalCluster
 from tests.faults.checker import (
     CheckResult,
     ControllerEpochHistory,

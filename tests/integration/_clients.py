@@ -42,9 +42,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from odradek.cli.launcher import LocalCluster
 from odradek.log.naming import log_dir_name, parse_segment_file_name
 from odradek.protocol.record_batch import BatchHeader, iter_batches
+from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
 

@@ -44,11 +44,11 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalBroker, LocalCluster
-from odradek.controller.channel_manager import topic_id_to_uuid
 from odradek.network.client import BrokerConnection
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey, request_class
+from odradek.protocol.topic_ids import topic_id_to_uuid
+from odradek.testing import LocalBroker, LocalCluster
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import NoNodeError
 from odradek.zk.znodes import (

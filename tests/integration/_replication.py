@@ -44,12 +44,12 @@ from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalBroker, LocalCluster
 from odradek.log.naming import log_dir_name, parse_segment_file_name
 from odradek.network.client import BrokerConnection
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey, request_class
 from odradek.protocol.record_batch import Record, build_batch, decode_records, iter_batches
+from odradek.testing import LocalBroker, LocalCluster
 from odradek.zk.client import ZkClient
 from odradek.zk.znodes import LeaderIsrAndControllerEpoch, TopicPartitionStateZNode
 from tests.fixtures.cluster import wait_until

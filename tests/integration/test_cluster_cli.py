@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 from odradek.cli.cluster import format_status
-from odradek.cli.launcher import CLUSTER_FILE, LocalCluster, ProcessState, read_status
 from odradek.cli.main import main
 from odradek.cli.topics import (
     describe_lines,
@@ -32,6 +31,7 @@ from odradek.cli.topics import (
 from odradek.errors import OperatorError
 from odradek.protocol.build import build
 from odradek.protocol.codec import response_class
+from odradek.testing import CLUSTER_FILE, LocalCluster, ProcessState, read_status
 from odradek.zk.client import CreateOp, ZkClient
 from odradek.zk.znodes import (
     BrokerIdZNode,

@@ -1,7 +1,7 @@
 """Consumer groups end to end: real clients subscribe, split partitions, commit and resume.
 
 Group membership is the broker's group coordinator; committed offsets are znodes under
-`/consumers/<group>/offsets/<topic>/<partition>` (see `odradek.server.offset_store`). The tests use
+`/consumers/<group>/offsets/<topic>/<partition>` (see `odradek.coordinator.group.offset_store`). The tests use
 confluent-kafka (librdkafka), kafka-python, aiokafka and KafkaJS as users run them, plus raw
 protocol requests (`_wire`) where the exact error code matters. Every test but the coordinator
 kill runs on the shared `cluster3` with its own topic and group names.
@@ -28,8 +28,8 @@ from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.protocol.codec import ApiKey
+from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
 from tests.integration._clients import create_topic, unique_topic

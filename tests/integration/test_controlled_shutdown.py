@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster, read_status
 from odradek.errors import OdradekError
 from odradek.log.naming import CLEAN_SHUTDOWN_FILE
+from odradek.testing import LocalCluster, read_status
 from tests.fixtures.cluster import wait_until
 from tests.integration._replication import (
     Deliveries,

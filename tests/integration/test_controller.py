@@ -37,9 +37,9 @@ from collections.abc import Callable
 import pytest
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.controller.controller_zk import ControllerZk
 from odradek.errors import NetworkError
+from odradek.testing import LocalCluster
 from odradek.zk.client import CheckOp, CreateOp, SetDataOp, ZkClient
 from odradek.zk.errors import ControllerMovedError
 from odradek.zk.znodes import (

@@ -22,9 +22,9 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from odradek.cli.launcher import LocalCluster
 from odradek.log.naming import log_dir_name
 from odradek.protocol.record_batch import build_batch, iter_batches
+from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
 from tests.integration._clients import (

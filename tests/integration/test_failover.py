@@ -40,10 +40,10 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.cluster.replica_manager import read_partition_topic_id
-from odradek.controller.channel_manager import uuid_to_topic_id
 from odradek.protocol.codec import ApiKey
+from odradek.protocol.topic_ids import uuid_to_topic_id
+from odradek.testing import LocalCluster
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import NoNodeError
 from odradek.zk.znodes import (

@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError as ConfluentKafkaError
 from kafka import KafkaConsumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
+from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._replication import (
     AckedProducer,

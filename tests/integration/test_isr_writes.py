@@ -1,4 +1,4 @@
-"""Leaders' ISR writes coalesced into multi() batches (`server/isr_writes.py`), against a real
+"""Leaders' ISR writes coalesced into multi() batches (`cluster/isr_writes.py`), against a real
 ZooKeeper: concurrent writes go as one transaction; a batch holding a write the controller has
 fenced (znode version moved on) is refused whole and then written one by one, so every partition
 gets exactly the outcome it would get alone."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from odradek.cluster.isr_writes import BatchedIsrWriter, encode_state
 from odradek.cluster.partition import IsrUpdate
-from odradek.server.isr_writes import BatchedIsrWriter, encode_state
 from odradek.zk.client import CreateOp, ZkClient
 from odradek.zk.errors import ClientClosedError, SessionExpiredError
 from odradek.zk.znodes import TopicPartitionStateZNode

@@ -32,7 +32,6 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.protocol.codec import ApiKey
 from odradek.protocol.record_batch import (
     TimestampType,
@@ -40,6 +39,7 @@ from odradek.protocol.record_batch import (
     decode_records,
     iter_batches,
 )
+from odradek.testing.local_cluster import LocalCluster
 from tests.fixtures.zookeeper import ZooKeeperHandle
 from tests.fuzz.record_batches import BOMB_NAMES, Case, bomb_cases, cases
 from tests.integration import _wire

@@ -26,9 +26,9 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.cluster.replica_manager import HIGH_WATERMARK_CHECKPOINT
 from odradek.log.checkpoints import read_offset_checkpoint
+from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._replication import (
     AckedProducer,

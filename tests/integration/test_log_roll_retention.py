@@ -21,9 +21,9 @@ from pathlib import Path
 from confluent_kafka import TopicPartition
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.log.naming import log_dir_name
 from odradek.protocol.record_batch import build_batch, decode_records, iter_batches
+from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
 from tests.integration._clients import confluent_consumer, consume, create_topic, unique_topic

@@ -55,10 +55,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.protocol.codec import ApiKey, decode_response
 from odradek.protocol.record_batch import build_batch
 from odradek.server.apis import SUPPORTED_VERSIONS
+from odradek.testing import LocalCluster
 from tests.integration import _wire
 from tests.integration._clients import (
     Rec,

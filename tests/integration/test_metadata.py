@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from odradek.cli.launcher import LocalCluster
+from odradek.testing import LocalCluster
 from tests.integration._controller import (
     create_topics,
     leaders_per_broker,

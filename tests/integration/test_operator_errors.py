@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from odradek.cli.launcher import LocalCluster
 from odradek.cli.main import main
+from odradek.testing import LocalCluster
 from tests.fixtures.zookeeper import free_port
 from tests.integration._clients import create_topic, unique_topic
 

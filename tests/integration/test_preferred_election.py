@@ -41,8 +41,8 @@ from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.protocol.codec import ApiKey
+from odradek.testing import LocalCluster
 from odradek.zk.client import ZkClient
 from odradek.zk.znodes import LeaderIsrAndControllerEpoch, PreferredReplicaElectionZNode
 from odradek.zk.znodes import TopicPartition as ZkTopicPartition

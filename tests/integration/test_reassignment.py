@@ -40,10 +40,10 @@ from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.controller.reassignment_zk import encode_reassignment
 from odradek.protocol.codec import ApiKey
 from odradek.protocol.record_batch import Record
+from odradek.testing import LocalCluster
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import NoNodeError
 from odradek.zk.znodes import (

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
+from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._replication import (
     AckedProducer,

@@ -29,8 +29,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
 from odradek.protocol.codec import ApiKey
+from odradek.testing import LocalCluster
 from odradek.zk.znodes import LeaderIsrAndControllerEpoch
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire

@@ -37,7 +37,7 @@ from collections.abc import Callable
 import pytest
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.launcher import LocalCluster
+from odradek.testing import LocalCluster
 from odradek.zk.znodes import (
     DeleteTopicsTopicZNode,
     LeaderIsrAndControllerEpoch,

@@ -23,7 +23,7 @@ from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
 
-from odradek.cli.launcher import LocalCluster
+from odradek.testing import LocalCluster
 from tests.integration._clients import unique_topic, wait_until_serving
 
 BROKER_V5_KEYS = {

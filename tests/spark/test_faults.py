@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from odradek.cli.launcher import LocalCluster
+from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.spark.streaming import check_alive, rows_processed, stream, to_parquet, wait_caught_up
 from tests.spark.topics import (

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from odradek.cli.launcher import LocalCluster
+from odradek.testing import LocalCluster
 from tests.spark.topics import unique_topic
 
 pytestmark = pytest.mark.spark

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from odradek.cli.launcher import LocalCluster
+from odradek.testing import LocalCluster
 from tests.spark.topics import Record, consume_all, create_topic, produce, unique_topic
 
 pytestmark = pytest.mark.spark

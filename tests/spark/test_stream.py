@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
 
-from odradek.cli.launcher import LocalCluster
+from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.spark.streaming import (
     check_alive,

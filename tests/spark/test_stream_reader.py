@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from odradek.cli.launcher import LocalCluster
 from odradek.errors import DataLossError
 from odradek.spark.arrow import source_schema
 from odradek.spark.offsets import OffsetRange
 from odradek.spark.options import SourceOptions
 from odradek.spark.stream import OdradekStreamReader
+from odradek.testing import LocalCluster
 from tests.spark.topics import create_topic, produce, unique_topic
 
 

@@ -17,7 +17,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from odradek.cli.launcher import LocalCluster
+from odradek.testing import LocalCluster
 from tests.spark.topics import consume_all, create_topic, produce, unique_topic
 
 pytestmark = pytest.mark.spark

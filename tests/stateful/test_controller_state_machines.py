@@ -46,7 +46,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.controller import controller as controller_module
 from odradek.controller import events as ev
-from odradek.controller.channel_manager import LEADER_DURING_DELETE, uuid_to_topic_id
+from odradek.controller.channel_manager import LEADER_DURING_DELETE
 from odradek.controller.context import PartitionReplica, TopicPartition
 from odradek.controller.controller import KafkaController
 from odradek.controller.states import STATE_CHANGE_LOGGER_NAME, PartitionState, ReplicaState
@@ -57,6 +57,7 @@ from odradek.protocol.messages import (
     StopReplicaResponseV3,
     UpdateMetadataResponseV7,
 )
+from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.zk.errors import ControllerMovedError
 from odradek.zk.znodes import ControllerEpochZNode, ControllerZNode
 from tests.fakes.channel import RecordingChannelManager, SentRequest

@@ -4,14 +4,14 @@ and returning, leaders changing ISRs, topics created and deleted, controllers mo
 
 Two rules make preferred elections have something to do: every live follower catches up, and a
 broker leading as preferred replica restarts and catches up. Then three rules, one per trigger of
-`odradek.controller.leader_election`:
+`odradek.controller.elect_leaders`:
 
 * an admin writes `/admin/preferred_replica_election` (some existing partitions, sometimes one
   that does not exist): afterwards the znode is gone, and exactly the partitions whose preferred
   replica was live, in the ZooKeeper ISR and not leading (and not being deleted) are led by it,
   one leader epoch later, with the ISR unchanged; every other partition's state is untouched;
 * an admin client's ElectLeaders (PREFERRED or UNCLEAN) event: every partition gets the answer of
-  the table in `leader_election`, checked against the ZooKeeper state before the request, and an
+  the table in `elect_leaders`, checked against the ZooKeeper state before the request, and an
   elected leader is what ZooKeeper holds afterwards;
 * the rebalance timer fires (after the leaders' ISR notifications are delivered, so the
   controller's cache is ZooKeeper's): afterwards no broker whose imbalance is above 10 % has a
@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.controller import events as ev
 from odradek.controller.context import LeaderAndIsr, TopicPartition
-from odradek.controller.leader_election import ElectionType, auto_rebalance_candidates
+from odradek.controller.elect_leaders import ElectionType, auto_rebalance_candidates
 from odradek.errors import KafkaError, NotControllerError
 from odradek.zk.znodes import PreferredReplicaElectionZNode
 from odradek.zk.znodes import TopicPartition as ZkTopicPartition

@@ -1,4 +1,4 @@
-"""Table tests for the leader election algorithms (odradek.controller.election)."""
+"""Table tests for the leader election algorithms (odradek.controller.election_algorithms)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from odradek.controller.election import (
+from odradek.controller.election_algorithms import (
     NO_LEADER,
     ElectionDecision,
     controlled_shutdown_partition_leader_election,

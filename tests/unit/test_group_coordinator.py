@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from odradek.errors import GroupStateError
-from odradek.server.group_coordinator import (
+from odradek.coordinator.group.coordinator import (
     NEW_MEMBER_JOIN_TIMEOUT_MS,
     GroupConfig,
     GroupCoordinator,
@@ -26,6 +25,7 @@ from odradek.server.group_coordinator import (
     SyncResult,
     coordinator_for,
 )
+from odradek.errors import GroupStateError
 
 GROUP = "group-a"
 SESSION_MS = 10_000

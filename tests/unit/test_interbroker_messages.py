@@ -32,9 +32,7 @@ from odradek.protocol.messages import (
     ControlledShutdownRequestV3,
     ControlledShutdownResponseV3,
     LeaderAndIsrRequestV5,
-    LeaderAndIsrRequestV6,
     LeaderAndIsrResponseV5,
-    LeaderAndIsrResponseV6,
     LeaderAndIsrType,
     StopReplicaRequestV3,
     StopReplicaResponseV3,
@@ -44,8 +42,6 @@ from odradek.protocol.messages import (
 from odradek.protocol.messages.controlled_shutdown.v3 import response as cs3_resp
 from odradek.protocol.messages.leader_and_isr.v5 import request as lai5_req
 from odradek.protocol.messages.leader_and_isr.v5 import response as lai5_resp
-from odradek.protocol.messages.leader_and_isr.v6 import request as lai6_req
-from odradek.protocol.messages.leader_and_isr.v6 import response as lai6_resp
 from odradek.protocol.messages.stop_replica.v3 import request as sr3_req
 from odradek.protocol.messages.stop_replica.v3 import response as sr3_resp
 from odradek.protocol.messages.update_metadata.v7 import request as um7_req
@@ -187,45 +183,6 @@ def realistic_leader_and_isr_v5() -> LeaderAndIsrRequestV5:
                 broker_id=BrokerId(2), host_name="broker-2.local", port=i32(9093)
             ),
             m.LeaderAndIsrLiveLeader(broker_id=BrokerId(1), host_name="10.0.0.1", port=i32(9092)),
-        ),
-    )
-
-
-def realistic_leader_and_isr_v6() -> LeaderAndIsrRequestV6:
-    m = lai6_req
-    return m.LeaderAndIsrRequest(
-        controller_id=BrokerId(1),
-        controller_epoch=i32(4),
-        type=i8(LeaderAndIsrType.INCREMENTAL),
-        topic_states=(
-            m.LeaderAndIsrTopicState(
-                topic_name=TopicName("payments"),
-                topic_id=OTHER_TOPIC_ID,
-                partition_states=(
-                    m.LeaderAndIsrPartitionState(
-                        partition_index=i32(7),
-                        controller_epoch=i32(4),
-                        leader=BrokerId(4),
-                        leader_epoch=i32(13),
-                        isr=(BrokerId(4),),
-                        zk_version=i32(21),
-                        replicas=(BrokerId(1), BrokerId(4)),
-                        leader_recovery_state=i8(1),
-                    ),
-                    m.LeaderAndIsrPartitionState(
-                        partition_index=i32(8),
-                        controller_epoch=i32(4),
-                        leader=BrokerId(1),
-                        leader_epoch=i32(2),
-                        isr=(BrokerId(1), BrokerId(4)),
-                        zk_version=i32(5),
-                        replicas=(BrokerId(1), BrokerId(4)),
-                    ),
-                ),
-            ),
-        ),
-        live_leaders=(
-            m.LeaderAndIsrLiveLeader(broker_id=BrokerId(4), host_name="b4", port=i32(19092)),
         ),
     )
 
@@ -393,9 +350,7 @@ ROUND_TRIP_CASES = {
         topic_states=(),
         live_leaders=(),
     ),
-    "leader_and_isr_v6": realistic_leader_and_isr_v6,
     "leader_and_isr_response_v5": lambda: realistic_leader_and_isr_response(lai5_resp),
-    "leader_and_isr_response_v6": lambda: realistic_leader_and_isr_response(lai6_resp),
     "leader_and_isr_response_stale": lambda: LeaderAndIsrResponseV5(
         error_code=ErrorCode.stale_controller_epoch, topics=()
     ),
@@ -435,8 +390,8 @@ def test_round_trip_covers_every_message_class() -> None:
 # --- exact bytes -----------------------------------------------------------------------------
 
 
-def leader_and_isr_request_bytes(*, recovery_state: bytes) -> bytes:
-    """The small LeaderAndIsr request of the exact-bytes tests; v6 appends ``recovery_state``."""
+def leader_and_isr_request_bytes() -> bytes:
+    """The small LeaderAndIsr request of the exact-bytes tests."""
     partition = (
         int32(4)  # partition_index
         + int32(3)  # controller_epoch
@@ -448,7 +403,6 @@ def leader_and_isr_request_bytes(*, recovery_state: bytes) -> bytes:
         + int32_array(3)  # adding_replicas
         + int32_array()  # removing_replicas
         + boolean(True)  # is_new
-        + recovery_state
         + NO_TAGS
     )
     topic = compact_string("t") + TOPIC_ID.bytes + compact_array(partition) + NO_TAGS
@@ -497,19 +451,12 @@ def small_leader_and_isr(module: typing.Any, **partition_extra: object) -> objec
 
 def test_leader_and_isr_v5_request_bytes() -> None:
     message = small_leader_and_isr(lai5_req)
-    expected = leader_and_isr_request_bytes(recovery_state=b"")
+    expected = leader_and_isr_request_bytes()
     assert encode(message) == expected
     assert decode(LeaderAndIsrRequestV5, expected) == message
 
 
-def test_leader_and_isr_v6_request_bytes() -> None:
-    message = small_leader_and_isr(lai6_req, leader_recovery_state=i8(1))
-    expected = leader_and_isr_request_bytes(recovery_state=int8(1))
-    assert encode(message) == expected
-    assert decode(LeaderAndIsrRequestV6, expected) == message
-
-
-@pytest.mark.parametrize("module", [lai5_resp, lai6_resp], ids=["v5", "v6"])
+@pytest.mark.parametrize("module", [lai5_resp], ids=["v5"])
 def test_leader_and_isr_response_bytes(module: typing.Any) -> None:
     message = module.LeaderAndIsrResponse(
         error_code=ErrorCode.none,
@@ -704,7 +651,7 @@ def test_schema_defaults() -> None:
         ).broker_epoch
         == -1
     )
-    state = lai6_req.LeaderAndIsrPartitionState(
+    state = lai5_req.LeaderAndIsrPartitionState(
         partition_index=i32(0),
         controller_epoch=i32(1),
         leader=BrokerId(1),
@@ -717,12 +664,10 @@ def test_schema_defaults() -> None:
         state.adding_replicas,
         state.removing_replicas,
         state.is_new,
-        state.leader_recovery_state,
     ) == (
         (),
         (),
         False,
-        0,
     )
     stop = sr3_req.StopReplicaPartitionState(partition_index=i32(0), delete_partition=False)
     assert stop.leader_epoch == -1
@@ -856,13 +801,12 @@ def test_nested_entities_carry_their_message_class_variables() -> None:
 
 def test_registry_lists_the_four_apis() -> None:
     assert {k: sorted(v) for k, v in INTERBROKER_MESSAGES.items()} == {
-        4: [5, 6],
+        4: [5],
         5: [3],
         6: [7],
         7: [3],
     }
     assert INTERBROKER_MESSAGES[4][5] == (LeaderAndIsrRequestV5, LeaderAndIsrResponseV5)
-    assert INTERBROKER_MESSAGES[4][6] == (LeaderAndIsrRequestV6, LeaderAndIsrResponseV6)
     assert INTERBROKER_MESSAGES[5][3] == (StopReplicaRequestV3, StopReplicaResponseV3)
     assert INTERBROKER_MESSAGES[6][7] == (UpdateMetadataRequestV7, UpdateMetadataResponseV7)
     assert INTERBROKER_MESSAGES[7][3] == (ControlledShutdownRequestV3, ControlledShutdownResponseV3)

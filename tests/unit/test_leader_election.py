@@ -1,5 +1,5 @@
 """The pure parts of preferred-replica / unclean elections and of the automatic leader rebalance
-(`odradek.controller.leader_election`), of the ElectLeaders handler's answer
+(`odradek.controller.elect_leaders`), of the ElectLeaders handler's answer
 (`odradek.server.handlers_elect_leaders`) and of `odradek leader-election`
 (`odradek.cli.leader_election`); the rebalance timer on a real event loop.
 """
@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cli import leader_election as cli
 from odradek.controller import events as ev
-from odradek.controller.leader_election import (
+from odradek.controller.elect_leaders import (
     AutoRebalanceTimer,
     ElectionType,
     auto_rebalance_candidates,

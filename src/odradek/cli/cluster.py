@@ -6,7 +6,7 @@
   odradek cluster kill|stop|cont|terminate|restart BROKER_ID --dir DIR
 
 `up` starts a private ZooKeeper and N brokers in the background, prints the bootstrap string on
-stdout and returns; the processes keep running (see `odradek.cli.launcher` for the directory
+stdout and returns; the processes keep running (see `odradek.testing.local_cluster` for the directory
 layout and cluster.json). The per-broker commands are fault drills: `kill` is SIGKILL (a crash),
 `stop` and `cont` are SIGSTOP and SIGCONT (a frozen process: a GC pause, a hung disk),
 `terminate` is SIGTERM (the broker's controlled shutdown), and `restart` is a controlled shutdown
@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from odradek.cli.launcher import LocalCluster
 from odradek.errors import OperatorError
+from odradek.testing import LocalCluster
 
 # Lists of partitions in the human-readable status stop here; --json has them all.
 MAX_LISTED_PARTITIONS = 50

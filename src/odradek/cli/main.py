@@ -23,6 +23,7 @@ import signal
 import sys
 from pathlib import Path
 
+from odradek.cli.logs import configure_logging
 from odradek.errors import OperatorError
 
 log = logging.getLogger("odradek")
@@ -31,15 +32,6 @@ log = logging.getLogger("odradek")
 def _fail(message: str) -> int:
     print(f"odradek: error: {message}", file=sys.stderr)
     return 1
-
-
-def configure_logging(level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 
 def _install_uvloop() -> None:
@@ -73,15 +65,18 @@ async def _run_broker(config: object) -> int:
 
 
 def cmd_server(args: argparse.Namespace) -> int:
-    from odradek.server.broker import configure_process_memory
     from odradek.server.config import load_config
 
-    configure_process_memory()
     try:
         config = load_config(Path(args.config) if args.config else None, args.override or [])
     except OperatorError as e:
         return _fail(str(e))
-    configure_logging(args.log_level)
+    configure_logging(
+        args.log_level,
+        Path(args.log_file) if args.log_file else None,
+        config["broker.log.max.bytes"],
+        config["broker.log.backup.count"],
+    )
     if args.state_change_log:
         from odradek.controller.states import attach_state_change_log_file
 
@@ -113,6 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--override", action="append", metavar="K=V", help="override a property")
     server.add_argument("--log-level", default=os.environ.get("ODRADEK_LOG_LEVEL", "INFO"))
     server.add_argument("--state-change-log", metavar="DIR", help="write state-change.log in DIR")
+    server.add_argument(
+        "--log-file",
+        metavar="FILE",
+        help="log to FILE, rotated by size (broker.log.max.bytes, broker.log.backup.count)"
+        " instead of to standard error",
+    )
     server.set_defaults(func=cmd_server)
 
     zookeeper = sub.add_parser("zookeeper", help="run a private standalone ZooKeeper")
@@ -120,26 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
     zookeeper.add_argument("--dir", required=True)
     zookeeper.set_defaults(func=cmd_zookeeper)
 
-    try:
-        from odradek.cli import cluster as cluster_cli
-
-        cluster_cli.add_parser(sub)
-    except ImportError:
-        pass
-    try:
-        from odradek.cli import topics as topics_cli
-
-        topics_cli.add_parser(sub)
-    except ImportError:
-        pass
-    try:
-        from odradek.cli import reassign as reassign_cli
-
-        reassign_cli.add_parser(sub)
-    except ImportError:
-        pass
+    # Every subcommand's module is imported here, unguarded: one that fails to import is a bug
+    # to report with its traceback, not a command to leave out of --help silently.
+    from odradek.cli import cluster as cluster_cli
     from odradek.cli import leader_election as leader_election_cli
+    from odradek.cli import reassign as reassign_cli
+    from odradek.cli import topics as topics_cli
 
+    cluster_cli.add_parser(sub)
+    topics_cli.add_parser(sub)
+    reassign_cli.add_parser(sub)
     leader_election_cli.add_parser(sub)
     return parser
 

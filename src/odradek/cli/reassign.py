@@ -36,7 +36,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.topics import AdminClient, KafkaResponseError, parse_bootstrap
-from odradek.errors import OperatorError
+from odradek.errors import OperatorError, require
 from odradek.protocol.codec import ApiKey
 
 ALTER_VERSION = 0
@@ -131,7 +131,7 @@ class ReassignClient(AdminClient):
             if response.error_code != ErrorCode.not_controller:
                 break
             await asyncio.sleep(0.5)
-        assert response is not None
+        response = require(response, "the controller's answer")
         if response.error_code != ErrorCode.none:
             raise KafkaResponseError(response.error_code, response.error_message)
         return response

@@ -32,8 +32,9 @@ import contextlib
 import datetime
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -44,7 +45,6 @@ from odradek.protocol.codec import ApiKey, request_class
 
 if TYPE_CHECKING:
     from odradek.cluster.partition import Partition
-    from odradek.server.config import KafkaConfig
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,20 @@ EARLIEST_TIMESTAMP = -2
 MAX_TRUNCATION_ROUNDS = 16
 
 TopicPartition = tuple[str, int]
+
+
+class FetcherConfig(Protocol):
+    """What the fetchers read from the broker's configuration: its id and the `replica.fetch.*`,
+    `replica.socket.timeout.ms` and `num.replica.fetchers` properties by name."""
+
+    @property
+    def broker_id(self) -> int: ...
+
+    def __getitem__(self, name: str) -> Any: ...
+
+
+LeaderAddress = Callable[[int], "tuple[str, int] | None"]
+"""A broker id's (host, port) as this broker's metadata knows it, or None."""
 
 
 @dataclass(slots=True)
@@ -364,8 +378,8 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Creates fetchers as leadership moves and removes idle ones. Broker event loop only."""
 
-    def __init__(self, broker: Any, config: KafkaConfig) -> None:
-        self.broker = broker
+    def __init__(self, leader_address: LeaderAddress, config: FetcherConfig) -> None:
+        self.leader_address = leader_address
         self.config = config
         self.broker_id = config.broker_id
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
@@ -380,13 +394,12 @@ class ReplicaFetcherManager:
             leader = partition.leader_id
             address = live_leaders.get(leader)
             if address is None:
-                endpoint = self.broker.metadata_cache.get_broker(leader)
-                if endpoint is None:
+                address = self.leader_address(leader)
+                if address is None:
                     log.warning(
                         "%s: leader %d has no known address; not fetching", partition, leader
                     )
                     continue
-                address = (endpoint.host, endpoint.port)
             key = (partition.topic, partition.partition)
             fetcher_key = (leader, self._fetcher_index(key))
             fetcher = self.fetchers.get(fetcher_key)

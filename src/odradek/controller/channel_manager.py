@@ -42,6 +42,7 @@ from odradek.protocol.messages.update_metadata.v7.request import (
     UpdateMetadataPartitionState,
     UpdateMetadataTopicState,
 )
+from odradek.protocol.topic_ids import topic_id_to_uuid
 from odradek.zk.znodes import BrokerInfo
 
 log = logging.getLogger(__name__)
@@ -443,22 +444,3 @@ class ControllerBrokerRequestBatch:
                 request,
                 on_stop_replica_response,
             )
-
-
-def topic_id_to_uuid(topic_id: str | None) -> uuid.UUID | None:
-    """Kafka stores topic ids in ZooKeeper as URL-safe base64 of the 16 UUID bytes."""
-    if not topic_id:
-        return None
-    import base64
-
-    try:
-        raw = base64.urlsafe_b64decode(topic_id + "=" * (-len(topic_id) % 4))
-        return uuid.UUID(bytes=raw)
-    except (ValueError, TypeError):
-        return None
-
-
-def uuid_to_topic_id(value: uuid.UUID) -> str:
-    import base64
-
-    return base64.urlsafe_b64encode(value.bytes).decode().rstrip("=")

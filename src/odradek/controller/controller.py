@@ -16,7 +16,7 @@ Callbacks, who invokes them, and their steps:
      state machine (leaders elected for New and Offline partitions);
   5. resume topic deletions;
   6. watch `/admin/preferred_replica_election` and act on a request already there; start the
-     automatic leader rebalance timer (`leader_election`).
+     automatic leader rebalance timer (`elect_leaders`).
 
 `_on_controller_resignation` — on losing `/controller` or the session: stop the senders and the
 rebalance timer, forget the context. Nothing is written: the new controller rebuilds from ZooKeeper.
@@ -41,7 +41,7 @@ ListPartitionReassignments, and resuming moves at failover and broker start-up) 
 `reassignment`; this class routes its events and hooks to it.
 
 Preferred-replica and unclean elections on demand (`/admin/preferred_replica_election`, the
-ElectLeaders API) and the automatic leader rebalance live in `leader_election`; this class only
+ElectLeaders API) and the automatic leader rebalance live in `elect_leaders`; this class only
 routes their events to it and starts/stops it with each term.
 
 Concurrency: all state is owned by the event task. Public methods called from elsewhere only enqueue.
@@ -53,24 +53,28 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from odradek.controller import events as ev
 from odradek.controller.channel_manager import (
     ControllerBrokerRequestBatch,
     ControllerChannelManager,
-    uuid_to_topic_id,
 )
-from odradek.controller.context import ControllerContext, PartitionReplica, TopicPartition
+from odradek.controller.context import (
+    ControllerContext,
+    LeaderAndIsr,
+    PartitionReplica,
+    TopicPartition,
+)
 from odradek.controller.controller_zk import ControllerZk
-from odradek.controller.event_manager import ControllerEventManager
-from odradek.controller.leader_election import (
+from odradek.controller.elect_leaders import (
     AutoRebalanceConfig,
     ElectionType,
     ReplicaLeaderElection,
     fail_waiter,
 )
+from odradek.controller.event_manager import ControllerEventManager
 from odradek.controller.partition_state_machine import ElectionStrategy, PartitionStateMachine
 from odradek.controller.reassignment import PartitionReassignmentManager
 from odradek.controller.replica_state_machine import ReplicaStateMachine
@@ -81,8 +85,10 @@ from odradek.errors import (
     KafkaError,
     NotControllerError,
     StaleBrokerEpochError,
+    require,
 )
 from odradek.protocol.codec import ApiKey
+from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.zk.client import SessionState, WatchEvent, WatchEventKind, ZkClient
 from odradek.zk.errors import (
     BadVersionError,
@@ -138,7 +144,9 @@ class KafkaController:
         self._controller_watcher = self._controller_watch
         self.failovers = 0
         self.last_failover_seconds = 0.0
-        self.leader_election = ReplicaLeaderElection(self, auto_rebalance or AutoRebalanceConfig())
+        self.leader_election = ReplicaLeaderElection(
+            self.context, zk, self, auto_rebalance or AutoRebalanceConfig()
+        )
 
     # lifecycle (broker's event loop)
 
@@ -221,7 +229,9 @@ class KafkaController:
 
     # watches: they only enqueue, and only for the current term
 
-    def _watch(self, make_event: Callable[[WatchEvent], Any]) -> Callable[[WatchEvent], None]:
+    def watch(self, make_event: Callable[[WatchEvent], Any]) -> Callable[[WatchEvent], None]:
+        """A watch callback that enqueues `make_event(event)` (unless it is None), ignored once
+        this term is over. Part of the managers' client Protocols."""
         generation = self._generation
 
         def callback(event: WatchEvent) -> None:
@@ -237,6 +247,74 @@ class KafkaController:
         """The `/controller` watch: the same callable in every term, so ZooKeeper holds it once
         however often it is re-armed (a new closure per call would multiply the events)."""
         self.put(ev.Reelect() if event.kind is WatchEventKind.DELETED else ev.ControllerChange())
+
+    # the current term's components: set at failover, None while this broker is not the controller
+
+    @property
+    def _rsm(self) -> ReplicaStateMachine:
+        return require(self.replica_state_machine, "the replica state machine (active controller)")
+
+    @property
+    def _psm(self) -> PartitionStateMachine:
+        return require(
+            self.partition_state_machine, "the partition state machine (active controller)"
+        )
+
+    @property
+    def _batch(self) -> ControllerBrokerRequestBatch:
+        return require(self.batch, "the controller's request batch (active controller)")
+
+    @property
+    def _channel(self) -> ControllerChannelManager:
+        return require(self.channel, "the controller's channel manager (active controller)")
+
+    @property
+    def _topic_deletion(self) -> TopicDeletionManager:
+        return require(self.topic_deletion, "the topic deletion manager (active controller)")
+
+    @property
+    def _reassignment(self) -> PartitionReassignmentManager:
+        return require(self.reassignment, "the reassignment manager (active controller)")
+
+    # what the managers see of the controller (their client Protocols: DeletionClient,
+    # ReassignmentClient, ElectionClient); event task only
+
+    @property
+    def term(self) -> int:
+        """Changes at every failover and resignation."""
+        return self._generation
+
+    def send_update_metadata(self, partitions: Iterable[TopicPartition] | None) -> None:
+        """Queue UpdateMetadata for every live broker in this event's batch."""
+        self._batch.add_update_metadata_request_for_brokers(
+            self.context.live_broker_ids, partitions
+        )
+
+    def send_leader_and_isr(
+        self,
+        broker_ids: Iterable[int],
+        tp: TopicPartition,
+        leader_and_isr: LeaderAndIsr,
+        replicas: Sequence[int],
+        is_new: bool,
+    ) -> None:
+        """Queue LeaderAndIsr for `tp` to `broker_ids` in this event's batch."""
+        self._batch.add_leader_and_isr_request_for_brokers(
+            broker_ids, tp, leader_and_isr, replicas, is_new=is_new
+        )
+
+    async def resume_topic_deletions(self) -> None:
+        if self.topic_deletion is not None:
+            await self._topic_deletion.resume()
+
+    async def elect_with_strategy(
+        self, partitions: Sequence[TopicPartition], strategy: ElectionStrategy
+    ) -> Mapping[TopicPartition, LeaderAndIsr | Exception]:
+        """Elect leaders of online `partitions` with `strategy` (OnlinePartition ->
+        OnlinePartition); the partition state machine's result for each."""
+        return await self._psm.handle_state_changes(
+            partitions, PartitionState.OnlinePartition, strategy
+        )
 
     # the event processor interface
 
@@ -272,12 +350,10 @@ class KafkaController:
             case _ if not self.is_active:
                 return
             case ev.PartitionReassignment():
-                assert self.reassignment is not None
-                await self.reassignment.process_zk_reassignment()
+                await self._reassignment.process_zk_reassignment()
                 self._send_batch()
             case ev.PartitionReassignmentIsrChange(topic=topic, partition=partition):
-                assert self.reassignment is not None
-                await self.reassignment.maybe_complete([(topic, partition)])
+                await self._reassignment.maybe_complete([(topic, partition)])
                 self._send_batch()
             case ev.PreferredReplicaElection():
                 await self.leader_election.process_preferred_replica_election_znode()
@@ -294,14 +370,12 @@ class KafkaController:
             case ev.PartitionModifications(topic=topic):
                 await self._process_partition_modifications(topic)
             case ev.TopicDeletion():
-                assert self.topic_deletion is not None
-                await self.topic_deletion.process_topic_deletion_event(
-                    self._watch(lambda e: ev.TopicDeletion())
+                await self._topic_deletion.process_topic_deletion_event(
+                    self.watch(lambda e: ev.TopicDeletion())
                 )
                 self._send_batch()
             case ev.TopicDeletionStopReplicaResponseReceived():
-                assert self.topic_deletion is not None
-                await self.topic_deletion.on_stop_replica_response(event.broker_id, event.errors)
+                await self._topic_deletion.on_stop_replica_response(event.broker_id, event.errors)
                 self._send_batch()
             case ev.IsrChangeNotification():
                 await self._process_isr_change_notification()
@@ -435,42 +509,56 @@ class KafkaController:
         self.partition_state_machine = PartitionStateMachine(
             context, self.zk, self.batch, self.state_change_logger, self._unclean_enabled
         )
-        self.topic_deletion = TopicDeletionManager(self, self.delete_topic_enable)
-        self.reassignment = PartitionReassignmentManager(self)
+        self.topic_deletion = TopicDeletionManager(
+            context,
+            self.zk_client,
+            self.replica_state_machine,
+            self.partition_state_machine,
+            self,
+            self.delete_topic_enable,
+        )
+        self.reassignment = PartitionReassignmentManager(
+            context,
+            self.zk_client,
+            self.zk,
+            self.replica_state_machine,
+            self.partition_state_machine,
+            self,
+        )
 
         # 1-2. watches and the cluster state
         context.live_brokers = await self.zk.get_all_brokers(
-            self._watch(lambda e: ev.BrokerChange())
+            self.watch(lambda e: ev.BrokerChange())
         )
-        topics = await self.zk.get_all_topics(self._watch(lambda e: ev.TopicChange()))
+        topics = await self.zk.get_all_topics(self.watch(lambda e: ev.TopicChange()))
         assignments = await self.zk.get_topic_assignments(
             topics, self._partition_modification_watch
         )
         await self._load_assignments(assignments)
         context.leadership.update(await self.zk.get_partition_states(context.all_partitions()))
         notifications = await self.zk.get_isr_change_notifications(
-            self._watch(lambda e: ev.IsrChangeNotification())
+            self.watch(lambda e: ev.IsrChangeNotification())
         )
         if notifications:
             await self.zk.delete_isr_change_notifications(notifications, context.epoch_zk_version)
         # 3. senders, then UpdateMetadata before any LeaderAndIsr
         for broker in context.live_brokers.values():
-            self.channel.add_broker(broker)
-        self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
+            self._channel.add_broker(broker)
+        self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
         self._send_batch()
         # 4. the state machines
-        self.replica_state_machine.initialize_states()
-        self.partition_state_machine.initialize_states()
+        self._rsm.initialize_states()
+        self._psm.initialize_states()
         online = [r for r, s in context.replica_states.items() if s is ReplicaState.OnlineReplica]
-        await self.replica_state_machine.handle_state_changes(online, ReplicaState.OnlineReplica)
-        await self.partition_state_machine.trigger_online_partition_state_change()
+        await self._rsm.handle_state_changes(online, ReplicaState.OnlineReplica)
+        await self._psm.trigger_online_partition_state_change()
         self._send_batch()
         # 4b. resume the reassignments in progress; act on /admin/reassign_partitions
-        await self.reassignment.initialize()
+        await self._reassignment.initialize()
         self._send_batch()
         # 5. topic deletion
-        await self.topic_deletion.process_topic_deletion_event(
-            self._watch(lambda e: ev.TopicDeletion())
+        await self._topic_deletion.process_topic_deletion_event(
+            self.watch(lambda e: ev.TopicDeletion())
         )
         self._send_batch()
         # 6. pending preferred replica elections, and the leader rebalance timer
@@ -488,7 +576,7 @@ class KafkaController:
         )
 
     def _partition_modification_watch(self, topic: str) -> Callable[[WatchEvent], None]:
-        return self._watch(
+        return self.watch(
             lambda e: (
                 ev.PartitionModifications(topic) if e.kind is not WatchEventKind.DELETED else None
             )
@@ -525,13 +613,13 @@ class KafkaController:
 
     def _send_batch(self) -> None:
         if self.batch is not None:
-            self.batch.send_requests_to_brokers(self.context.epoch)
+            self._batch.send_requests_to_brokers(self.context.epoch)
 
     # brokers
 
     async def _process_broker_change(self) -> None:
         context = self.context
-        current = await self.zk.get_all_brokers(self._watch(lambda e: ev.BrokerChange()))
+        current = await self.zk.get_all_brokers(self.watch(lambda e: ev.BrokerChange()))
         previous = context.live_brokers
         new_ids = set(current) - set(previous)
         dead_ids = set(previous) - set(current)
@@ -545,11 +633,9 @@ class KafkaController:
             changed = {b for b in current if current[b] != previous.get(b)}
             context.live_brokers = current
             if changed:
-                assert self.channel is not None
                 for b in changed:
-                    self.channel.add_broker(current[b])
-                assert self.batch is not None
-                self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
+                    self._channel.add_broker(current[b])
+                self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
                 self._send_batch()
             return
         log.info(
@@ -558,15 +644,14 @@ class KafkaController:
             sorted(dead_ids),
             sorted(bounced_ids),
         )
-        assert self.channel is not None
         for broker_id in dead_ids | bounced_ids:
-            self.channel.remove_broker(broker_id)
+            self._channel.remove_broker(broker_id)
         context.live_brokers = {b: info for b, info in current.items() if b not in bounced_ids}
         if bounced_ids:
             await self._on_broker_failure(bounced_ids)
         context.live_brokers = current
         for broker_id in new_ids | bounced_ids:
-            self.channel.add_broker(current[broker_id])
+            self._channel.add_broker(current[broker_id])
         if new_ids:
             await self._on_broker_startup(new_ids)
         if bounced_ids:
@@ -576,11 +661,9 @@ class KafkaController:
 
     async def _on_broker_startup(self, new_ids: set[int]) -> None:
         context = self.context
-        assert self.batch is not None and self.replica_state_machine is not None
-        assert self.partition_state_machine is not None and self.topic_deletion is not None
         context.shutting_down_broker_ids -= new_ids
         # 1. everyone learns about the new brokers; the new brokers learn everything
-        self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
+        self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
         self._send_batch()
         # 2. their replicas go online (LeaderAndIsr: they truncate and follow)
         replicas = [
@@ -588,32 +671,28 @@ class KafkaController:
             for r in context.replicas_on_brokers(new_ids)
             if not context.is_topic_queued_for_deletion(r.topic)
         ]
-        await self.replica_state_machine.handle_state_changes(replicas, ReplicaState.OnlineReplica)
+        await self._rsm.handle_state_changes(replicas, ReplicaState.OnlineReplica)
         # 3. offline partitions with a replica on them may now get a leader
-        await self.partition_state_machine.trigger_online_partition_state_change()
+        await self._psm.trigger_online_partition_state_change()
         self._send_batch()
         # 4. topic deletions waiting for these brokers can go on
-        await self.topic_deletion.on_brokers_started(new_ids)
+        await self._topic_deletion.on_brokers_started(new_ids)
         self._send_batch()
         # 5. reassignments waiting for these brokers
         if self.reassignment is not None:
-            await self.reassignment.on_brokers_started(new_ids)
+            await self._reassignment.on_brokers_started(new_ids)
             self._send_batch()
 
     async def _on_broker_failure(self, dead_ids: set[int]) -> None:
         context = self.context
-        assert self.batch is not None and self.replica_state_machine is not None
-        assert self.partition_state_machine is not None and self.topic_deletion is not None
         context.shutting_down_broker_ids -= dead_ids
         replicas = context.replicas_on_brokers(dead_ids)
         await self._on_replicas_become_offline(replicas)
-        await self.topic_deletion.on_replicas_offline(replicas)
+        await self._topic_deletion.on_replicas_offline(replicas)
         self._send_batch()
 
     async def _on_replicas_become_offline(self, replicas: list[PartitionReplica]) -> None:
         context = self.context
-        assert self.batch is not None and self.replica_state_machine is not None
-        assert self.partition_state_machine is not None
         dead = {r.replica for r in replicas}
         with_offline_leader = [
             tp
@@ -621,24 +700,20 @@ class KafkaController:
             if state.leader in dead and not context.is_topic_queued_for_deletion(tp[0])
         ]
         # 1. partitions whose leader died: Offline, then elect at once
-        await self.partition_state_machine.handle_state_changes(
-            with_offline_leader, PartitionState.OfflinePartition
-        )
-        await self.partition_state_machine.trigger_online_partition_state_change()
+        await self._psm.handle_state_changes(with_offline_leader, PartitionState.OfflinePartition)
+        await self._psm.trigger_online_partition_state_change()
         # 2. the dead replicas: Offline (out of the ISR)
         not_deleting = [r for r in replicas if not context.is_topic_queued_for_deletion(r.topic)]
-        await self.replica_state_machine.handle_state_changes(
-            not_deleting, ReplicaState.OfflineReplica
-        )
+        await self._rsm.handle_state_changes(not_deleting, ReplicaState.OfflineReplica)
         # 3. if no partition changed, the live brokers still need the new broker list
         if not with_offline_leader and not not_deleting:
-            self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, [])
+            self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, [])
 
     # topics
 
     async def _process_topic_change(self) -> None:
         context = self.context
-        topics = await self.zk.get_all_topics(self._watch(lambda e: ev.TopicChange()))
+        topics = await self.zk.get_all_topics(self.watch(lambda e: ev.TopicChange()))
         new_topics = topics - context.all_topics
         deleted_topics = context.all_topics - topics
         for topic in deleted_topics:
@@ -668,7 +743,7 @@ class KafkaController:
             p: tuple(a.replicas) for p, a in assignment.partitions.items() if p not in existing
         }
         if self.reassignment is not None:  # a move of this topic may be ready to finish
-            await self.reassignment.maybe_complete(context.partitions_for_topic(topic))
+            await self._reassignment.maybe_complete(context.partitions_for_topic(topic))
             self._send_batch()
         if not added:
             return
@@ -681,17 +756,14 @@ class KafkaController:
         await self._on_new_partition_creation([(topic, p) for p in sorted(added)])
 
     async def _on_new_partition_creation(self, partitions: list[TopicPartition]) -> None:
-        assert self.replica_state_machine is not None and self.partition_state_machine is not None
         context = self.context
         replicas = context.replicas_for_partition(partitions)
-        await self.partition_state_machine.handle_state_changes(
-            partitions, PartitionState.NewPartition
-        )
-        await self.replica_state_machine.handle_state_changes(replicas, ReplicaState.NewReplica)
-        await self.partition_state_machine.handle_state_changes(
+        await self._psm.handle_state_changes(partitions, PartitionState.NewPartition)
+        await self._rsm.handle_state_changes(replicas, ReplicaState.NewReplica)
+        await self._psm.handle_state_changes(
             partitions, PartitionState.OnlinePartition, ElectionStrategy.OFFLINE
         )
-        await self.replica_state_machine.handle_state_changes(replicas, ReplicaState.OnlineReplica)
+        await self._rsm.handle_state_changes(replicas, ReplicaState.OnlineReplica)
         self._send_batch()
 
     # partition reassignment requests (answered by the active controller only)
@@ -707,9 +779,9 @@ class KafkaController:
             )
             return
         if isinstance(event, ev.ListPartitionReassignments):
-            event.result.set_result(self.reassignment.list_reassignments(event.partitions))
+            event.result.set_result(self._reassignment.list_reassignments(event.partitions))
             return
-        results = await self.reassignment.process_api_reassignment(event.reassignments)
+        results = await self._reassignment.process_api_reassignment(event.reassignments)
         self._send_batch()
         if not event.result.done():
             event.result.set_result(results)
@@ -719,7 +791,7 @@ class KafkaController:
     async def _process_isr_change_notification(self) -> None:
         context = self.context
         children = await self.zk.get_isr_change_notifications(
-            self._watch(lambda e: ev.IsrChangeNotification())
+            self.watch(lambda e: ev.IsrChangeNotification())
         )
         if not children:
             return
@@ -727,11 +799,10 @@ class KafkaController:
         known = [tp for tp in partitions if tp in context.leadership]
         if known:
             context.leadership.update(await self.zk.get_partition_states(known))
-            assert self.batch is not None
-            self.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, known)
+            self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, known)
             self._send_batch()
             if self.reassignment is not None:
-                await self.reassignment.maybe_complete(known)
+                await self._reassignment.maybe_complete(known)
                 self._send_batch()
         await self.zk.delete_isr_change_notifications(children, context.epoch_zk_version)
 
@@ -746,7 +817,6 @@ class KafkaController:
             )
             return
         context = self.context
-        assert self.partition_state_machine is not None and self.replica_state_machine is not None
         if event.broker_id not in context.live_brokers:
             event.result.set_exception(
                 BrokerNotAvailableError(f"broker {event.broker_id} is not live")
@@ -770,10 +840,10 @@ class KafkaController:
         ]
         led = [tp for tp in partitions if context.leadership[tp].leader == event.broker_id]
         followed = [tp for tp in partitions if context.leadership[tp].leader != event.broker_id]
-        await self.partition_state_machine.handle_state_changes(
+        await self._psm.handle_state_changes(
             led, PartitionState.OnlinePartition, ElectionStrategy.CONTROLLED_SHUTDOWN
         )
-        await self.replica_state_machine.handle_state_changes(
+        await self._rsm.handle_state_changes(
             [PartitionReplica(t, p, event.broker_id) for t, p in followed],
             ReplicaState.OfflineReplica,
         )
@@ -799,7 +869,7 @@ class KafkaController:
                 error_code,
             )
         if event.api_key == ApiKey.STOP_REPLICA and self.topic_deletion is not None:
-            self.topic_deletion.on_stop_replica_response_event(event.broker_id, response)
+            self._topic_deletion.on_stop_replica_response_event(event.broker_id, response)
 
     # introspection (tests, status)
 

@@ -126,7 +126,7 @@ class AutoPreferredReplicaLeaderElection:
 @dataclass
 class ReplicaLeaderElection:
     """An ElectLeaders request: elect `partitions` with `election_type` (0 preferred, 1 unclean);
-    `result` gets each partition's new leader or error (see `leader_election`)."""
+    `result` gets each partition's new leader or error (see `elect_leaders`)."""
 
     partitions: frozenset[tuple[str, int]]
     election_type: int

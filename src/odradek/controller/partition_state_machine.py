@@ -29,7 +29,7 @@ from dataclasses import replace
 from odradek.controller.channel_manager import ControllerBrokerRequestBatch
 from odradek.controller.context import ControllerContext, LeaderAndIsr, TopicPartition
 from odradek.controller.controller_zk import ControllerZk
-from odradek.controller.election import (
+from odradek.controller.election_algorithms import (
     elect_controlled_shutdown_leader,
     elect_offline_partition_leader,
     elect_preferred_replica_leader,

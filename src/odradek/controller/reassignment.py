@@ -40,6 +40,10 @@ Its steps, in an order that a controller crash between any two of them can recov
 A topic queued for deletion is not reassigned (UNKNOWN_TOPIC_OR_PARTITION), and a topic with a
 partition moving is not deleted until the move is over (`TopicDeletionManager.resume`).
 
+The manager sees the controller only through `ReassignmentClient`: arm a watch for the current
+term, queue LeaderAndIsr and UpdateMetadata requests, resume topic deletions. The context, the two
+state machines and the ZooKeeper clients are handed to it when the controller builds it at failover.
+
 Concurrency: controller event task only. Requests to brokers go into the event's batch, sent by the
 controller when the event is done.
 """
@@ -50,7 +54,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -61,7 +65,8 @@ from odradek.controller.context import (
     PartitionReplica,
     TopicPartition,
 )
-from odradek.controller.partition_state_machine import ElectionStrategy
+from odradek.controller.controller_zk import ControllerZk
+from odradek.controller.partition_state_machine import ElectionStrategy, PartitionStateMachine
 from odradek.controller.reassignment_plan import (
     build_reassignment,
     is_reassignment_complete,
@@ -73,14 +78,12 @@ from odradek.controller.reassignment_plan import (
     validate_target_replicas,
 )
 from odradek.controller.reassignment_zk import ReassignmentZk
+from odradek.controller.replica_state_machine import ReplicaStateMachine
 from odradek.controller.states import PartitionState, ReplicaState
 from odradek.errors import KafkaError, UnknownTopicOrPartitionError
-from odradek.zk.client import WatchEvent
+from odradek.zk.client import WatchEvent, ZkClient
 from odradek.zk.errors import BadVersionError, ControllerMovedError, ZkError
 from odradek.zk.znodes import ReplicaAssignment, TopicPartitionStateZNode
-
-if TYPE_CHECKING:
-    from odradek.controller.controller import KafkaController
 
 log = logging.getLogger(__name__)
 
@@ -95,20 +98,53 @@ def no_reassignment_in_progress(tp: TopicPartition) -> KafkaError:
     )
 
 
+class ReassignmentClient(Protocol):
+    """What partition reassignment needs from the controller."""
+
+    def watch(self, make_event: Callable[[WatchEvent], Any]) -> Callable[[WatchEvent], None]:
+        """A watch callback that enqueues `make_event(event)`, in the current term only."""
+        ...
+
+    def send_update_metadata(self, partitions: Iterable[TopicPartition] | None) -> None:
+        """Queue UpdateMetadata for every live broker (None: every partition)."""
+
+    def send_leader_and_isr(
+        self,
+        broker_ids: Iterable[int],
+        tp: TopicPartition,
+        leader_and_isr: LeaderAndIsr,
+        replicas: Sequence[int],
+        is_new: bool,
+    ) -> None:
+        """Queue LeaderAndIsr for `tp` to `broker_ids`."""
+
+    async def resume_topic_deletions(self) -> None:
+        """Let topic deletions that waited for a reassignment go on."""
+
+
 class PartitionReassignmentManager:
     """The reassignment half of the controller; built at each failover. Event task only."""
 
-    def __init__(self, controller: KafkaController) -> None:
-        self.controller = controller
-        self.zk = ReassignmentZk(controller.zk_client)
+    def __init__(
+        self,
+        context: ControllerContext,
+        zk_client: ZkClient,
+        controller_zk: ControllerZk,
+        replica_state_machine: ReplicaStateMachine,
+        partition_state_machine: PartitionStateMachine,
+        client: ReassignmentClient,
+    ) -> None:
+        self.context = context
+        self.zk_client = zk_client
+        self.controller_zk = controller_zk
+        self.zk = ReassignmentZk(zk_client)
+        self.replicas = replica_state_machine
+        self.partitions = partition_state_machine
+        self.client = client
         # One watcher callable per partition state znode: kazoo keeps watchers in a set per path,
         # so re-arming with the same callable never multiplies the events.
         self._isr_watchers: dict[TopicPartition, Callable[[WatchEvent], None]] = {}
-        self._znode_watcher = controller._watch(lambda e: ev.PartitionReassignment())
-
-    @property
-    def context(self) -> ControllerContext:
-        return self.controller.context
+        self._znode_watcher = client.watch(lambda e: ev.PartitionReassignment())
 
     # --- triggers -----------------------------------------------------------------------------
 
@@ -277,9 +313,7 @@ class PartitionReassignmentManager:
     ) -> None:
         """Start, advance or finish the move of `tp` to `assignment` (steps in the docstring)."""
         context = self.context
-        controller = self.controller
-        rsm = controller.replica_state_machine
-        assert rsm is not None and controller.batch is not None
+        rsm = self.replicas
         await self._update_current_reassignment(tp, assignment)
         state = await self._read_state(tp)
         if state is None:
@@ -331,10 +365,10 @@ class PartitionReassignmentManager:
         context.reassignments.pop(tp, None)
         self._isr_watchers.pop(tp, None)
         # B8
-        controller.batch.add_update_metadata_request_for_brokers(context.live_broker_ids, [tp])
+        self.client.send_update_metadata([tp])
         log.info("reassignment of %s-%d completed: replicas %s", *tp, list(completed.replicas))
-        if controller.topic_deletion is not None and context.is_topic_queued_for_deletion(tp[0]):
-            await controller.topic_deletion.resume()
+        if context.is_topic_queued_for_deletion(tp[0]):
+            await self.client.resume_topic_deletions()
 
     async def _update_current_reassignment(
         self, tp: TopicPartition, assignment: ReplicaAssignment
@@ -357,15 +391,13 @@ class PartitionReassignmentManager:
         self, tp: TopicPartition, completed: ReplicaAssignment
     ) -> bool:
         """B3. False when the leader had to move and no target replica could take over."""
-        controller = self.controller
         context = self.context
         state = context.leadership.get(tp)
         if state is None:
             return False
         if not leader_needs_election(completed.replicas, state.leader, context.live_broker_ids):
             return await self._bump_leader_epoch_and_send(tp, completed)
-        psm = controller.partition_state_machine
-        assert psm is not None
+        psm = self.partitions
         if psm.state(tp) not in (PartitionState.OnlinePartition, PartitionState.OfflinePartition):
             return False
         result = await psm.handle_state_changes(
@@ -378,8 +410,7 @@ class PartitionReassignmentManager:
 
     async def _stop_removed_replicas(self, tp: TopicPartition, removed: Iterable[int]) -> None:
         """B4, B5: out of the ISR and stopped, then deleted from their brokers' disks."""
-        rsm = self.controller.replica_state_machine
-        assert rsm is not None
+        rsm = self.replicas
         replicas = [PartitionReplica(tp[0], tp[1], r) for r in removed]
         if not replicas:
             return
@@ -395,8 +426,6 @@ class PartitionReassignmentManager:
         conditionally on the state znode's version (re-read and retried when the leader changed
         the ISR meanwhile); LeaderAndIsr with RS to ORS and (as new replicas) to AR."""
         context = self.context
-        batch = self.controller.batch
-        assert batch is not None
         for _attempt in range(MAX_WRITE_ATTEMPTS):
             current = await self._read_state(tp)
             if current is None:
@@ -410,7 +439,7 @@ class PartitionReassignmentManager:
                 current, leader_epoch=current.leader_epoch + 1, controller_epoch=context.epoch
             )
             written = (
-                await self.controller.zk.update_leader_and_isr(
+                await self.controller_zk.update_leader_and_isr(
                     context.epoch_zk_version, {tp: bumped}
                 )
             )[tp]
@@ -419,10 +448,10 @@ class PartitionReassignmentManager:
             if isinstance(written, ZkError):
                 raise written
             context.leadership[tp] = written
-            batch.add_leader_and_isr_request_for_brokers(
+            self.client.send_leader_and_isr(
                 origin_replicas(assignment), tp, written, assignment.replicas, is_new=False
             )
-            batch.add_leader_and_isr_request_for_brokers(
+            self.client.send_leader_and_isr(
                 assignment.adding_replicas, tp, written, assignment.replicas, is_new=True
             )
             return True
@@ -432,7 +461,7 @@ class PartitionReassignmentManager:
     async def _read_state(self, tp: TopicPartition) -> LeaderAndIsr | None:
         """The partition state as ZooKeeper holds it now (leaders change the ISR themselves and
         tell the controller later), cached in the context."""
-        states = await self.controller.zk.get_partition_states([tp])
+        states = await self.controller_zk.get_partition_states([tp])
         state = states.get(tp)
         if state is not None:
             self.context.leadership[tp] = state
@@ -443,8 +472,9 @@ class PartitionReassignmentManager:
         handler): the leader writing a grown ISR is what completes a move."""
         watcher = self._isr_watchers.get(tp)
         if watcher is None:
-            watcher = self.controller._watch(
-                lambda e, tp=tp: ev.PartitionReassignmentIsrChange(tp[0], tp[1])
+            topic, partition = tp
+            watcher = self.client.watch(
+                lambda e: ev.PartitionReassignmentIsrChange(topic, partition)
             )
             self._isr_watchers[tp] = watcher
-        await self.controller.zk_client.exists(TopicPartitionStateZNode.path(*tp), watcher)
+        await self.zk_client.exists(TopicPartitionStateZNode.path(*tp), watcher)

@@ -31,7 +31,7 @@ from odradek.controller.context import (
     TopicPartition,
 )
 from odradek.controller.controller_zk import ControllerZk
-from odradek.controller.election import remove_replica_from_isr
+from odradek.controller.election_algorithms import remove_replica_from_isr
 from odradek.controller.states import (
     ReplicaState,
     StateChangeLogger,

@@ -39,7 +39,7 @@ Partition state machine (four states):
   replicas; create the partition state znode with them; send LeaderAndIsr to every live replica and
   UpdateMetadata to every live broker.
 * OnlinePartition, OfflinePartition -> OnlinePartition: elect a leader and ISR with the algorithm the
-  caller names (offline, reassignment, preferred replica, controlled shutdown; see `election`); write
+  caller names (offline, reassignment, preferred replica, controlled shutdown; see `election_algorithms`); write
   them to the partition state znode, conditional on its version; send LeaderAndIsr to the replicas that
   must hear it and UpdateMetadata to every live broker.
 * NewPartition, OnlinePartition, OfflinePartition -> OfflinePartition: only the state is recorded (the

@@ -17,17 +17,25 @@ the controller's event task:
    `/config/topics/<t>` and `/admin/delete_topics/<t>` — in that order, so that a controller crash in
    between leaves the deletion marker and the next controller finishes the job.
 
+The manager sees the controller only through `DeletionClient` (as Kafka's TopicDeletionManager
+does): enqueue an event, and queue UpdateMetadata for the live brokers. The context, the two state
+machines and the ZooKeeper client are handed to it when the controller builds it at failover.
+
 Concurrency: controller event task only.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
-from odradek.controller.context import PartitionReplica
+from odradek.controller import events as ev
+from odradek.controller.context import ControllerContext, PartitionReplica, TopicPartition
+from odradek.controller.partition_state_machine import PartitionStateMachine
+from odradek.controller.replica_state_machine import ReplicaStateMachine
 from odradek.controller.states import PartitionState, ReplicaState
+from odradek.zk.client import ZkClient
 from odradek.zk.errors import NoNodeError, ZkError
 from odradek.zk.znodes import (
     DeleteTopicsTopicZNode,
@@ -36,23 +44,40 @@ from odradek.zk.znodes import (
     TopicZNode,
 )
 
-if TYPE_CHECKING:
-    from odradek.controller.controller import KafkaController
-
 log = logging.getLogger(__name__)
 
 
+class DeletionClient(Protocol):
+    """What topic deletion needs from the controller (Kafka's DeletionClient)."""
+
+    def put(self, event: Any) -> None:
+        """Enqueue a controller event."""
+
+    def send_update_metadata(self, partitions: Iterable[TopicPartition] | None) -> None:
+        """Queue UpdateMetadata for every live broker (None: every partition)."""
+
+
 class TopicDeletionManager:
-    def __init__(self, controller: KafkaController, delete_topic_enable: bool) -> None:
-        self.controller = controller
+    """Deletes the topics queued under `/admin/delete_topics`; built at each failover."""
+
+    def __init__(
+        self,
+        context: ControllerContext,
+        zk: ZkClient,
+        replica_state_machine: ReplicaStateMachine,
+        partition_state_machine: PartitionStateMachine,
+        client: DeletionClient,
+        delete_topic_enable: bool,
+    ) -> None:
+        self.context = context
+        self.zk = zk
+        self.replicas = replica_state_machine
+        self.partitions = partition_state_machine
+        self.client = client
         self.enabled = delete_topic_enable
 
-    @property
-    def context(self) -> Any:
-        return self.controller.context
-
     async def process_topic_deletion_event(self, watch: Callable[..., None]) -> None:
-        zk = self.controller.zk_client
+        zk = self.zk
         try:
             queued = set(await zk.get_children(DeleteTopicsZNode.path(), watch))
         except NoNodeError:
@@ -74,7 +99,7 @@ class TopicDeletionManager:
 
     async def _delete_marker(self, topic: str) -> None:
         try:
-            await self.controller.zk_client.delete(DeleteTopicsTopicZNode.path(topic))
+            await self.zk.delete(DeleteTopicsTopicZNode.path(topic))
         except NoNodeError:
             pass
 
@@ -96,15 +121,11 @@ class TopicDeletionManager:
         ]
         if not failed:
             return
-        machine = self.controller.replica_state_machine
-        assert machine is not None
-        await machine.handle_state_changes(failed, ReplicaState.ReplicaDeletionIneligible)
+        await self.replicas.handle_state_changes(failed, ReplicaState.ReplicaDeletionIneligible)
         context.topics_ineligible_for_deletion.update(r.topic for r in failed)
 
     def on_stop_replica_response_event(self, broker_id: int, answer: Any) -> None:
         """A StopReplica answer (`StopReplicaAnswer`): queue the outcome of its deletions."""
-        from odradek.controller import events as ev
-
         deleted = getattr(answer, "deleted_partitions", frozenset())
         if not deleted:
             return
@@ -116,15 +137,14 @@ class TopicDeletionManager:
                 key = (e.topic_name, e.partition_index)
                 if key in errors:
                     errors[key] = int(e.error_code)
-        self.controller.put(ev.TopicDeletionStopReplicaResponseReceived(broker_id, errors))
+        self.client.put(ev.TopicDeletionStopReplicaResponseReceived(broker_id, errors))
 
     async def on_stop_replica_response(
         self, broker_id: int, errors: dict[tuple[str, int], int]
     ) -> None:
         """Only the replicas this answer deleted (or failed to delete) change state."""
         context = self.context
-        machine = self.controller.replica_state_machine
-        assert machine is not None
+        machine = self.replicas
         started = [
             replica
             for topic, partition in errors
@@ -156,8 +176,7 @@ class TopicDeletionManager:
 
     async def _retry_ineligible(self, topic: str) -> None:
         context = self.context
-        machine = self.controller.replica_state_machine
-        assert machine is not None
+        machine = self.replicas
         ineligible = [
             r
             for r in context.replicas_in_state(topic, ReplicaState.ReplicaDeletionIneligible)
@@ -175,18 +194,10 @@ class TopicDeletionManager:
 
     async def _start_deletion(self, topic: str) -> None:
         context = self.context
-        controller = self.controller
         partitions = context.partitions_for_topic(topic)
-        assert controller.batch is not None
-        assert (
-            controller.partition_state_machine is not None
-            and controller.replica_state_machine is not None
-        )
         log.info("starting deletion of topic %s (%d partitions)", topic, len(partitions))
         # 1. everybody stops using it (UpdateMetadata with leader -2 for topics being deleted)
-        controller.batch.add_update_metadata_request_for_brokers(
-            context.live_broker_ids, partitions
-        )
+        self.client.send_update_metadata(partitions)
         # 2. partitions Offline then NonExistent (only those not there yet: this step may repeat)
         existing = [
             tp
@@ -194,12 +205,8 @@ class TopicDeletionManager:
             if context.partition_states.get(tp, PartitionState.NonExistentPartition)
             is not PartitionState.NonExistentPartition
         ]
-        await controller.partition_state_machine.handle_state_changes(
-            existing, PartitionState.OfflinePartition
-        )
-        await controller.partition_state_machine.handle_state_changes(
-            existing, PartitionState.NonExistentPartition
-        )
+        await self.partitions.handle_state_changes(existing, PartitionState.OfflinePartition)
+        await self.partitions.handle_state_changes(existing, PartitionState.NonExistentPartition)
         # 3. replicas: dead brokers' ineligible; live ones Offline, then DeletionStarted;
         #    replicas already deleted are left alone
         replicas = [
@@ -209,29 +216,19 @@ class TopicDeletionManager:
         ]
         dead = [r for r in replicas if r.replica not in context.live_brokers]
         live = [r for r in replicas if r.replica in context.live_brokers]
-        await controller.replica_state_machine.handle_state_changes(
-            dead, ReplicaState.OfflineReplica
-        )
-        await controller.replica_state_machine.handle_state_changes(
-            dead, ReplicaState.ReplicaDeletionIneligible
-        )
+        await self.replicas.handle_state_changes(dead, ReplicaState.OfflineReplica)
+        await self.replicas.handle_state_changes(dead, ReplicaState.ReplicaDeletionIneligible)
         if dead:
             context.topics_ineligible_for_deletion.add(topic)
-        await controller.replica_state_machine.handle_state_changes(
-            live, ReplicaState.OfflineReplica
-        )
-        await controller.replica_state_machine.handle_state_changes(
-            live, ReplicaState.ReplicaDeletionStarted
-        )
+        await self.replicas.handle_state_changes(live, ReplicaState.OfflineReplica)
+        await self.replicas.handle_state_changes(live, ReplicaState.ReplicaDeletionStarted)
 
     async def _complete_deletion(self, topic: str) -> None:
         context = self.context
-        controller = self.controller
-        machine = controller.replica_state_machine
-        assert machine is not None
+        machine = self.replicas
         replicas = context.replicas_in_state(topic, ReplicaState.ReplicaDeletionSuccessful)
         await machine.handle_state_changes(replicas, ReplicaState.NonExistentReplica)
-        zk = controller.zk_client
+        zk = self.zk
         for path, recursive in (
             (TopicZNode.path(topic), True),
             (TopicConfigZNode.path(topic), False),

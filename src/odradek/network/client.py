@@ -15,7 +15,7 @@ import itertools
 from collections import deque
 from typing import Any
 
-from odradek.errors import NetworkError
+from odradek.errors import NetworkError, require
 from odradek.protocol.codec import ProtocolError, decode_response, encode_request
 from odradek.protocol.framing import FrameDecoder, FrameError
 
@@ -103,11 +103,9 @@ class BrokerConnection:
         """Send a request that gets no response (Produce with acks=0)."""
         if self._error is not None:
             raise self._error
-        assert self._transport is not None
+        transport = require(self._transport, "the connection's transport")
         correlation_id = next(self._correlation_ids) & 0x7FFFFFFF
-        self._transport.write(
-            encode_request(api_key, version, correlation_id, self.client_id, request)
-        )
+        transport.write(encode_request(api_key, version, correlation_id, self.client_id, request))
 
     def _on_frame(self, frame: bytes) -> None:
         if not self._pending:

@@ -24,7 +24,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from odradek.errors import OperatorError
+from odradek.errors import OperatorError, require
+from odradek.network.request_context import ANONYMOUS, RequestContext
 from odradek.protocol.codec import (
     ProtocolError,
     RequestHeader,
@@ -47,8 +48,8 @@ class ConnectionState(enum.Enum):
     CLOSED = "closed"
 
 
-Dispatch = Callable[["ClientConnection", RequestHeader, bytes], Any]
-"""(connection, header, frame) -> response entity | awaitable of one | NO_RESPONSE.
+Dispatch = Callable[[RequestContext, bytes], Any]
+"""(request context, frame) -> response entity | awaitable of one | NO_RESPONSE.
 
 Raises ProtocolError for a request that must close the connection."""
 
@@ -65,6 +66,9 @@ class ClientConnection(asyncio.Protocol):
         self._writing_paused = False
         self.state = ConnectionState.OPEN
         self.peer: str = "?"
+        self.client_host: str = "?"
+        # Who the client is: every request of this connection carries it in its context.
+        self.principal: str = ANONYMOUS
 
     # asyncio.Protocol callbacks
 
@@ -72,6 +76,7 @@ class ClientConnection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.client_host = str(peer[0]) if peer else "?"
         self._server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -109,7 +114,8 @@ class ClientConnection(asyncio.Protocol):
     def _handle(self, frame: bytes) -> None:
         try:
             header = parse_request_header(frame)
-            result = self._server.dispatch(self, header, frame)
+            context = RequestContext(header, self.peer, self.client_host, self.principal)
+            result = self._server.dispatch(context, frame)
         except ProtocolError as e:
             self.close(f"malformed request: {e}")
             return
@@ -168,8 +174,7 @@ class ClientConnection(asyncio.Protocol):
                 log.exception("cannot encode the response to api %d; closing", header.api_key)
                 self.close("response encoding failed")
                 return
-            assert self._transport is not None
-            self._transport.write(data)
+            require(self._transport, "the connection's transport").write(data)
 
     def _update_reading(self) -> None:
         if self._transport is None or self.state is not ConnectionState.OPEN:

@@ -23,6 +23,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.protocol.codec import RequestHeader, response_class
+
 _ZERO_BY_KAFKA_TYPE: dict[str, Any] = {
     "int8": 0,
     "int16": 0,
@@ -123,3 +125,8 @@ def build(cls: type, values: Mapping[str, Any]) -> Any:
         elif not plan.has_default:
             kwargs[plan.name] = plan.zero
     return cls(**kwargs)
+
+
+def build_response(header: RequestHeader, values: Mapping[str, Any]) -> Any:
+    """The response entity of `header`'s API and version, built from plain values (`build`)."""
+    return build(response_class(header.api_key, header.api_version), values)

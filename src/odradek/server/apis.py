@@ -5,9 +5,11 @@ APIs it has a handler for, in exactly the version ranges those handlers understa
 features from this list, so advertising anything more would invite requests we cannot answer).
 
 Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
-`handlers_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_groups`,
-`handlers_interbroker`); each is
-`handle(apis, header, request) -> response | awaitable`.
+`handlers_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_reassignment`,
+`handlers_interbroker`, and the group coordinator's `odradek.coordinator.group.handlers`); each is
+`handle(services, context, request) -> response | awaitable`, where `context` is the request's
+own `RequestContext` (header, client address, principal): per-request state travels with the
+request, never on this shared object.
 A request for an unknown API or an unsupported version closes the connection (as Kafka does), except
 ApiVersions, which is answered with UNSUPPORTED_VERSION and the supported list in a v0 response
 (KIP-511), so that a newer client can retry with an older version.
@@ -19,22 +21,30 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.network.server import ClientConnection
-from odradek.protocol.build import build
+from odradek.coordinator.group import handlers as handlers_groups
+from odradek.network.request_context import RequestContext
+from odradek.protocol.build import build, build_response
 from odradek.protocol.codec import (
     ApiKey,
     ProtocolError,
     RequestHeader,
     decode_request_body,
-    response_class,
 )
-
-if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+from odradek.server import (
+    handlers_admin,
+    handlers_configs,
+    handlers_elect_leaders,
+    handlers_fetch,
+    handlers_interbroker,
+    handlers_metadata,
+    handlers_produce,
+    handlers_reassignment,
+)
+from odradek.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
 
@@ -74,29 +84,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_GROUPS: (0, 2),
 }
 
-Handler = Callable[["KafkaApis", RequestHeader, Any], Any]
+Handler = Callable[[BrokerServices, RequestContext, Any], Any]
 
 
 class KafkaApis:
     """Dispatches decoded requests to handlers. Event-loop thread only."""
 
-    def __init__(self, broker: Broker) -> None:
-        from odradek.server import (
-            handlers_admin,
-            handlers_configs,
-            handlers_elect_leaders,
-            handlers_fetch,
-            handlers_groups,
-            handlers_interbroker,
-            handlers_metadata,
-            handlers_produce,
-            handlers_reassignment,
-        )
-
-        self.broker = broker
-        # The connection of the request being dispatched: valid only in the synchronous part of a
-        # handler (before its first await). Group membership records the client's address.
-        self.connection: ClientConnection | None = None
+    def __init__(self, services: BrokerServices) -> None:
+        self.services = services
         self.handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: handle_api_versions,
             ApiKey.PRODUCE: handlers_produce.handle_produce,
@@ -136,7 +131,8 @@ class KafkaApis:
         if missing:
             raise RuntimeError(f"advertised APIs without handlers: {sorted(missing)}")
 
-    def dispatch(self, connection: ClientConnection, header: RequestHeader, frame: bytes) -> Any:
+    def dispatch(self, context: RequestContext, frame: bytes) -> Any:
+        header = context.header
         versions = SUPPORTED_VERSIONS.get(header.api_key)
         if versions is None:
             raise ProtocolError(f"unsupported api key {header.api_key}")
@@ -148,13 +144,7 @@ class KafkaApis:
                 f"unsupported version {header.api_version} of api {ApiKey(header.api_key).name}"
             )
         request = decode_request_body(header, frame)
-        self.connection = connection
-        return self.handlers[header.api_key](self, header, request)
-
-
-def response(header: RequestHeader, values: dict[str, Any]) -> Any:
-    """Build the response entity of `header`'s API and version from plain values."""
-    return build(response_class(header.api_key, header.api_version), values)
+        return self.handlers[header.api_key](self.services, context, request)
 
 
 def _api_keys() -> list[dict[str, int]]:
@@ -164,11 +154,12 @@ def _api_keys() -> list[dict[str, int]]:
     ]
 
 
-def handle_api_versions(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_api_versions(services: BrokerServices, context: RequestContext, request: Any) -> Any:
     # The v3 response has top-level tagged fields (supported/finalized features); we send none of
     # them: librdkafka 2.0.2 (Debian's kcat) fails to parse some of them.
-    return response(
-        header, {"error_code": ErrorCode.none, "api_keys": _api_keys(), "throttle_time": 0}
+    return build_response(
+        context.header,
+        {"error_code": ErrorCode.none, "api_keys": _api_keys(), "throttle_time": 0},
     )
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -34,25 +33,26 @@ from pathlib import Path
 from typing import Any
 
 from odradek.cluster.fetcher import ReplicaFetcherManager
+from odradek.cluster.isr_writes import BatchedIsrWriter
 from odradek.cluster.replica_manager import ReplicaManager, read_partition_topic_id
-from odradek.controller.channel_manager import uuid_to_topic_id
 from odradek.controller.controller import KafkaController
-from odradek.controller.leader_election import AutoRebalanceConfig
-from odradek.errors import KafkaError, OperatorError
+from odradek.controller.elect_leaders import AutoRebalanceConfig
+from odradek.coordinator.group.coordinator import GroupCoordinator
+from odradek.coordinator.group.metadata import GroupConfig
+from odradek.coordinator.group.offset_store import OffsetStore
+from odradek.errors import KafkaError, OperatorError, require
 from odradek.log.log_manager import LogManager
 from odradek.network.client import BrokerConnection
 from odradek.network.server import SocketServer
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey
-from odradek.server.admin import AdminManager
+from odradek.protocol.topic_ids import uuid_to_topic_id
+from odradek.server.admin.manager import AdminManager
+from odradek.server.admin.topic_configs import TopicConfigs
+from odradek.server.admin.topics import log_config_for
 from odradek.server.apis import KafkaApis
-from odradek.server.config import KafkaConfig
-from odradek.server.group_coordinator import GroupCoordinator
-from odradek.server.isr_writes import BatchedIsrWriter
+from odradek.server.config import KafkaConfig, parse_properties
 from odradek.server.metadata_cache import MetadataCache
-from odradek.server.offset_store import OffsetStore
-from odradek.server.topic_configs import TopicConfigs
-from odradek.server.topics import log_config_for
 from odradek.zk.client import CreateOp, SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
 from odradek.zk.znodes import (
@@ -99,6 +99,16 @@ class Broker:
         self._shutting_down = False
         self.started = False
 
+    # the components start-up creates: required once it has
+
+    @property
+    def _zk(self) -> ZkClient:
+        return require(self.zk, "the broker's ZooKeeper client (created at start-up)")
+
+    @property
+    def _log_manager(self) -> LogManager:
+        return require(self.log_manager, "the broker's log manager (created at start-up)")
+
     # start-up
 
     async def startup(self) -> None:
@@ -107,7 +117,7 @@ class Broker:
         # 1. logs
         self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}))
         try:
-            self.log_manager.startup(now_ms)
+            self._log_manager.startup(now_ms)
         except (OSError, KafkaError) as e:
             raise OperatorError(
                 f"cannot open log dirs {[str(d) for d in config.log_dirs]}: {e}"
@@ -117,8 +127,8 @@ class Broker:
             config["zookeeper.connect"],
             session_timeout_s=config["zookeeper.session.timeout.ms"] / 1000,
         )
-        await self.zk.start(timeout=config.zookeeper_connection_timeout_ms / 1000)
-        await self.zk.ensure_paths(PERSISTENT_PATHS)
+        await self._zk.start(timeout=config.zookeeper_connection_timeout_ms / 1000)
+        await self._zk.ensure_paths(PERSISTENT_PATHS)
         self.cluster_id = await self._get_or_create_cluster_id()
         self._check_meta_properties()
         await self._delete_stray_partitions()
@@ -128,7 +138,12 @@ class Broker:
         # The group coordinator exists before we listen, so no group request finds it missing;
         # its timers start with the other periodic work (7).
         self.offset_store = OffsetStore(self.zk)
-        self.group_coordinator = GroupCoordinator.for_broker(self, self.offset_store)
+        self.group_coordinator = GroupCoordinator.for_broker(
+            self.broker_id,
+            GroupConfig.from_broker_config(config),
+            self.metadata_cache,
+            self.offset_store,
+        )
         apis = KafkaApis(self)
         self.socket_server = SocketServer(
             listener.host or "0.0.0.0",
@@ -140,7 +155,7 @@ class Broker:
         # 4. components
         self.topic_configs = TopicConfigs(self.zk, self._on_topic_config_change)
         await self.topic_configs.start()
-        fetcher_manager = ReplicaFetcherManager(self, config)
+        fetcher_manager = ReplicaFetcherManager(self._broker_address, config)
         self.replica_manager = ReplicaManager(
             self.broker_id,
             self.log_manager,
@@ -170,7 +185,7 @@ class Broker:
             ),
         )
         # 5. register, 6. controller
-        self.zk.add_state_listener(self._on_session_state)
+        self._zk.add_state_listener(self._on_session_state)
         await self._register_broker()
         self.controller.startup()
         # 7. periodic work
@@ -180,7 +195,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
-        self.group_coordinator.start_for_broker(self)
+        self.group_coordinator.start_for_broker(self.wait_for_metadata, self.metadata_cache)
         self.started = True
         log.info(
             "broker %d started: listening on %s:%d, cluster %s, %d logs",
@@ -188,24 +203,23 @@ class Broker:
             self.socket_server.host,
             self.socket_server.port,
             self.cluster_id,
-            len(self.log_manager.all_logs()),
+            len(self._log_manager.all_logs()),
         )
 
     async def _get_or_create_cluster_id(self) -> str:
-        assert self.zk is not None
         try:
-            data, stat = await self.zk.get(ClusterIdZNode.path())
+            data, stat = await self._zk.get(ClusterIdZNode.path())
             return ClusterIdZNode.decode(data, stat.version).id
         except NoNodeError:
             pass
         candidate = uuid_to_topic_id(uuid.uuid4())
         try:
-            await self.zk.create(
+            await self._zk.create(
                 ClusterIdZNode.path(), ClusterIdZNode.encode(candidate), makepath=True
             )
             return candidate
         except NodeExistsError:
-            data, stat = await self.zk.get(ClusterIdZNode.path())
+            data, stat = await self._zk.get(ClusterIdZNode.path())
             return ClusterIdZNode.decode(data, stat.version).id
 
     def _check_meta_properties(self) -> None:
@@ -213,11 +227,7 @@ class Broker:
         for log_dir in self.config.log_dirs:
             path = Path(log_dir) / "meta.properties"
             if path.exists():
-                values = dict(
-                    line.split("=", 1)
-                    for line in path.read_text().splitlines()
-                    if "=" in line and not line.startswith("#")
-                )
+                values = parse_properties(path.read_text(encoding="utf-8", errors="replace"))
                 if values.get("broker.id", str(self.broker_id)) != str(self.broker_id):
                     raise OperatorError(
                         f"log dir {log_dir} belongs to broker.id={values.get('broker.id')}, not {self.broker_id}"
@@ -240,13 +250,12 @@ class Broker:
         must not be served as the new topic's; the recorded topic id (`partition.metadata`) tells an
         old incarnation from the new one even when the assignment looks the same.
         """
-        assert self.zk is not None and self.log_manager is not None
-        local = self.log_manager.all_logs()
+        local = self._log_manager.all_logs()
         if not local:
             return
         from odradek.controller.controller_zk import ControllerZk
 
-        assignments = await ControllerZk(self.zk).get_topic_assignments(
+        assignments = await ControllerZk(self._zk).get_topic_assignments(
             {log_.topic for log_ in local}
         )
         for log_ in local:
@@ -263,11 +272,10 @@ class Broker:
                     reason = f"it belongs to an earlier topic {log_.topic} (id {recorded})"
             if reason is not None:
                 log.info("deleting stray log %s-%d: %s", log_.topic, log_.partition, reason)
-                self.log_manager.delete_log(log_.topic, log_.partition)
+                self._log_manager.delete_log(log_.topic, log_.partition)
 
     async def _register_broker(self) -> None:
         """Create `/brokers/ids/<id>`; our broker epoch is its czxid."""
-        assert self.zk is not None
         advertised = self.config.advertised_listener
         port = (
             self.socket_server.port
@@ -281,22 +289,22 @@ class Broker:
         deadline = time.monotonic() + self.config["zookeeper.session.timeout.ms"] / 1000 + 5
         while True:
             try:
-                await self.zk.create(path, data, ephemeral=True)
+                await self._zk.create(path, data, ephemeral=True)
                 break
             except NodeExistsError:
                 # Ours from a session that is still expiring, or another broker with our id.
                 try:
-                    _existing, stat = await self.zk.get(path)
+                    _existing, stat = await self._zk.get(path)
                 except NoNodeError:
                     continue  # the old registration expired just now: create again
-                if stat.ephemeralOwner == self.zk.session_id:
+                if stat.ephemeralOwner == self._zk.session_id:
                     break
                 if time.monotonic() > deadline:
                     raise OperatorError(
                         f"broker.id {self.broker_id} is already registered in ZooKeeper by another broker"
                     ) from None
                 await asyncio.sleep(0.5)
-        _, stat = await self.zk.get(path)
+        _, stat = await self._zk.get(path)
         self.broker_epoch = stat.czxid
         self.registered.set()
         log.info("registered %s with broker epoch %d", path, self.broker_epoch)
@@ -312,6 +320,11 @@ class Broker:
                         partition.fence("the ZooKeeper session expired")
 
     # hooks used by handlers and components
+
+    def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        """(host, port) of a broker as UpdateMetadata told us, for the replica fetchers."""
+        endpoint = self.metadata_cache.get_broker(broker_id)
+        return (endpoint.host, endpoint.port) if endpoint is not None else None
 
     def maybe_auto_create_topic(self, topic: str) -> None:
         """Create an unknown topic with the broker defaults (auto.create.topics.enable)."""
@@ -369,7 +382,6 @@ class Broker:
         return config
 
     def _on_topic_config_change(self, topic: str, overrides: dict[str, str]) -> None:
-        assert self.log_manager is not None
         self._log_configs.pop(topic, None)
         config = self.log_config_for(topic)
         for partition in list(self.replica_manager.partitions.values()):
@@ -392,9 +404,8 @@ class Broker:
             await self._create_isr_change_notification(chunk)
 
     async def _create_isr_change_notification(self, partitions: list[ZkTopicPartition]) -> None:
-        assert self.zk is not None
         data = IsrChangeNotificationSequenceZNode.encode(partitions)
-        await self.zk.multi(
+        await self._zk.multi(
             [CreateOp(IsrChangeNotificationSequenceZNode.path(), data, sequence=True)]
         )
 
@@ -405,8 +416,7 @@ class Broker:
         while True:
             await asyncio.sleep(interval)
             try:
-                assert self.log_manager is not None
-                self.log_manager.cleanup(int(time.time() * 1000))
+                self._log_manager.cleanup(int(time.time() * 1000))
             except Exception:
                 log.exception("log retention failed")
 
@@ -415,8 +425,7 @@ class Broker:
         while True:
             await asyncio.sleep(max(1.0, interval))
             try:
-                assert self.log_manager is not None
-                self.log_manager.checkpoint_recovery_points_and_start_offsets()
+                self._log_manager.checkpoint_recovery_points_and_start_offsets()
             except Exception:
                 log.exception("writing log checkpoints failed")
 
@@ -503,18 +512,12 @@ class Broker:
             if self.replica_manager is not None:
                 await self.replica_manager.shutdown()
             if self.log_manager is not None:
-                self.log_manager.shutdown()
+                self._log_manager.shutdown()
             if self.zk is not None:
-                await self.zk.close()
+                await self._zk.close()
         finally:
             self._stopped.set()
         log.info("broker %d shut down cleanly", self.broker_id)
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
-
-
-def configure_process_memory() -> None:
-    """Fresh multi-megabyte allocations are slow on some VMs: keep freed memory mapped."""
-    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(64 * 1024 * 1024))
-    os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", str(256 * 1024 * 1024))

@@ -1,7 +1,10 @@
-"""Broker configuration: Kafka's property names, types, defaults and validation.
+r"""Broker configuration: Kafka's property names, types, defaults and validation.
 
-`server.properties` is read in Java properties syntax (`key=value` or `key: value`, `#`/`!` comments,
-backslash line continuation); `--override k=v` on the command line wins over the file. Every property is
+`server.properties` is read in Java properties syntax by `javaproperties` (`java.util.Properties`
+rules: `=`, `:` or whitespace between key and value, `#`/`!` comments, backslash line continuations,
+`\uXXXX` and `\=`/`\:` escapes, the last of duplicate keys wins; the file is read as UTF-8, which
+for ASCII files, the usual case, is what Java's ISO-8859-1 reading gives too); `--override k=v` on
+the command line wins over the file. Every property is
 declared once in `DEFINITIONS` with its type and default; an invalid value is a `ConfigError` naming the
 property, which the command line prints as one line. Unknown properties are kept and logged, as Kafka
 does, so a Kafka `server.properties` can be used unchanged.
@@ -16,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import javaproperties
 
 from odradek.errors import ConfigError
 
@@ -105,30 +110,22 @@ _DEFS = [
     ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
     ConfigDef("group.min.session.timeout.ms", "int", 6000, _at_least(0)),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),
+    # Odradek's own: rotation of the broker's log file (`odradek server --log-file`), in place of
+    # the log4j appender settings a Kafka broker reads from log4j.properties.
+    ConfigDef("broker.log.max.bytes", "long", 100 * 1024 * 1024, _at_least(0)),
+    ConfigDef("broker.log.backup.count", "int", 10, _at_least(0)),
 ]
 
 DEFINITIONS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java properties text (the subset Kafka's config files use)."""
-    result: dict[str, str] = {}
-    logical = ""
-    for raw in text.splitlines():
-        line = raw.strip() if not logical else raw.lstrip()
-        if not logical and (not line or line[0] in "#!"):
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            logical += line[:-1]
-            continue
-        logical += line
-        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", logical)
-        if match:
-            result[match.group(1)] = match.group(2).strip()
-        elif logical:
-            result[logical] = ""
-        logical = ""
-    return result
+    """Parse Java properties text as `java.util.Properties.load` does; values keep their
+    trailing whitespace (each property's conversion trims it, as Kafka's ConfigDef does)."""
+    try:
+        return dict(javaproperties.loads(text))
+    except ValueError as e:  # javaproperties.InvalidUEscapeError: a malformed \uXXXX
+        raise ConfigError(f"invalid properties: {e}") from None
 
 
 def _convert(definition: ConfigDef, raw: str) -> Any:
@@ -277,9 +274,11 @@ def load_config(path: Path | None, overrides: list[str]) -> KafkaConfig:
     properties: dict[str, str] = {}
     if path is not None:
         try:
-            properties.update(parse_properties(Path(path).read_text()))
+            properties.update(parse_properties(Path(path).read_text(encoding="utf-8")))
         except OSError as e:
             raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"cannot read {path}: not UTF-8 text ({e.reason})") from None
     for override in overrides:
         if "=" not in override:
             raise ConfigError(f"invalid override {override!r}: expected key=value")

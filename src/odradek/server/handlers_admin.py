@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from odradek.errors import KafkaError, TopicDeletionDisabledError
-from odradek.protocol.codec import RequestHeader
-from odradek.server.admin import TopicCreation
-from odradek.server.apis import response
-from odradek.server.topics import effective_topic_config
+from odradek.protocol.build import build_response
+from odradek.server.admin.manager import TopicCreation
+from odradek.server.admin.topics import effective_topic_config
 
 if TYPE_CHECKING:
-    from odradek.server.apis import KafkaApis
+    from odradek.network.request_context import RequestContext
+    from odradek.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,8 @@ def _timeout_seconds(request: Any) -> float:
     return max(0.0, request.timeout.total_seconds())
 
 
-def handle_create_topics(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    broker = apis.broker
+def handle_create_topics(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
 
     async def create() -> Any:
         results: dict[str, dict[str, Any]] = {}
@@ -74,7 +74,7 @@ def handle_create_topics(apis: KafkaApis, header: RequestHeader, request: Any) -
                 continue
             result["num_partitions"] = len(creation.assignment)
             result["replication_factor"] = len(next(iter(creation.assignment.values())))
-            from odradek.controller.channel_manager import topic_id_to_uuid
+            from odradek.protocol.topic_ids import topic_id_to_uuid
 
             result["topic_id"] = topic_id_to_uuid(creation.topic_id)
             effective = effective_topic_config(broker.config, creation.configs)
@@ -105,13 +105,13 @@ def handle_create_topics(apis: KafkaApis, header: RequestHeader, request: Any) -
                     results[creation.name]["error_message"] = (
                         "the topic was created but its leaders were not elected within the timeout"
                     )
-        return response(header, {"throttle_time": 0, "topics": list(results.values())})
+        return build_response(header, {"throttle_time": 0, "topics": list(results.values())})
 
     return create()
 
 
-def handle_delete_topics(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    broker = apis.broker
+def handle_delete_topics(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
     if hasattr(request, "topics"):
         names = [t.name for t in request.topics]
     else:
@@ -151,6 +151,6 @@ def handle_delete_topics(apis: KafkaApis, header: RequestHeader, request: Any) -
                 for entry in results:
                     if entry["name"] in queued:
                         entry["error_code"] = ErrorCode.request_timed_out
-        return response(header, {"throttle_time": 0, "responses": results})
+        return build_response(header, {"throttle_time": 0, "responses": results})
 
     return delete()

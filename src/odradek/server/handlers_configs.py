@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from odradek.errors import InvalidConfigurationError, KafkaError
-from odradek.protocol.codec import RequestHeader
-from odradek.server.admin import ConcurrentAssignmentChange
-from odradek.server.apis import response
+from odradek.protocol.build import build_response
+from odradek.server.admin.manager import ConcurrentAssignmentChange
+from odradek.server.admin.topics import TOPIC_CONFIGS, effective_topic_config
 from odradek.server.config import DEFINITIONS
-from odradek.server.topics import TOPIC_CONFIGS, effective_topic_config
 
 if TYPE_CHECKING:
-    from odradek.server.apis import KafkaApis
+    from odradek.network.request_context import RequestContext
+    from odradek.server.services import BrokerServices
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
@@ -42,9 +42,8 @@ def _text(value: Any) -> str | None:
 
 
 async def _describe_topic(
-    apis: KafkaApis, name: str, keys: set[str] | None
+    broker: BrokerServices, name: str, keys: set[str] | None
 ) -> list[dict[str, Any]]:
-    broker = apis.broker
     overrides = await broker.admin.topic_config(name)
     effective = effective_topic_config(broker.config, overrides)
     entries = []
@@ -67,8 +66,8 @@ async def _describe_topic(
     return entries
 
 
-def _describe_broker(apis: KafkaApis, keys: set[str] | None) -> list[dict[str, Any]]:
-    config = apis.broker.config
+def _describe_broker(broker: BrokerServices, keys: set[str] | None) -> list[dict[str, Any]]:
+    config = broker.config
     entries = []
     for key, definition in sorted(DEFINITIONS.items()):
         if keys is not None and key not in keys:
@@ -90,7 +89,9 @@ def _describe_broker(apis: KafkaApis, keys: set[str] | None) -> list[dict[str, A
     return entries
 
 
-def handle_describe_configs(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_describe_configs(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
+
     async def describe() -> Any:
         results = []
         for resource in request.resources:
@@ -108,15 +109,15 @@ def handle_describe_configs(apis: KafkaApis, header: RequestHeader, request: Any
             }
             try:
                 if resource.resource_type == TOPIC_RESOURCE:
-                    await apis.broker.admin.topic_assignment(resource.resource_name)
-                    result["configs"] = await _describe_topic(apis, resource.resource_name, keys)
+                    await broker.admin.topic_assignment(resource.resource_name)
+                    result["configs"] = await _describe_topic(broker, resource.resource_name, keys)
                 elif resource.resource_type == BROKER_RESOURCE:
-                    if resource.resource_name not in ("", str(apis.broker.broker_id)):
+                    if resource.resource_name not in ("", str(broker.broker_id)):
                         raise KafkaError(
-                            f"this is broker {apis.broker.broker_id}, not {resource.resource_name}",
+                            f"this is broker {broker.broker_id}, not {resource.resource_name}",
                             ErrorCode.invalid_request,
                         )
-                    result["configs"] = _describe_broker(apis, keys)
+                    result["configs"] = _describe_broker(broker, keys)
                 else:
                     raise KafkaError(
                         f"resource type {resource.resource_type} is not supported",
@@ -126,13 +127,13 @@ def handle_describe_configs(apis: KafkaApis, header: RequestHeader, request: Any
                 result["error_code"] = e.code
                 result["error_message"] = str(e)
             results.append(result)
-        return response(header, {"throttle_time": 0, "results": results})
+        return build_response(header, {"throttle_time": 0, "results": results})
 
     return describe()
 
 
-async def _alter(apis: KafkaApis, request: Any, incremental: bool) -> list[dict[str, Any]]:
-    admin = apis.broker.admin
+async def _alter(broker: BrokerServices, request: Any, incremental: bool) -> list[dict[str, Any]]:
+    admin = broker.admin
     results = []
     for resource in request.resources:
         result: dict[str, Any] = {
@@ -164,7 +165,7 @@ async def _alter(apis: KafkaApis, request: Any, incremental: bool) -> list[dict[
                     )
             if request.validate_only:
                 await admin.topic_assignment(name)
-                from odradek.server.topics import validate_topic_configs
+                from odradek.server.admin.topics import validate_topic_configs
 
                 validate_topic_configs(current)
             else:
@@ -176,26 +177,32 @@ async def _alter(apis: KafkaApis, request: Any, incremental: bool) -> list[dict[
     return results
 
 
-def handle_alter_configs(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_alter_configs(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
+
     async def alter() -> Any:
-        return response(
-            header, {"throttle_time": 0, "responses": await _alter(apis, request, False)}
+        return build_response(
+            header, {"throttle_time": 0, "responses": await _alter(broker, request, False)}
         )
 
     return alter()
 
 
-def handle_incremental_alter_configs(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
+def handle_incremental_alter_configs(
+    broker: BrokerServices, context: RequestContext, request: Any
+) -> Any:
+    header = context.header
+
     async def alter() -> Any:
-        return response(
-            header, {"throttle_time": 0, "responses": await _alter(apis, request, True)}
+        return build_response(
+            header, {"throttle_time": 0, "responses": await _alter(broker, request, True)}
         )
 
     return alter()
 
 
-def handle_create_partitions(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    broker = apis.broker
+def handle_create_partitions(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
 
     async def create() -> Any:
         results = []
@@ -240,6 +247,6 @@ def handle_create_partitions(apis: KafkaApis, header: RequestHeader, request: An
                 for result in results:
                     if result["name"] in grown:
                         result["error_code"] = ErrorCode.request_timed_out
-        return response(header, {"throttle_time": 0, "results": results})
+        return build_response(header, {"throttle_time": 0, "results": results})
 
     return create()

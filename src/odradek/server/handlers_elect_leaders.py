@@ -1,7 +1,7 @@
 """ElectLeaders (43), versions 0-2: leader elections an admin client asks for (KIP-183, KIP-460).
 
 Only the active controller elects (`KafkaController.elect_leaders`, see
-`odradek.controller.leader_election`); on any other broker every partition is answered
+`odradek.controller.elect_leaders`); on any other broker every partition is answered
 NOT_CONTROLLER, as in Kafka's ZooKeeper mode, and clients send the request to the controller named
 in Metadata. v0 has no election type and means PREFERRED; v1+ carry PREFERRED (0) or UNCLEAN (1),
 anything else is INVALID_REQUEST. `topic_partitions` null means every partition this broker's
@@ -24,14 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.controller.leader_election import ElectionOutcome, ElectionType
+from odradek.controller.elect_leaders import ElectionOutcome, ElectionType
 from odradek.errors import InvalidRequestError, KafkaError, RequestTimedOutError
-from odradek.protocol.codec import RequestHeader
-from odradek.server.apis import response
+from odradek.protocol.build import build_response
 
 if TYPE_CHECKING:
-    from odradek.server.apis import KafkaApis
+    from odradek.network.request_context import RequestContext
     from odradek.server.metadata_cache import MetadataCache
+    from odradek.server.services import BrokerServices
 
 TopicPartition = tuple[str, int]
 
@@ -72,8 +72,8 @@ def _all(partitions: Iterable[TopicPartition], error: KafkaError) -> dict[TopicP
     return {tp: error for tp in partitions}
 
 
-def handle_elect_leaders(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    broker = apis.broker
+def handle_elect_leaders(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
     election_type = int(getattr(request, "election_type", ElectionType.PREFERRED))
     timeout = max(0.0, request.timeout.total_seconds())
 
@@ -116,7 +116,7 @@ def handle_elect_leaders(apis: KafkaApis, header: RequestHeader, request: Any) -
                     outcomes[tp] = RequestTimedOutError(
                         "the new leader did not reach this broker's metadata in time"
                     )
-        return response(
+        return build_response(
             header,
             {
                 "throttle_time": 0,

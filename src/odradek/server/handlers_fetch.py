@@ -25,11 +25,11 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cluster.replica_manager import FetchPartitionRequest, FetchPartitionResult
 from odradek.errors import KafkaError
-from odradek.protocol.codec import RequestHeader
-from odradek.server.apis import response
+from odradek.protocol.build import build_response
 
 if TYPE_CHECKING:
-    from odradek.server.apis import KafkaApis
+    from odradek.network.request_context import RequestContext
+    from odradek.server.services import BrokerServices
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -42,8 +42,9 @@ def _epoch_or_none(value: Any) -> int | None:
     return value if value >= 0 else None
 
 
-def handle_fetch(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    replica_manager = apis.broker.replica_manager
+def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
+    replica_manager = broker.replica_manager
     replica_id = int(request.replica_id)
     requests: list[FetchPartitionRequest] = []
     order: list[tuple[str, list[int]]] = []
@@ -62,14 +63,14 @@ def handle_fetch(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
             )
         order.append((topic.topic, indexes))
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-    config = apis.broker.config
+    config = broker.config
     cap = config["replica.fetch.response.max.bytes" if replica_id >= 0 else "fetch.max.bytes"]
     max_bytes = max(0, min(int(getattr(request, "max_bytes", 0x7FFFFFFF)), cap))
     result = replica_manager.fetch_messages(
         requests, replica_id, max_wait_ms, int(request.min_bytes), max_bytes
     )
 
-    def build_response(results: dict[tuple[str, int], FetchPartitionResult]) -> Any:
+    def answer(results: dict[tuple[str, int], FetchPartitionResult]) -> Any:
         topics = []
         for name, indexes in order:
             partitions = []
@@ -108,7 +109,7 @@ def handle_fetch(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
                     }
                 )
             topics.append({"topic": name, "partitions": partitions})
-        return response(
+        return build_response(
             header,
             {
                 "throttle_time": 0,
@@ -119,16 +120,17 @@ def handle_fetch(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
         )
 
     if isinstance(result, dict):
-        return build_response(result)
+        return answer(result)
 
     async def wait_and_build() -> Any:
-        return build_response(await result)
+        return answer(await result)
 
     return wait_and_build()
 
 
-def handle_list_offsets(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    replica_manager = apis.broker.replica_manager
+def handle_list_offsets(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
+    replica_manager = broker.replica_manager
     from_follower = int(request.replica_id) >= 0
     topics = []
     for topic in request.topics:
@@ -164,11 +166,14 @@ def handle_list_offsets(apis: KafkaApis, header: RequestHeader, request: Any) ->
                 entry["error_code"] = e.code
             partitions.append(entry)
         topics.append({"name": topic.name, "partitions": partitions})
-    return response(header, {"throttle_time": 0, "topics": topics})
+    return build_response(header, {"throttle_time": 0, "topics": topics})
 
 
-def handle_offset_for_leader_epoch(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    replica_manager = apis.broker.replica_manager
+def handle_offset_for_leader_epoch(
+    broker: BrokerServices, context: RequestContext, request: Any
+) -> Any:
+    header = context.header
+    replica_manager = broker.replica_manager
     topics = []
     for topic in request.topics:
         partitions = []
@@ -192,4 +197,4 @@ def handle_offset_for_leader_epoch(apis: KafkaApis, header: RequestHeader, reque
                 entry["error_code"] = e.code
             partitions.append(entry)
         topics.append({"topic": topic.topic, "partitions": partitions})
-    return response(header, {"throttle_time": 0, "topics": topics})
+    return build_response(header, {"throttle_time": 0, "topics": topics})

@@ -17,14 +17,14 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cluster.partition import PartitionStateInfo
 from odradek.cluster.replica_manager import LeaderAndIsrPartition
-from odradek.controller.channel_manager import topic_id_to_uuid, uuid_to_topic_id
 from odradek.errors import KafkaError
-from odradek.protocol.codec import RequestHeader
-from odradek.server.apis import response
+from odradek.protocol.build import build_response
+from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.server.metadata_cache import BrokerEndpoint, PartitionMetadata
 
 if TYPE_CHECKING:
-    from odradek.server.apis import KafkaApis
+    from odradek.network.request_context import RequestContext
+    from odradek.server.services import BrokerServices
 
 
 def _after_registration(handler: Any) -> Any:
@@ -33,14 +33,13 @@ def _after_registration(handler: Any) -> Any:
     incarnation of this broker (restarted within its old session) would pass the broker epoch
     check while the epoch is still -1."""
 
-    def wrapper(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-        broker = apis.broker
+    def wrapper(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
         if broker.broker_epoch >= 0:
-            return handler(apis, header, request)
+            return handler(broker, context, request)
 
         async def later() -> Any:
             await broker.registered.wait()
-            result = handler(apis, header, request)
+            result = handler(broker, context, request)
             return await result if inspect.isawaitable(result) else result
 
         return later()
@@ -48,22 +47,22 @@ def _after_registration(handler: Any) -> Any:
     return wrapper
 
 
-def _broker_epoch_stale(apis: KafkaApis, broker_epoch: int) -> bool:
-    current = apis.broker.broker_epoch
+def _broker_epoch_stale(broker: BrokerServices, broker_epoch: int) -> bool:
+    current = broker.broker_epoch
     return broker_epoch >= 0 and current >= 0 and broker_epoch < current
 
 
-def _controller_epoch_stale(apis: KafkaApis, controller_epoch: int) -> bool:
-    return controller_epoch < apis.broker.latest_controller_epoch
+def _controller_epoch_stale(broker: BrokerServices, controller_epoch: int) -> bool:
+    return controller_epoch < broker.latest_controller_epoch
 
 
 @_after_registration
-def handle_leader_and_isr(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    broker = apis.broker
+def handle_leader_and_isr(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
     topic_ids = {t.topic_name: t.topic_id for t in request.topic_states}
 
     def error_response(code: ErrorCode) -> Any:
-        return response(
+        return build_response(
             header,
             {
                 "error_code": code,
@@ -80,15 +79,15 @@ def handle_leader_and_isr(apis: KafkaApis, header: RequestHeader, request: Any) 
             },
         )
 
-    if _controller_epoch_stale(apis, request.controller_epoch):
+    if _controller_epoch_stale(broker, request.controller_epoch):
         return error_response(ErrorCode.stale_controller_epoch)
-    if _broker_epoch_stale(apis, request.broker_epoch):
+    if _broker_epoch_stale(broker, request.broker_epoch):
         return error_response(ErrorCode.stale_broker_epoch)
     broker.latest_controller_epoch = request.controller_epoch
 
     async def apply() -> Any:
         await broker.topic_configs.ensure_loaded(list(topic_ids))
-        if _controller_epoch_stale(apis, request.controller_epoch):
+        if _controller_epoch_stale(broker, request.controller_epoch):
             return error_response(ErrorCode.stale_controller_epoch)
         states = [
             LeaderAndIsrPartition(
@@ -136,18 +135,18 @@ def handle_leader_and_isr(apis: KafkaApis, header: RequestHeader, request: Any) 
                     ],
                 }
             )
-        return response(header, {"error_code": ErrorCode.none, "topics": topics})
+        return build_response(header, {"error_code": ErrorCode.none, "topics": topics})
 
     return apply()
 
 
 @_after_registration
-def handle_update_metadata(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    broker = apis.broker
-    if _controller_epoch_stale(apis, request.controller_epoch):
-        return response(header, {"error_code": ErrorCode.stale_controller_epoch})
-    if _broker_epoch_stale(apis, request.broker_epoch):
-        return response(header, {"error_code": ErrorCode.stale_broker_epoch})
+def handle_update_metadata(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
+    if _controller_epoch_stale(broker, request.controller_epoch):
+        return build_response(header, {"error_code": ErrorCode.stale_controller_epoch})
+    if _broker_epoch_stale(broker, request.broker_epoch):
+        return build_response(header, {"error_code": ErrorCode.stale_broker_epoch})
     broker.latest_controller_epoch = request.controller_epoch
     brokers = []
     for live in request.live_brokers:
@@ -178,18 +177,18 @@ def handle_update_metadata(apis: KafkaApis, header: RequestHeader, request: Any)
         if not broker.metadata_cache.contains_topic(topic):
             broker.forget_topic(topic)
     broker.on_metadata_updated()
-    return response(header, {"error_code": ErrorCode.none})
+    return build_response(header, {"error_code": ErrorCode.none})
 
 
 @_after_registration
-def handle_stop_replica(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    broker = apis.broker
-    if _controller_epoch_stale(apis, request.controller_epoch):
-        return response(
+def handle_stop_replica(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
+    if _controller_epoch_stale(broker, request.controller_epoch):
+        return build_response(
             header, {"error_code": ErrorCode.stale_controller_epoch, "partition_errors": ()}
         )
-    if _broker_epoch_stale(apis, request.broker_epoch):
-        return response(
+    if _broker_epoch_stale(broker, request.broker_epoch):
+        return build_response(
             header, {"error_code": ErrorCode.stale_broker_epoch, "partition_errors": ()}
         )
     broker.latest_controller_epoch = request.controller_epoch
@@ -201,7 +200,7 @@ def handle_stop_replica(apis: KafkaApis, header: RequestHeader, request: Any) ->
     try:
         results = broker.replica_manager.stop_replicas(request.controller_epoch, partitions)
     except KafkaError as e:
-        return response(header, {"error_code": e.code, "partition_errors": ()})
+        return build_response(header, {"error_code": e.code, "partition_errors": ()})
     errors = [
         {
             "topic_name": topic,
@@ -210,11 +209,14 @@ def handle_stop_replica(apis: KafkaApis, header: RequestHeader, request: Any) ->
         }
         for (topic, partition), error in results.items()
     ]
-    return response(header, {"error_code": ErrorCode.none, "partition_errors": errors})
+    return build_response(header, {"error_code": ErrorCode.none, "partition_errors": errors})
 
 
-def handle_controlled_shutdown(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    controller = apis.broker.controller
+def handle_controlled_shutdown(
+    broker: BrokerServices, context: RequestContext, request: Any
+) -> Any:
+    header = context.header
+    controller = broker.controller
 
     async def wait() -> Any:
         try:
@@ -222,8 +224,8 @@ def handle_controlled_shutdown(apis: KafkaApis, header: RequestHeader, request: 
                 request.broker_id, request.broker_epoch
             )
         except KafkaError as e:
-            return response(header, {"error_code": e.code, "remaining_partitions": ()})
-        return response(
+            return build_response(header, {"error_code": e.code, "remaining_partitions": ()})
+        return build_response(
             header,
             {
                 "error_code": ErrorCode.none,
@@ -235,6 +237,3 @@ def handle_controlled_shutdown(apis: KafkaApis, header: RequestHeader, request: 
         )
 
     return wait()
-
-
-__all__ = ["topic_id_to_uuid"]

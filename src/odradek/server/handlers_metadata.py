@@ -20,11 +20,12 @@ from kio.schema.errors import ErrorCode
 from odradek.errors import KafkaError
 from odradek.protocol.build import build
 from odradek.protocol.codec import RequestHeader, encode_body, response_class
+from odradek.server.admin.topics import validate_topic_name
 from odradek.server.metadata_cache import NO_LEADER, MetadataCache
-from odradek.server.topics import validate_topic_name
 
 if TYPE_CHECKING:
-    from odradek.server.apis import KafkaApis
+    from odradek.network.request_context import RequestContext
+    from odradek.server.services import BrokerServices
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -77,8 +78,8 @@ def _error_topic(name: str, code: ErrorCode) -> dict[str, Any]:
     }
 
 
-def handle_metadata(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    broker = apis.broker
+def handle_metadata(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
     cache = broker.metadata_cache
     requested = _requested_topics(header, request)
     allow_auto_create = bool(getattr(request, "allow_auto_topic_creation", True))

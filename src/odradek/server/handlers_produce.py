@@ -22,13 +22,13 @@ from kio.schema.errors import ErrorCode
 
 from odradek.errors import KafkaError
 from odradek.network.server import NO_RESPONSE
-from odradek.protocol.codec import RequestHeader
+from odradek.protocol.build import build_response
 from odradek.protocol.record_batch import iter_batches
-from odradek.server.apis import response
 
 if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ProduceResult
-    from odradek.server.apis import KafkaApis
+    from odradek.network.request_context import RequestContext
+    from odradek.server.services import BrokerServices
 
 
 def _partition_response(index: int, result: ProduceResult) -> dict[str, Any]:
@@ -58,8 +58,8 @@ def _has_transactional_batch(records: bytes | None) -> bool:
     return first is not None and first.is_transactional
 
 
-def handle_produce(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
-    broker = apis.broker
+def handle_produce(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    header = context.header
     acks = int(request.acks)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     order: list[tuple[str, list[int]]] = []
@@ -90,7 +90,7 @@ def handle_produce(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
     if acks == 0:
         return NO_RESPONSE
 
-    def build_response(results: dict[tuple[str, int], ProduceResult]) -> Any:
+    def answer(results: dict[tuple[str, int], ProduceResult]) -> Any:
         from odradek.cluster.replica_manager import ProduceResult
 
         topics = []
@@ -107,12 +107,12 @@ def handle_produce(apis: KafkaApis, header: RequestHeader, request: Any) -> Any:
                 else:
                     partitions.append(_partition_response(index, results[key]))
             topics.append({"name": name, "partition_responses": partitions})
-        return response(header, {"responses": topics, "throttle_time": 0})
+        return build_response(header, {"responses": topics, "throttle_time": 0})
 
     if isinstance(result, dict):
-        return build_response(result)
+        return answer(result)
 
     async def wait_and_build() -> Any:
-        return build_response(await result)
+        return answer(await result)
 
     return wait_and_build()

@@ -22,19 +22,20 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from odradek.errors import KafkaError
-from odradek.protocol.codec import RequestHeader
-from odradek.server.apis import response
+from odradek.protocol.build import build_response
 
 if TYPE_CHECKING:
-    from odradek.server.apis import KafkaApis
+    from odradek.network.request_context import RequestContext
+    from odradek.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
 
 
 def handle_alter_partition_reassignments(
-    apis: KafkaApis, header: RequestHeader, request: Any
+    broker: BrokerServices, context: RequestContext, request: Any
 ) -> Any:
-    controller = apis.broker.controller
+    header = context.header
+    controller = broker.controller
     reassignments: dict[tuple[str, int], tuple[int, ...] | None] = {}
     for topic in request.topics:
         for p in topic.partitions:
@@ -45,7 +46,7 @@ def handle_alter_partition_reassignments(
         try:
             results = await controller.alter_partition_reassignments(reassignments)
         except KafkaError as e:
-            return response(
+            return build_response(
                 header,
                 {
                     "throttle_time": 0,
@@ -63,7 +64,7 @@ def handle_alter_partition_reassignments(
                     "error_message": str(error) if error is not None else None,
                 }
             )
-        return response(
+        return build_response(
             header,
             {
                 "throttle_time": 0,
@@ -80,9 +81,10 @@ def handle_alter_partition_reassignments(
 
 
 def handle_list_partition_reassignments(
-    apis: KafkaApis, header: RequestHeader, request: Any
+    broker: BrokerServices, context: RequestContext, request: Any
 ) -> Any:
-    controller = apis.broker.controller
+    header = context.header
+    controller = broker.controller
     partitions: frozenset[tuple[str, int]] | None = None
     if request.topics is not None:
         partitions = frozenset(
@@ -95,7 +97,7 @@ def handle_list_partition_reassignments(
         try:
             moving = await controller.list_partition_reassignments(partitions)
         except KafkaError as e:
-            return response(
+            return build_response(
                 header,
                 {"throttle_time": 0, "error_code": e.code, "error_message": str(e), "topics": []},
             )
@@ -109,7 +111,7 @@ def handle_list_partition_reassignments(
                     "removing_replicas": list(assignment.removing_replicas),
                 }
             )
-        return response(
+        return build_response(
             header,
             {
                 "throttle_time": 0,

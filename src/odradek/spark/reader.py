@@ -126,10 +126,15 @@ class RangeReader:
                 return int(low), int(high)
             except KafkaException as e:
                 error = e.args[0] if e.args else None
-                if isinstance(error, RdKafkaError) and error.code() in (
-                    RdKafkaError.UNKNOWN_TOPIC_OR_PART,
-                    RdKafkaError._UNKNOWN_PARTITION,
-                    RdKafkaError._UNKNOWN_TOPIC,
+                if (
+                    isinstance(error, RdKafkaError)
+                    and error.code()
+                    in (
+                        RdKafkaError.UNKNOWN_TOPIC_OR_PART,
+                        RdKafkaError._UNKNOWN_PARTITION,
+                        RdKafkaError._UNKNOWN_TOPIC,
+                    )
+                    and self._gone(consumer, tp)
                 ):
                     return None
                 if time.monotonic() >= deadline:
@@ -140,6 +145,22 @@ class RangeReader:
                 with contextlib.suppress(KafkaException):
                     consumer.list_topics(tp.topic, timeout=_POLL_S * 4)
                 time.sleep(_POLL_S)
+
+    def _gone(self, consumer: Consumer, tp: RdTopicPartition) -> bool:
+        """Whether fresh metadata confirms that `tp` does not exist. An unknown-partition error
+        alone does not say so: librdkafka also raises it locally, without asking any broker, when
+        the partition's cached leader was a broker it has since dropped from its metadata (a
+        broker that died), and it can keep doing so for minutes."""
+        try:
+            metadata = consumer.list_topics(tp.topic, timeout=min(10.0, self.timeout_s))
+        except KafkaException:
+            return False  # no answer is no proof: ask again
+        topic = metadata.topics.get(tp.topic)
+        if topic is None:
+            return False
+        if topic.error is not None:
+            return bool(topic.error.code() == RdKafkaError.UNKNOWN_TOPIC_OR_PART)
+        return tp.partition not in topic.partitions
 
     def _start_offset(self, consumer: Consumer, r: OffsetRange, position: int) -> int | None:
         """Where reading can start for `r` at `position`: position itself, the log start if

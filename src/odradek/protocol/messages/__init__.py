@@ -9,6 +9,11 @@ slotted dataclasses carrying the same class variables (``__type__``, ``__version
 unchanged: ``kio.serial.entity_writer(cls)(buffer, message)`` and
 ``kio.serial.entity_reader(cls)(data, offset)``, and a codec can treat them like any kio message.
 
+Why by hand: kio's code generator lives only in kio's source repository, not in the package on
+PyPI, so it cannot run here. Instead `tests/unit/test_interbroker_schemas.py` holds every class to
+Kafka 3.9's JSON schemas (vendored under `tests/unit/kafka_schemas/`): field lists, order and types
+per struct, and kio's bytes against an encoder driven by the schema alone.
+
 Layout follows kio: ``<api>/v<N>/request.py`` and ``<api>/v<N>/response.py``, each module
 documenting which schema it follows and what every field means to a ZooKeeper-mode controller.
 
@@ -41,8 +46,6 @@ from .controlled_shutdown.v3.response import (
 from .leader_and_isr import LeaderAndIsrType
 from .leader_and_isr.v5.request import LeaderAndIsrRequest as LeaderAndIsrRequestV5
 from .leader_and_isr.v5.response import LeaderAndIsrResponse as LeaderAndIsrResponseV5
-from .leader_and_isr.v6.request import LeaderAndIsrRequest as LeaderAndIsrRequestV6
-from .leader_and_isr.v6.response import LeaderAndIsrResponse as LeaderAndIsrResponseV6
 from .produce_legacy import PRODUCE_LEGACY
 from .stop_replica.v3.request import StopReplicaRequest as StopReplicaRequestV3
 from .stop_replica.v3.response import StopReplicaResponse as StopReplicaResponseV3
@@ -57,7 +60,6 @@ CONTROLLED_SHUTDOWN_API_KEY: Final = 7
 INTERBROKER_MESSAGES: Final[dict[int, dict[int, tuple[type[Payload], type[Payload]]]]] = {
     LEADER_AND_ISR_API_KEY: {
         5: (LeaderAndIsrRequestV5, LeaderAndIsrResponseV5),
-        6: (LeaderAndIsrRequestV6, LeaderAndIsrResponseV6),
     },
     STOP_REPLICA_API_KEY: {
         3: (StopReplicaRequestV3, StopReplicaResponseV3),
@@ -88,9 +90,7 @@ __all__ = (
     "ControlledShutdownRequestV3",
     "ControlledShutdownResponseV3",
     "LeaderAndIsrRequestV5",
-    "LeaderAndIsrRequestV6",
     "LeaderAndIsrResponseV5",
-    "LeaderAndIsrResponseV6",
     "LeaderAndIsrType",
     "StopReplicaRequestV3",
     "StopReplicaResponseV3",

@@ -1,7 +1,8 @@
 """LeaderAndIsr (api key 4): the controller's instruction to lead or follow partitions.
 
-One package per version, as in kio: ``v5`` and ``v6`` each hold a ``request`` and a ``response``
-module. ``LeaderAndIsrType`` names the values of the request's ``type`` field.
+One package per version, as in kio: ``v5`` holds a ``request`` and a ``response`` module. It is the
+only version Odradek's controller sends and its brokers accept (v6 adds the KRaft-era leader
+recovery state). ``LeaderAndIsrType`` names the values of the request's ``type`` field.
 """
 
 import enum

@@ -1,6 +1,0 @@
-"""LeaderAndIsr version 6: request and response."""
-
-from .request import LeaderAndIsrRequest
-from .response import LeaderAndIsrResponse
-
-__all__ = ("LeaderAndIsrRequest", "LeaderAndIsrResponse")

@@ -1,0 +1,56 @@
+"""What the request handlers see of the broker: `BrokerServices`, a Protocol that `Broker` satisfies.
+
+Handlers take this rather than the `Broker` class, so that the request routing (`apis`) and the
+handlers (`handlers_*`) import nothing that imports them back: `broker` imports `apis`, `apis`
+imports the handlers, and the handlers import only this module (for typing) and the components
+they call. A test may hand a handler any object with these members.
+
+Concurrency: every member is used on the broker's event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from odradek.coordinator.group.coordinator import GroupCoordinator
+    from odradek.coordinator.group.offset_store import OffsetStore
+
+    from odradek.cluster.replica_manager import ReplicaManager
+    from odradek.controller.controller import KafkaController
+    from odradek.server.admin.manager import AdminManager
+    from odradek.server.admin.topic_configs import TopicConfigs
+    from odradek.server.config import KafkaConfig
+    from odradek.server.metadata_cache import MetadataCache
+
+
+class BrokerServices(Protocol):
+    """The broker's components and hooks that request handlers use."""
+
+    config: KafkaConfig
+    broker_id: int
+    cluster_id: str
+    broker_epoch: int
+    """The czxid of our registration; -1 until registered (controller requests wait for it)."""
+    registered: asyncio.Event
+    latest_controller_epoch: int
+    """The newest controller epoch seen in a controller request; older ones are refused."""
+    metadata_cache: MetadataCache
+    replica_manager: ReplicaManager
+    controller: KafkaController
+    admin: AdminManager
+    topic_configs: TopicConfigs
+    group_coordinator: GroupCoordinator
+    offset_store: OffsetStore
+
+    def maybe_auto_create_topic(self, topic: str) -> None: ...
+
+    async def wait_for_metadata(self, condition: Callable[[], bool], timeout: float) -> bool: ...
+
+    def on_metadata_updated(self) -> None: ...
+
+    def forget_topic(self, topic: str) -> None: ...
+
+    def log_config_for(self, topic: str) -> Any: ...

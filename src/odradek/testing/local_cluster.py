@@ -1,0 +1,637 @@
+"""A local Odradek cluster on one machine: a private ZooKeeper and N broker processes.
+
+`LocalCluster` is the Python API behind `odradek cluster ...`, the integration tests, the
+benchmarks and the demo. Every broker is a real `odradek server` process, so fault drills (SIGKILL,
+SIGSTOP, controlled shutdown by SIGTERM) exercise exactly what an operator's cluster would see.
+
+Directory layout (`DIR` is the cluster directory; nothing outside it is written):
+
+* `DIR/zookeeper/` -- the private ZooKeeper's `zoo.cfg` and data; `DIR/zookeeper.log` its output.
+  Absent when the cluster uses an external ZooKeeper (`zookeeper=` connect string).
+* `DIR/broker-<id>/server.properties` -- the broker's whole configuration, written by `up()` and
+  reused unchanged by every restart (same ports, same data). `broker.log` there collects the
+  broker's log (rotated by size into `broker.log.1`, ...: `broker.log.max.bytes`) and the
+  process's stdout and stderr (appended across restarts, each start preceded by a marker line),
+  `state-change.log` the controller's state-change log, and `data/` is its `log.dirs`.
+* `DIR/cluster.json` -- what the other commands need to find the processes again, rewritten
+  (atomically, under `DIR/.cluster.lock`) whenever a pid changes. A JSON object:
+  `zookeeper`: {connect, port, pid, dir, log, external}; `brokers`: a list, by id, of {id, host,
+  port, pid, dir, data_dir, log, config, rack}; `bootstrap`: "host:port,host:port,..." of all
+  brokers. Paths are absolute; a pid is null when that process is not running.
+
+Processes: each child runs in its own session and is signalled as a group; one known only by its
+pid in cluster.json is recognised by its command line first (see `odradek.testing.processes`). The
+status report is read from ZooKeeper by `odradek.testing.cluster_status`.
+
+Concurrency: a `LocalCluster` belongs to the thread that created it and its methods block. They
+read ZooKeeper on a private event loop (in a helper thread if the caller already runs one), so
+they may be called from synchronous tests and from inside asyncio code alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from odradek.errors import ClusterTimeoutError, OperatorError
+from odradek.testing.cluster_files import (
+    CLUSTER_FILE,
+    HOST,
+    LocalBroker,
+    ZooKeeperInfo,
+    development_defaults,
+    from_json,
+    run_sync,
+    tail,
+    to_json,
+    write_properties,
+)
+from odradek.testing.cluster_status import (
+    local_status,
+    read_controller,
+    read_registrations,
+    read_status,
+    zk_session,
+)
+from odradek.testing.processes import ClusterProcess, ProcessState, free_ports, request_exit
+from odradek.zk.server import ZooKeeperServer, port_is_free
+
+T = TypeVar("T")
+
+_LOCK_FILE = ".cluster.lock"
+_POLL_INTERVAL_S = 0.05
+# status() of a cluster whose ZooKeeper is down should answer quickly, not hang for a session.
+_STATUS_CONNECT_TIMEOUT_S = 3.0
+
+
+@dataclass
+class LocalCluster:
+    """A ZooKeeper and N brokers on this machine (see the module docstring).
+
+    Build one with `LocalCluster.up(...)` (starts everything) or `LocalCluster.load(dir)` (finds a
+    cluster another process started). Not thread-safe: one owner thread.
+    """
+
+    directory: Path
+    zookeeper: ZooKeeperInfo
+    _brokers: dict[int, LocalBroker] = field(default_factory=dict)
+    _processes: dict[int, ClusterProcess] = field(default_factory=dict)
+    _zk_server: ZooKeeperServer | None = None
+    _log_offsets: dict[int, int] = field(default_factory=dict)
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def up(
+        cls,
+        directory: Path,
+        brokers: int,
+        base_port: int | None = None,
+        overrides: Mapping[str, str] | None = None,
+        per_broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
+        racks: Mapping[int, str] | None = None,
+        timeout: float = 60,
+        zookeeper: str | None = None,
+    ) -> LocalCluster:
+        """Start ZooKeeper (unless `zookeeper` names an external one) and brokers 1..`brokers`.
+
+        Returns once every broker is registered in ZooKeeper and a live broker holds
+        `/controller`. Ports: ZooKeeper on `base_port` and broker i on `base_port + i` when
+        `base_port` is given, else free ports. An existing directory whose processes are all
+        dead is reused with its data (a cluster brought down can be brought up again); one with
+        a live process is refused. On any failure everything started here is killed again and
+        an OperatorError (one line, with the failing broker's last log lines) is raised.
+        """
+        if brokers < 1:
+            raise OperatorError(f"--brokers must be at least 1, not {brokers}")
+        directory = Path(directory).resolve()
+        directory.mkdir(parents=True, exist_ok=True)
+        _refuse_running_cluster(directory)
+        if base_port is not None:
+            if base_port < 1 or base_port + brokers > 65535:
+                raise OperatorError(f"--base-port {base_port} leaves ports out of range")
+            zk_port = base_port
+            broker_ports = [base_port + i for i in range(1, brokers + 1)]
+        else:
+            zk_port, *broker_ports = free_ports(brokers + 1, HOST)
+        for broker_id, port in enumerate(broker_ports, start=1):
+            if not port_is_free(port, HOST):
+                raise OperatorError(f"port {port} (broker {broker_id}) is in use on {HOST}")
+
+        if zookeeper is not None:
+            zk_info = ZooKeeperInfo(connect=zookeeper)
+        else:
+            zk_info = ZooKeeperInfo(
+                connect=f"{HOST}:{zk_port}",
+                port=zk_port,
+                dir=directory / "zookeeper",
+                log=directory / "zookeeper.log",
+            )
+        cluster = cls(directory, zk_info)
+        properties = {**development_defaults(brokers), **(overrides or {})}
+        for broker_id, port in enumerate(broker_ports, start=1):
+            broker_dir = directory / f"broker-{broker_id}"
+            broker = LocalBroker(
+                id=broker_id,
+                host=HOST,
+                port=port,
+                dir=broker_dir,
+                data_dir=broker_dir / "data",
+                log=broker_dir / "broker.log",
+                config=broker_dir / "server.properties",
+                rack=(racks or {}).get(broker_id),
+            )
+            cluster._brokers[broker_id] = broker
+            cluster._write_broker_config(
+                broker, {**properties, **(per_broker_overrides or {}).get(broker_id, {})}
+            )
+        try:
+            cluster._start_zookeeper(timeout)
+            for broker_id in cluster._brokers:
+                cluster._spawn(broker_id)
+            cluster._save()
+            cluster._wait_for_cluster(list(cluster._brokers), {}, timeout, need_controller=True)
+        except BaseException:
+            cluster.kill_all()
+            raise
+        return cluster
+
+    @classmethod
+    def load(cls, directory: Path) -> LocalCluster:
+        """The cluster described by `directory/cluster.json`; OperatorError if there is none."""
+        directory = Path(directory).resolve()
+        path = directory / CLUSTER_FILE
+        try:
+            obj = json.loads(path.read_text())
+            zk_info = from_json(ZooKeeperInfo, obj["zookeeper"])
+            brokers = [from_json(LocalBroker, b) for b in obj["brokers"]]
+        except FileNotFoundError:
+            raise OperatorError(f"no cluster in {directory} ({CLUSTER_FILE} not found)") from None
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise OperatorError(f"{path} is not a valid cluster file: {e}") from None
+        cluster = cls(directory, zk_info)
+        for broker in brokers:
+            cluster._brokers[broker.id] = broker
+            if broker.pid is not None:
+                cluster._processes[broker.id] = ClusterProcess(broker.pid, str(broker.config))
+        return cluster
+
+    # -- what there is ------------------------------------------------------------------------
+
+    @property
+    def brokers(self) -> list[LocalBroker]:
+        return [self._brokers[i] for i in sorted(self._brokers)]
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return sorted(self._brokers)
+
+    def broker(self, broker_id: int) -> LocalBroker:
+        try:
+            return self._brokers[broker_id]
+        except KeyError:
+            known = ", ".join(str(i) for i in self.broker_ids)
+            raise OperatorError(
+                f"no broker {broker_id} in the cluster in {self.directory} (brokers: {known})"
+            ) from None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    @property
+    def zookeeper_connect(self) -> str:
+        return self.zookeeper.connect
+
+    def process_state(self, broker_id: int) -> ProcessState:
+        self.broker(broker_id)
+        process = self._processes.get(broker_id)
+        return process.state() if process is not None else ProcessState.DEAD
+
+    def is_alive(self, broker_id: int) -> bool:
+        """True while the broker's process exists (running or stopped by SIGSTOP)."""
+        return self.process_state(broker_id) is not ProcessState.DEAD
+
+    def zookeeper_alive(self) -> bool | None:
+        """Whether the private ZooKeeper's process runs; None for an external ZooKeeper."""
+        if self.zookeeper.external:
+            return None
+        if self._zk_server is not None:
+            return self._zk_server.is_running
+        process = self._zookeeper_process()
+        return process is not None and process.alive
+
+    # -- starting -----------------------------------------------------------------------------
+
+    def _write_broker_config(self, broker: LocalBroker, properties: Mapping[str, str]) -> None:
+        broker.dir.mkdir(parents=True, exist_ok=True)
+        config = {
+            "broker.id": str(broker.id),
+            "listeners": f"PLAINTEXT://{broker.host}:{broker.port}",
+            "advertised.listeners": f"PLAINTEXT://{broker.host}:{broker.port}",
+            "log.dirs": str(broker.data_dir),
+            "zookeeper.connect": self.zookeeper.connect,
+        }
+        if broker.rack is not None:
+            config["broker.rack"] = broker.rack
+        config.update(properties)
+        write_properties(
+            broker.config, config, f"broker {broker.id} of the local cluster in {self.directory}"
+        )
+
+    def _start_zookeeper(self, timeout: float) -> None:
+        info = self.zookeeper
+        if info.external or info.port is None or info.dir is None:
+            return
+        # fsync off: a development cluster's ZooKeeper need not survive a power cut, and
+        # ZooKeeper's fsync per transaction would dominate topic creation on slow disks.
+        server = ZooKeeperServer(info.port, info.dir, info.log, fsync=False)
+        server.start(timeout=timeout)
+        self._zk_server = server
+        info.pid = server.pid
+
+    def _command(self, broker: LocalBroker) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "odradek.cli.main",
+            "server",
+            str(broker.config),
+            "--state-change-log",
+            str(broker.dir),
+            # The broker writes its log itself, so that it can rotate it (broker.log.max.bytes);
+            # stdout and stderr are appended to the same file by _spawn.
+            "--log-file",
+            str(broker.log),
+        ]
+
+    def _spawn(self, broker_id: int) -> None:
+        broker = self._brokers[broker_id]
+        broker.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(broker.log, "ab") as log:
+            self._log_offsets[broker_id] = log.tell()
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            log.write(f"=== odradek cluster: starting broker {broker_id} at {stamp} ===\n".encode())
+            log.flush()
+            popen = subprocess.Popen(
+                self._command(broker),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=broker.dir,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,
+            )
+        broker.pid = popen.pid
+        self._processes[broker_id] = ClusterProcess(popen.pid, str(broker.config), popen)
+
+    def start_broker(self, broker_id: int, timeout: float = 60, wait: bool = True) -> None:
+        """Start a broker that is not running, with its existing config, ports and data; with
+        `wait`, return once it has registered anew in ZooKeeper."""
+        broker = self.broker(broker_id)
+        if self.is_alive(broker_id):
+            return
+        if not port_is_free(broker.port, broker.host):
+            raise OperatorError(f"port {broker.port} (broker {broker_id}) is in use on {HOST}")
+        previous = self._registered_epochs() if wait else {}
+        self._spawn(broker_id)
+        self._save([broker_id])
+        if wait:
+            self._wait_for_cluster([broker_id], previous, timeout, need_controller=False)
+
+    def restart(self, broker_id: int, timeout: float = 60) -> None:
+        """Controlled shutdown (if running), then start again and wait until registered."""
+        self.terminate(broker_id, timeout)
+        self.start_broker(broker_id, timeout)
+
+    # -- signals ------------------------------------------------------------------------------
+
+    def kill(self, broker_id: int) -> bool:
+        """SIGKILL the broker (a crash) and wait until it is gone; False if it was not running."""
+        self.broker(broker_id)
+        process = self._processes.get(broker_id)
+        if process is None or not process.alive:
+            self._forget(broker_id)
+            return False
+        process.kill()
+        self._forget(broker_id)
+        return True
+
+    def stop(self, broker_id: int, timeout: float = 10) -> None:
+        """SIGSTOP: the broker freezes, keeping its sockets and (until it expires) its session.
+        Returns once the kernel reports it stopped (signal delivery is asynchronous)."""
+        self._signal_running(broker_id, signal.SIGSTOP, ProcessState.STOPPED, timeout)
+
+    def cont(self, broker_id: int, timeout: float = 10) -> None:
+        """SIGCONT: resume a broker frozen by `stop`; returns once it runs again."""
+        self._signal_running(broker_id, signal.SIGCONT, ProcessState.RUNNING, timeout)
+
+    def _signal_running(
+        self, broker_id: int, signum: int, expected: ProcessState, timeout: float
+    ) -> None:
+        self.broker(broker_id)
+        process = self._processes.get(broker_id)
+        if process is None or not process.signal(signum):
+            raise OperatorError(f"broker {broker_id} is not running")
+        self.wait_for(
+            lambda: process.state() in (expected, ProcessState.DEAD),
+            timeout,
+            f"broker {broker_id} to be {expected.value}",
+            interval=0.01,
+        )
+
+    def terminate(self, broker_id: int, timeout: float = 60) -> bool:
+        """SIGTERM (the broker's controlled shutdown), wait up to `timeout`, then SIGKILL.
+
+        True if the broker exited by itself, False if it had to be killed or was not running.
+        """
+        self.broker(broker_id)
+        process = self._processes.get(broker_id)
+        if process is None or not process.alive:
+            self._forget(broker_id)
+            return False
+        request_exit(process)
+        clean = process.wait(timeout)
+        if not clean:
+            process.kill()
+        self._forget(broker_id)
+        return clean
+
+    def _forget(self, broker_id: int) -> None:
+        self._processes.pop(broker_id, None)
+        if self._brokers[broker_id].pid is not None:
+            self._brokers[broker_id].pid = None
+            self._save([broker_id])
+
+    def down(self, timeout: float = 60) -> None:
+        """SIGTERM the brokers in parallel, SIGKILL those still alive after `timeout`, then stop
+        the private ZooKeeper. The directory (data, logs, cluster.json) stays.
+
+        The controller goes last: every other broker's controlled shutdown is a request to the
+        controller, and a controller busy shutting down itself may leave such a request
+        unanswered until it times out (`controller.socket.timeout.ms`, 30 s by default).
+        """
+        running = {i: p for i, p in self._processes.items() if p.alive}
+        deadline = time.monotonic() + timeout
+        try:
+            controller = self.controller_id() if running else None
+        except OperatorError:  # ZooKeeper unreachable: no controller can be told anything
+            controller = None
+        last = [controller] if controller in running else []
+        for phase in ([i for i in running if i not in last], last):
+            for broker_id in phase:
+                request_exit(running[broker_id])
+            for broker_id in phase:
+                process = running[broker_id]
+                if not process.wait(deadline - time.monotonic()):
+                    process.kill()
+        for broker in self._brokers.values():
+            broker.pid = None
+        self._processes.clear()
+        self._stop_zookeeper(kill=False)
+        self._save()
+
+    def kill_all(self) -> None:
+        """SIGKILL every process of the cluster, ZooKeeper too, and reap them. For emergencies:
+        failed start-ups and the test harness's exit hook."""
+        for process in list(self._processes.values()):
+            with contextlib.suppress(OperatorError):
+                process.kill()
+        self._processes.clear()
+        for broker in self._brokers.values():
+            broker.pid = None
+        self._stop_zookeeper(kill=True)
+        with contextlib.suppress(OSError):
+            self._save()
+
+    def _zookeeper_process(self) -> ClusterProcess | None:
+        """The private ZooKeeper of a cluster loaded from cluster.json (one started by this
+        object is `_zk_server` instead)."""
+        info = self.zookeeper
+        if info.pid is None or info.config_file is None:
+            return None
+        return ClusterProcess(info.pid, str(info.config_file))
+
+    def _stop_zookeeper(self, kill: bool) -> None:
+        if self._zk_server is not None:
+            if kill:
+                self._zk_server.kill()
+            else:
+                self._zk_server.stop()
+            self._zk_server = None
+        else:
+            process = self._zookeeper_process()
+            if process is not None and process.alive:
+                if kill:
+                    process.kill()
+                else:
+                    process.signal(signal.SIGTERM)
+                    if not process.wait(10.0):
+                        process.kill()
+        self.zookeeper.pid = None
+
+    # -- cluster.json -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.directory / _LOCK_FILE, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _save(self, broker_ids: Iterable[int] | None = None) -> None:
+        """Write cluster.json. With `broker_ids`, only those brokers' entries are replaced in
+        the file as it is now, so that two commands changing different brokers at the same time
+        (`cluster kill 1` and `cluster restart 2`) do not undo each other."""
+        path = self.directory / CLUSTER_FILE
+        with self._locked():
+            brokers = {b.id: to_json(b) for b in self.brokers}
+            zookeeper = self.zookeeper.to_json()
+            if broker_ids is not None and path.exists():
+                with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+                    current = json.loads(path.read_text())
+                    on_disk = {int(b["id"]): b for b in current["brokers"]}
+                    changed = set(broker_ids)
+                    brokers = {**on_disk, **{i: b for i, b in brokers.items() if i in changed}}
+                    zookeeper = current["zookeeper"]
+            ordered = [brokers[i] for i in sorted(brokers)]
+            document = {
+                "zookeeper": zookeeper,
+                "brokers": ordered,
+                "bootstrap": ",".join(f"{b['host']}:{b['port']}" for b in ordered),
+            }
+            temporary = path.with_name(f".{CLUSTER_FILE}.{os.getpid()}.tmp")
+            temporary.write_text(json.dumps(document, indent=2) + "\n")
+            os.replace(temporary, path)
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def wait_for(
+        self, condition: Callable[[], T], timeout: float, what: str, interval: float = 0.05
+    ) -> T:
+        """Poll `condition()` until it returns something truthy, and return that.
+
+        ClusterTimeoutError naming `what` when `timeout` seconds pass first.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            result = condition()
+            if result:
+                return result
+            if time.monotonic() >= deadline:
+                raise ClusterTimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+            time.sleep(interval)
+
+    def _raise_if_exited(self, broker_ids: Iterable[int]) -> None:
+        for broker_id in broker_ids:
+            process = self._processes.get(broker_id)
+            if process is not None and process.alive:
+                continue
+            broker = self._brokers[broker_id]
+            code = process.popen.returncode if process and process.popen else None
+            self._processes.pop(broker_id, None)
+            broker.pid = None
+            last = tail(broker.log, 20, self._log_offsets.get(broker_id, 0)).strip()
+            errors = [line for line in last.splitlines() if "odradek: error:" in line]
+            summary = errors[-1].split("odradek: error:", 1)[1].strip() if errors else ""
+            status = f"exit code {code}" if code is not None else "exited"
+            message = f"broker {broker_id} exited during start-up ({status})"
+            message += f": {summary}" if summary else f"; last lines of {broker.log}:\n{last}"
+            raise OperatorError(message)
+
+    def _registered_epochs(self) -> dict[int, int]:
+        async def read() -> dict[int, int]:
+            async with zk_session(self.zookeeper.connect, 10.0) as zk:
+                return {i: b.broker_epoch for i, b in (await read_registrations(zk)).items()}
+
+        return run_sync(read)
+
+    def _wait_for_cluster(
+        self,
+        broker_ids: list[int],
+        previous_epochs: Mapping[int, int],
+        timeout: float,
+        need_controller: bool,
+    ) -> None:
+        """Wait until each of `broker_ids` is registered with an epoch other than its previous
+        one (a registration left by a killed predecessor does not count) and, if asked, a
+        registered broker holds `/controller`. Fails fast if a broker process exits."""
+
+        async def poll() -> None:
+            deadline = time.monotonic() + timeout
+            async with zk_session(self.zookeeper.connect, timeout) as zk:
+                while True:
+                    self._raise_if_exited(broker_ids)
+                    registered = await read_registrations(zk)
+                    missing = [
+                        i
+                        for i in broker_ids
+                        if i not in registered
+                        or registered[i].broker_epoch == previous_epochs.get(i)
+                    ]
+                    controller = await read_controller(zk) if need_controller else None
+                    if (
+                        not missing
+                        and (not need_controller or controller in registered)
+                        and await self._metadata_ready(broker_ids, set(registered))
+                    ):
+                        return
+                    if time.monotonic() >= deadline:
+                        waiting = (
+                            f"brokers {missing} to register"
+                            if missing
+                            else "a controller to be elected"
+                        )
+                        raise ClusterTimeoutError(
+                            f"timed out after {timeout:g}s waiting for {waiting} "
+                            f"(see the logs in {self.directory})"
+                        )
+                    await asyncio.sleep(_POLL_INTERVAL_S)
+
+        run_sync(poll)
+
+    async def _metadata_ready(self, broker_ids: list[int], registered: set[int]) -> bool:
+        """Has every broker in `broker_ids` had its first UpdateMetadata (it lists every
+        registered broker and names a controller)? Until then a client bootstrapping from it
+        would see an empty cluster."""
+        from odradek.errors import NetworkError
+        from odradek.network.client import BrokerConnection
+        from odradek.protocol.build import build
+        from odradek.protocol.codec import ApiKey, request_class
+
+        request = build(
+            request_class(ApiKey.METADATA, 12), {"topics": [], "allow_auto_topic_creation": False}
+        )
+        for broker_id in broker_ids:
+            broker = self.broker(broker_id)
+            try:
+                connection = await BrokerConnection.connect(broker.host, broker.port, timeout=5)
+                try:
+                    answer = await connection.send(ApiKey.METADATA, 12, request, timeout=5)
+                finally:
+                    connection.close()
+            except NetworkError:
+                return False
+            if answer.controller_id < 0 or not registered <= {b.node_id for b in answer.brokers}:
+                return False
+        return True
+
+    # -- ZooKeeper's view ---------------------------------------------------------------------
+
+    def controller_id(self) -> int | None:
+        """The broker id in `/controller`, or None while there is no controller."""
+
+        async def read() -> int | None:
+            async with zk_session(self.zookeeper.connect, 10.0) as zk:
+                return await read_controller(zk)
+
+        return run_sync(read)
+
+    def registered_brokers(self) -> list[int]:
+        """Broker ids with a registration in `/brokers/ids`."""
+        return sorted(self._registered_epochs())
+
+    def status(self) -> dict[str, Any]:
+        """The cluster as ZooKeeper and the process table see it (see `local_status`)."""
+        processes = {b.id: (b.pid, self.process_state(b.id)) for b in self.brokers}
+        zookeeper = {
+            **self.zookeeper.to_json(),
+            "process_alive": self.zookeeper_alive(),
+        }
+        try:
+            view = run_sync(lambda: read_status(self.zookeeper.connect, _STATUS_CONNECT_TIMEOUT_S))
+        except OperatorError as e:
+            view = None
+            zookeeper["error"] = str(e)
+        return local_status(
+            self.directory, self.bootstrap_servers, zookeeper, self._brokers, processes, view
+        )
+
+
+def _refuse_running_cluster(directory: Path) -> None:
+    if not (directory / CLUSTER_FILE).exists():
+        return
+    try:
+        existing = LocalCluster.load(directory)
+    except OperatorError:
+        return  # an unreadable leftover: overwritten by the new cluster
+    alive = [b.id for b in existing.brokers if existing.is_alive(b.id)]
+    if alive or existing.zookeeper_alive():
+        what = f"brokers {alive}" if alive else "its ZooKeeper"
+        raise OperatorError(
+            f"a cluster is already running in {directory} ({what} alive): "
+            f"run 'odradek cluster down --dir {directory}' first"
+        )
