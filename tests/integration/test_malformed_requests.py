@@ -56,7 +56,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.codec import ApiKey, decode_response
-from odradek.protocol.record_batch import build_batch
+from odradek.protocol.record_batch import build_batch, read_header
 from odradek.server.apis import SUPPORTED_VERSIONS
 from odradek.testing import LocalCluster
 from tests.integration import _wire
@@ -355,7 +355,13 @@ class Fuzzer:
         )
         position = self.rng.randrange(17, len(batch))  # the CRC itself or what it covers
         batch[position] ^= self.rng.randint(1, 255)
-        self._produce_rejected("bad CRC", bytes(batch))
+        if read_header(batch).is_transactional:
+            # The flip set the transactional bit: as in Kafka, that refuses the whole request
+            # (no transactional id) before anyone looks at the CRC.
+            codes = (ErrorCode.transactional_id_authorization_failed,)
+        else:
+            codes = (ErrorCode.corrupt_message,)
+        self._produce_rejected("bad CRC", bytes(batch), codes)
 
     def garbage_records_produce(self) -> None:
         # As Kafka: CORRUPT_MESSAGE when what looks like a batch header is impossible,

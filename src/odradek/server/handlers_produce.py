@@ -64,7 +64,7 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     order: list[tuple[str, list[int]]] = []
     entries: dict[tuple[str, int], bytes] = {}
-    immediate: dict[tuple[str, int], ErrorCode] = {}
+    immediate: dict[tuple[str, int], KafkaError] = {}
     refuse_transactional = request.transactional_id is not None or any(
         _has_transactional_batch(p.records) for t in request.topic_data for p in t.partition_data
     )
@@ -75,11 +75,16 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
             key = (name, partition_data.index)
             indexes.append(partition_data.index)
             if acks not in (0, 1, -1):
-                immediate[key] = ErrorCode.invalid_required_acks
+                immediate[key] = KafkaError(
+                    f"acks must be 0, 1 or -1, not {acks}", ErrorCode.invalid_required_acks
+                )
             elif refuse_transactional:
-                immediate[key] = ErrorCode.transactional_id_authorization_failed
+                immediate[key] = KafkaError(
+                    "transactional writes are not supported (and need a transactional id)",
+                    ErrorCode.transactional_id_authorization_failed,
+                )
             elif partition_data.records is None:
-                immediate[key] = ErrorCode.corrupt_message
+                immediate[key] = KafkaError("the records are null", ErrorCode.corrupt_message)
             else:
                 entries[key] = partition_data.records
         order.append((name, indexes))
@@ -100,9 +105,7 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
                 key = (name, index)
                 if key in immediate:
                     partitions.append(
-                        _partition_response(
-                            index, ProduceResult(error=KafkaError(code=immediate[key]))
-                        )
+                        _partition_response(index, ProduceResult(error=immediate[key]))
                     )
                 else:
                     partitions.append(_partition_response(index, results[key]))
