@@ -167,6 +167,38 @@ def in_process(size: int) -> dict[str, object]:
     started = time.perf_counter()
     reference_scan(memoryview(plain)[61:], count, 0)
     out["python_reference_ms_per_batch"] = round(1000 * (time.perf_counter() - started), 1)
+    out["large_and_hostile"] = large_and_hostile(now)
+    return out
+
+
+def large_and_hostile(now: int) -> dict[str, object]:
+    """How long the event loop works on a bomb or a large batch (at most the inline budget),
+    and how long a worker thread then takes over the rest."""
+    from odradek.cluster.append_queue import INLINE_BUDGET
+    from odradek.log.config import LogConfig
+    from odradek.log.validator import NeedsWorkerThread, validate_produce_records
+    from tests.fuzz.record_batches import bomb_cases
+
+    config = LogConfig()
+    out: dict[str, object] = {}
+    for case in bomb_cases():
+        timings = {}
+        for where, budget in (("event_loop", INLINE_BUDGET), ("worker", None)):
+            started = time.perf_counter()
+            try:
+                validate_produce_records(case.records, config, now, budget)
+                verdict = "accepted"
+            except NeedsWorkerThread:
+                verdict = "handed to a worker"
+            except Exception as e:  # the refusal is the point here
+                verdict = type(e).__name__
+            timings[where] = {
+                "ms": round(1000 * (time.perf_counter() - started), 2),
+                "verdict": verdict,
+            }
+            if verdict != "handed to a worker":
+                break
+        out[case.name] = timings
     return out
 
 
