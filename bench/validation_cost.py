@@ -174,10 +174,11 @@ def in_process(size: int) -> dict[str, object]:
 def large_and_hostile(now: int) -> dict[str, object]:
     """How long the event loop works on a bomb or a large batch (at most the inline budget),
     and how long a worker thread then takes over the rest."""
+    from tests.fuzz.record_batches import bomb_cases
+
     from odradek.cluster.append_queue import INLINE_BUDGET
     from odradek.log.config import LogConfig
     from odradek.log.validator import NeedsWorkerThread, validate_produce_records
-    from tests.fuzz.record_batches import bomb_cases
 
     config = LogConfig()
     out: dict[str, object] = {}
