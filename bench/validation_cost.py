@@ -93,7 +93,7 @@ def produce(bootstrap: str, topic: str, records: int, size: int, codec: str) -> 
 
 
 def end_to_end(records: int, rounds: int, size: int, codecs: list[str]) -> dict[str, object]:
-    from odradek.cli.launcher import LocalCluster
+    from odradek.testing.local_cluster import LocalCluster
 
     directory = Path(tempfile.mkdtemp(prefix="odradek-validation-bench-"))
     os.environ.pop(SKIP, None)
