@@ -1,9 +1,11 @@
 """A zero-copy view of Kafka RecordBatch v2 (magic 2), the unit the broker stores and ships.
 
 Sans-I/O: this module turns bytes into batch headers and checks them; it never touches files or
-sockets and imports no asyncio. The broker treats a batch as an opaque blob with a header: it never
-decompresses or decodes individual records on the produce, fetch or replication paths. The budget on
-those paths is one `struct` unpack and one CRC32C call per batch, whatever the number of records.
+sockets and imports no asyncio. On the fetch and replication paths the broker treats a batch as an
+opaque blob with a header: one `struct` unpack and one CRC32C call per batch, whatever the number
+of records. Only the leader's produce path looks inside, once, before storing a batch
+(`odradek.log.validator`, with the native record walker of `odradek.protocol.records`), so that
+nothing a consumer cannot parse is ever stored; the records are still never re-encoded.
 
 Wire layout of a batch (all integers big-endian), 61 bytes of header followed by the records:
 
