@@ -196,8 +196,18 @@ def test_nulls_and_minus_one_timestamps() -> None:
     )
     # base -1: both records have "no timestamp", which bounds never refuse
     assert scan_records(payload, 2, -1, 0, 10) == (-1, -1, ())
-    assert scan_records(payload, 2, 20, 0, 10).outside == (0, 1)
+    assert scan_records(payload, 2, 20, 0, 10).outside == ((0, 20), (1, 20))
     assert scan_records(payload, 2, 5, 0, 10).outside == ()
+
+
+def test_at_most_a_thousand_records_outside_the_bounds_are_listed() -> None:
+    count = 5000
+    payload = records_section(
+        [RawRecord(key=None, value=None, offset_delta=i) for i in range(count)]
+    )
+    for function in (scan_records, reference_scan):
+        outside = function(payload, count, 99, 0, 10).outside
+        assert len(outside) == 1000 and outside[-1] == (999, 99)
 
 
 def test_a_huge_count_is_refused_before_any_allocation() -> None:

@@ -62,6 +62,7 @@
 
 #define MIN_RECORD_SIZE 7 /* length, attributes, ts delta, offset delta, key, value, header count */
 #define INDEX_FIELDS 9
+#define OUTSIDE_LIMIT 1000 /* records outside the timestamp bounds that `scan` lists */
 
 typedef struct {
     int32_t offset_delta;
@@ -309,9 +310,9 @@ typedef struct {
     Py_ssize_t seen;
     int check_bounds;
     int64_t lower, upper;
-    Py_ssize_t *outside; /* indexes of records outside [lower, upper] */
-    Py_ssize_t outside_count, outside_capacity;
-    int out_of_memory;
+    Py_ssize_t outside_index[OUTSIDE_LIMIT]; /* the first records outside [lower, upper] */
+    int64_t outside_timestamp[OUTSIDE_LIMIT];
+    Py_ssize_t outside_count;
 } scan_ctx_t;
 
 static int scan_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error_t *err) {
@@ -324,18 +325,11 @@ static int scan_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error
     if (ts > ctx->max_timestamp)
         ctx->max_timestamp = ts;
     /* -1 is "no timestamp": Kafka exempts it from the bounds. */
-    if (ctx->check_bounds && ts != -1 && (ts < ctx->lower || ts > ctx->upper)) {
-        if (ctx->outside_count == ctx->outside_capacity) {
-            Py_ssize_t capacity = ctx->outside_capacity ? ctx->outside_capacity * 2 : 16;
-            Py_ssize_t *grown = realloc(ctx->outside, (size_t)capacity * sizeof(Py_ssize_t));
-            if (grown == NULL) {
-                ctx->out_of_memory = 1;
-                return -1;
-            }
-            ctx->outside = grown;
-            ctx->outside_capacity = capacity;
-        }
-        ctx->outside[ctx->outside_count++] = index;
+    if (ctx->check_bounds && ts != -1 && (ts < ctx->lower || ts > ctx->upper) &&
+        ctx->outside_count < OUTSIDE_LIMIT) {
+        ctx->outside_index[ctx->outside_count] = index;
+        ctx->outside_timestamp[ctx->outside_count] = ts;
+        ctx->outside_count++;
     }
     return 0;
 }
@@ -356,8 +350,8 @@ PyDoc_STRVAR(scan_doc,
 "    -> (min_timestamp, max_timestamp, outside)\n\n"
 "Validate the records section `records` (decompressed) of a batch declaring `records_count`\n"
 "records and `base_timestamp`. Returns the smallest and largest record timestamp (-1, -1 when\n"
-"there are no records) and, when `lower`/`upper` are given, the indexes of the records whose\n"
-"timestamp (other than -1) lies outside [lower, upper] as a tuple (empty when none).\n"
+"there are no records) and, when `lower`/`upper` are given, the first 1000 records whose\n"
+"timestamp (other than -1) lies outside [lower, upper], as a tuple of (index, timestamp).\n"
 "Raises InvalidRecordsError(message, record index, byte position) on the first malformation.\n"
 "With prefix=True, `records` is only the start of the section (see the module comment).");
 
@@ -370,7 +364,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*LL|OOp:scan", &view, &count, &base_timestamp, &lower_obj,
                           &upper_obj, &prefix))
         return NULL;
-    scan_ctx_t ctx;
+    scan_ctx_t ctx; /* 16 KB: on the stack */
     memset(&ctx, 0, sizeof(ctx));
     ctx.min_timestamp = INT64_MAX;
     ctx.max_timestamp = INT64_MIN;
@@ -394,27 +388,20 @@ static PyObject *scan(PyObject *self, PyObject *args) {
                   &ctx, &err);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    if (result != 0) {
-        free(ctx.outside);
-        if (ctx.out_of_memory)
-            return PyErr_NoMemory();
+    if (result != 0)
         return raise_walk_error(&err);
-    }
     PyObject *outside = PyTuple_New(ctx.outside_count);
-    if (outside == NULL) {
-        free(ctx.outside);
+    if (outside == NULL)
         return NULL;
-    }
     for (Py_ssize_t i = 0; i < ctx.outside_count; i++) {
-        PyObject *item = PyLong_FromSsize_t(ctx.outside[i]);
+        PyObject *item =
+            Py_BuildValue("(nL)", ctx.outside_index[i], (long long)ctx.outside_timestamp[i]);
         if (item == NULL) {
             Py_DECREF(outside);
-            free(ctx.outside);
             return NULL;
         }
         PyTuple_SET_ITEM(outside, i, item);
     }
-    free(ctx.outside);
     if (ctx.seen == 0) {
         ctx.min_timestamp = -1;
         ctx.max_timestamp = -1;
@@ -552,6 +539,8 @@ static int exec_module(PyObject *module) {
     if (PyModule_AddObjectRef(module, "InvalidRecordsError", InvalidRecordsError) < 0)
         return -1;
     if (PyModule_AddIntConstant(module, "INDEX_FIELDS", INDEX_FIELDS) < 0)
+        return -1;
+    if (PyModule_AddIntConstant(module, "OUTSIDE_LIMIT", OUTSIDE_LIMIT) < 0)
         return -1;
     return PyModule_AddIntConstant(module, "MIN_RECORD_SIZE", MIN_RECORD_SIZE);
 }

@@ -57,13 +57,19 @@ class RecordLayout(NamedTuple):
     end: int
 
 
+OUTSIDE_LIMIT = 1000
+"""How many records outside the timestamp bounds a scan lists (the rest are only refused): a
+batch of millions of tiny records must not become millions of error entries in memory."""
+
+
 class ScanResult(NamedTuple):
     """What validation learns in its pass: the smallest and largest record timestamp (-1, -1 for
-    no records) and the indexes of records outside the timestamp bounds asked for."""
+    no records) and the first OUTSIDE_LIMIT records outside the timestamp bounds asked for, as
+    (index, timestamp)."""
 
     min_timestamp: int
     max_timestamp: int
-    outside: tuple[int, ...]
+    outside: tuple[tuple[int, int], ...]
 
 
 _INT64_MIN = -(2**63)
@@ -246,12 +252,13 @@ def reference_scan(
     low = _INT64_MIN if lower is None else lower
     high = _INT64_MAX if upper is None else upper
     timestamps: list[int] = []
-    outside: list[int] = []
+    outside: list[tuple[int, int]] = []
 
     def visit(index: int, record: RecordLayout) -> None:
         timestamps.append(record.timestamp)
-        if check and record.timestamp != -1 and not low <= record.timestamp <= high:
-            outside.append(index)
+        outside_bounds = check and record.timestamp != -1 and not low <= record.timestamp <= high
+        if outside_bounds and len(outside) < OUTSIDE_LIMIT:
+            outside.append((index, record.timestamp))
 
     try:
         _walk(records, records_count, base_timestamp, visit, prefix)
@@ -301,7 +308,8 @@ def scan_records(
     """Validate a records section in one pass; InvalidRecordError on the first malformation.
 
     `lower`/`upper` (optional, inclusive, clamped to int64) are timestamp bounds: the result lists
-    the indexes of records with a timestamp other than -1 outside them. With `prefix`, `records`
+    the first OUTSIDE_LIMIT records with a timestamp other than -1 outside them, with their
+    timestamps. With `prefix`, `records`
     is only the start of the section (a decompression stopped at its limit): the walk stops at
     the first record not wholly there, refusing only malformations in the bytes it has.
     """
