@@ -298,3 +298,27 @@ def test_fetch_responses_are_capped_by_the_broker(make_cluster: Any) -> None:
     assert fetch_size(bootstrap, topic, -1, 100) == len(batch)  # one batch, whatever the size
     assert fetch_size(bootstrap, topic, -1, -5) == len(batch)
     assert fetch_size(bootstrap, topic, -1, 64 * 1024) < total
+
+
+def test_a_million_records_out_of_bounds_get_a_bounded_answer(make_cluster: Any) -> None:
+    """A batch of a million tiny records, each with a timestamp years old, to a topic bounding
+    timestamps: INVALID_TIMESTAMP listing the first 1000 (Kafka would list a million), promptly;
+    and a records field of 100,000 tiny batches is refused as more than one batch, promptly."""
+    cluster = make_cluster(1, auto_create_topics_enable=False)
+    server = cluster.broker(1)
+    bootstrap = server.bootstrap
+    names = topics_for(bootstrap)
+    count = 1_000_000
+    tiny = [RawRecord(key=None, value=None, offset_delta=i) for i in range(count)]
+    batch = batch_of(tiny, compression=CompressionType.ZSTD)
+    rss_before = rss_bytes(server.pid)
+    started = time.monotonic()
+    answer = produce_raw(bootstrap, names["bounded"], batch)
+    assert ErrorCode(answer.error_code) == ErrorCode.invalid_timestamp
+    assert [e.batch_index for e in answer.record_errors] == list(range(1000))
+    many = batch_of(numbered(1)) * 100_000
+    answer = produce_raw(bootstrap, names["create"], many)
+    assert ErrorCode(answer.error_code) == ErrorCode.invalid_record
+    assert time.monotonic() - started < 30
+    assert rss_bytes(server.pid) - rss_before < RSS_GROWTH_BOUND
+    assert _wire.log_end_offset(bootstrap, names["bounded"]) == 0
