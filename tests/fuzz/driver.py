@@ -72,7 +72,10 @@ async def _read_frame(reader: asyncio.StreamReader) -> bytes:
 
 async def exchange(host: str, port: int, frame: Frame) -> str:
     """Send one frame; 'answered', 'closed' or 'silent' (nothing before the deadline)."""
-    deadline = WAIT_DEADLINE_S if frame.expect is not Expect.ANSWER else ANSWER_DEADLINE_S
+    # Frames that may legitimately wait are given up on soon; an answer or a close that must
+    # come gets as long as a loaded machine may need.
+    waits = frame.expect in (Expect.ANSWER_OR_WAIT, Expect.NOTHING, Expect.ANYTHING)
+    deadline = WAIT_DEADLINE_S if waits else ANSWER_DEADLINE_S
     reader, writer = await asyncio.open_connection(host, port)
     try:
         writer.write(frame.data)

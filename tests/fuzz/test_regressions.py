@@ -11,6 +11,10 @@
 3. DeleteTopics (and the config and partition APIs) with a name ZooKeeper refuses as a path ("."
    or one holding a NUL) raised ZooKeeper's BadArguments as an internal error; an illegal name
    names no topic: UNKNOWN_TOPIC_OR_PARTITION.
+4. CreatePartitions (even validate-only) asking for 134 million partitions made the broker
+   compute their assignment on its event loop, which answered nothing else for longer than the
+   fuzzer's 20 seconds; CreateTopics already refused more replicas than an assignment znode holds,
+   and now CreatePartitions does too (INVALID_PARTITIONS).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -143,3 +148,24 @@ def test_delete_topics_with_a_name_zookeeper_refuses_answers_unknown_topic(
     (result,) = response.responses
     assert result.error_code == ErrorCode.unknown_topic_or_partition
     no_internal_error(server)
+
+
+def test_create_partitions_asking_for_134_million_is_refused_promptly(make_cluster: Any) -> None:
+    server = broker(make_cluster)
+    from tests.integration._clients import create_topic
+
+    create_topic(server.bootstrap, "grown", replication_factor=1)
+    started = time.monotonic()
+    with _wire.WireConnection.to(server.bootstrap) as connection:
+        response = connection.request(
+            ApiKey.CREATE_PARTITIONS,
+            3,
+            {
+                "topics": [{"name": "grown", "count": 134_217_730, "assignments": None}],
+                "timeout": 1000,
+                "validate_only": True,
+            },
+        )
+    (result,) = response.results
+    assert result.error_code == ErrorCode.invalid_partitions
+    assert time.monotonic() - started < 5

@@ -194,6 +194,13 @@ class AdminManager:
                 f"topic {name!r} has {existing} partitions; the new count must be larger, not {count}"
             )
         replication_factor = len(next(iter(current.partitions.values())).replicas)
+        if count * replication_factor > MAX_ASSIGNED_REPLICAS:
+            # As for CreateTopics: the assignment must fit one znode, and computing millions of
+            # replicas would stall this broker's event loop (the fuzzer asked for 134 million).
+            raise InvalidPartitionsError(
+                f"{count} partitions x {replication_factor} replicas is more than the"
+                f" {MAX_ASSIGNED_REPLICAS} replicas one topic's assignment znode can hold"
+            )
         brokers = await self.registered_brokers()
         if manual:
             if len(manual) != count - existing:
