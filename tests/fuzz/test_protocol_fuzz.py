@@ -28,6 +28,7 @@ import time
 import uuid
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from tests.fixtures.cluster import wait_until
@@ -92,6 +93,7 @@ def read_everything(bootstrap: str, topic: str) -> dict[int, list[int]]:
     return offsets
 
 
+@pytest.mark.timeout(max(600, FRAMES // 200))  # a soak of 1,000,000 frames takes 10-20 minutes
 def test_fuzzed_requests_of_every_api(make_cluster: Any) -> None:
     seed = fuzz_seed()
     cluster = make_cluster(1, auto_create_topics_enable=False, group_initial_rebalance_delay_ms=0)
