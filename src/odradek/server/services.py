@@ -15,11 +15,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from odradek.coordinator.group.coordinator import GroupCoordinator
-    from odradek.coordinator.group.offset_store import OffsetStore
-
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.controller.controller import KafkaController
+    from odradek.coordinator.group.coordinator import GroupCoordinator
+    from odradek.coordinator.group.offset_store import OffsetStore
     from odradek.server.admin.manager import AdminManager
     from odradek.server.admin.topic_configs import TopicConfigs
     from odradek.server.config import KafkaConfig
