@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -46,6 +45,7 @@ from tests.integration._groups import (
     produce,
     unique_group,
 )
+from tests.integration._kafka import kafka_available, kafka_libs
 
 # ---------------------------------------------------------------------------------------------
 # confluent-kafka: split, exactly once, commit, leave, resume
@@ -556,20 +556,11 @@ def wait_until_polled(consumer: Any, condition: Any) -> None:
         consumer.poll(0.1)
 
 
-def kafka_libs() -> Path:
-    """Where `./dev kafka` keeps Apache Kafka 3.9.1's jars (ODRADEK_KAFKA_LIBS overrides)."""
-    configured = os.environ.get("ODRADEK_KAFKA_LIBS")
-    if configured:
-        return Path(configured)
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return cache / "odradek" / "kafka-3.9.1" / "libs"
-
-
 def test_kafkas_dump_log_segments_reads_the_offsets_topic(cluster3: LocalCluster) -> None:
     """Kafka's own tool (`kafka-dump-log.sh --offsets-decoder`) decodes the segment the
     coordinator wrote: the same keys, offsets, metadata and group generation."""
     libs = kafka_libs()
-    if not (libs / "kafka_2.13-3.9.1.jar").is_file() or shutil.which("java") is None:
+    if not kafka_available() or shutil.which("java") is None:
         pytest.skip(f"Apache Kafka's jars are not in {libs} (./dev kafka fetches them)")
     bootstrap = cluster3.bootstrap_servers
     topic, group = unique_topic("groups-dump"), unique_group("dump")

@@ -243,8 +243,19 @@ class Partition:
                 f"{self}: leader epoch {current_leader_epoch} is newer than {self.leader_epoch}"
             )
 
-    def append_records_to_leader(self, records: bytes, required_acks: int, now_ms: int) -> Any:
-        """Validate and append a produce request's records; returns the log's LogAppendInfo."""
+    def append_records_to_leader(
+        self,
+        records: bytes,
+        required_acks: int,
+        now_ms: int,
+        *,
+        validated: Any = None,
+        budget: int | None = None,
+    ) -> Any:
+        """Validate and append a produce request's records; returns the log's LogAppendInfo.
+
+        `budget` and `validated` go to `Log.append_as_leader`: the validation work allowed on
+        this (the event loop's) thread, or its result from a worker thread."""
         if not self.is_leader or self.fenced:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self}"
@@ -254,7 +265,9 @@ class Partition:
             raise NotEnoughReplicasError(
                 f"{self}: ISR {sorted(self.isr)} is smaller than min.insync.replicas={min_isr}"
             )
-        info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+        info = self.log.append_as_leader(
+            records, self.leader_epoch, now_ms, validated=validated, budget=budget
+        )
         self._maybe_increment_high_watermark()
         self._wake_data_waiters()
         return info
@@ -289,7 +302,8 @@ class Partition:
     def _fail_hw_waiters(self, error: Exception) -> None:
         waiters, self._hw_waiters = self._hw_waiters, []
         low, self._low_watermark_waiters = self._low_watermark_waiters, []
-        for _offset, future in [*waiters, *low]:
+        futures: list[asyncio.Future[Any]] = [f for _o, f in waiters] + [f for _o, f in low]
+        for future in futures:
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # its producer may have gone: don't report it as unretrieved

@@ -5,6 +5,11 @@ their broker id: reads end at the log end offset, and the fetch offset tells the
 LEO). Fetch sessions (KIP-227) are not implemented: every response carries session id 0, which tells
 clients to keep sending full fetch requests.
 
+Whatever a request asks for, a response holds at most `fetch.max.bytes` (KIP-541, 55 MB by
+default) of records for a consumer and `replica.fetch.response.max.bytes` (10 MB) for a follower,
+as in Kafka; each partition's share is also bounded by what remains of that (plus, for the first
+partition with data, one whole batch however large: KIP-74). Negative sizes count as zero.
+
 ListOffsets answers earliest (-2: the log start offset), latest (-1: the high watermark for consumers,
 the LEO for followers), by timestamp (the first offset whose batch timestamp is at or after it) and,
 from v7, max timestamp (-3, KIP-734: the record with the largest timestamp, below the high
@@ -54,14 +59,16 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                     topic.topic,
                     partition.partition,
                     int(partition.fetch_offset),
-                    int(partition.partition_max_bytes),
+                    max(0, int(partition.partition_max_bytes)),
                     _epoch_or_none(getattr(partition, "current_leader_epoch", None)),
                     int(getattr(partition, "log_start_offset", -1)),
                 )
             )
         order.append((topic.topic, indexes))
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-    max_bytes = int(getattr(request, "max_bytes", 0x7FFFFFFF))
+    config = broker.config
+    cap = config["replica.fetch.response.max.bytes" if replica_id >= 0 else "fetch.max.bytes"]
+    max_bytes = max(0, min(int(getattr(request, "max_bytes", 0x7FFFFFFF)), cap))
     result = replica_manager.fetch_messages(
         requests, replica_id, max_wait_ms, int(request.min_bytes), max_bytes
     )
