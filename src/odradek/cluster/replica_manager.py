@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.cluster.append_queue import AppendQueue
+from odradek.cluster.delete_records import delete_records
 from odradek.cluster.partition import IsrWriter, Partition, PartitionStateInfo, ReadResult
 from odradek.errors import (
     KafkaError,
@@ -466,43 +467,8 @@ class ReplicaManager:
     def delete_records(
         self, offsets: dict[TopicPartition, int], timeout_ms: int
     ) -> Awaitable[dict[TopicPartition, tuple[int, KafkaError | None]]]:
-        """DeleteRecords: per partition, (low watermark, error). Each leader moves its log start
-        offset now; the answer waits until every ISR follower has moved too, or the timeout
-        (REQUEST_TIMED_OUT for the partitions still waiting)."""
-        results: dict[TopicPartition, tuple[int, KafkaError | None]] = {}
-        waits: dict[TopicPartition, asyncio.Future[int]] = {}
-        moved = False
-        for key, offset in offsets.items():
-            try:
-                partition = self.leader_partition(*key)
-                before = partition.log_start_offset
-                start = partition.delete_records_on_leader(offset)
-            except KafkaError as e:
-                results[key] = (-1, e)
-                continue
-            moved = moved or start != before
-            waits[key] = partition.wait_for_low_watermark(start)
-        if moved:
-            self.on_log_start_offset_moved()
-
-        async def wait() -> dict[TopicPartition, tuple[int, KafkaError | None]]:
-            if waits:
-                await asyncio.wait(waits.values(), timeout=timeout_ms / 1000)
-            for key, future in waits.items():
-                if not future.done():
-                    future.cancel()
-                    results[key] = (-1, RequestTimedOutError(f"{key}: low watermark not reached"))
-                elif future.exception() is not None:
-                    error = future.exception()
-                    results[key] = (
-                        -1,
-                        error if isinstance(error, KafkaError) else KafkaError(str(error)),
-                    )
-                else:
-                    results[key] = (future.result(), None)
-            return results
-
-        return wait()
+        """DeleteRecords: per partition, (low watermark, error); see `delete_records`."""
+        return delete_records(self, offsets, timeout_ms)
 
     # fetch
 
