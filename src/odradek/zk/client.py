@@ -493,6 +493,13 @@ class ZkClient:
                     results.append(((data if data is not None else b""), stat))
         return results
 
+    async def sync(self, path: str = "/") -> None:
+        """Wait until the server this session talks to has caught up with the leader (ZooKeeper's
+        `sync`): a read issued after it sees every write committed before it began. Used where a
+        lagging follower's stale answer would be mistaken for the truth (checking a controller
+        request against `/controller_epoch`)."""
+        await self._call(lambda: self._bridge(self._kazoo.sync_async(path), path))
+
     async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
         watcher = self._watcher(watch)
         return await self._call(
