@@ -4,6 +4,11 @@ Record batches stay opaque: the handler hands each partition's bytes to the repl
 validates batch headers and CRCs, stamps offsets and the leader epoch, and appends them as they are.
 acks=0 gets no response; acks=1 is answered after the local append; acks=-1 (all) after the high
 watermark passes the appended batches, or REQUEST_TIMED_OUT after the request's timeout.
+
+Authorization (`odradek.security.api_acls`): WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for the
+partitions of a refused topic, which is neither written nor auto-created), and WRITE on the
+transactional id of a transactional request (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all; Odradek
+has no transactions, so an authorized one gets that code too).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.network.server import NO_RESPONSE
 from odradek.protocol.build import build_response
+from odradek.server.authorization import TOPIC, TOPIC_AUTHORIZATION_FAILED, WRITE
 
 if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ProduceResult
@@ -43,12 +49,15 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
     immediate: dict[tuple[str, int], ErrorCode] = {}
     for topic_data in request.topic_data:
         name = topic_data.name
+        authorized = broker.authorizer.allowed(context, WRITE, TOPIC, name)
         indexes = []
         for partition_data in topic_data.partition_data:
             key = (name, partition_data.index)
             indexes.append(partition_data.index)
             if acks not in (0, 1, -1):
                 immediate[key] = ErrorCode.invalid_required_acks
+            elif not authorized:
+                immediate[key] = TOPIC_AUTHORIZATION_FAILED
             elif request.transactional_id is not None:
                 immediate[key] = ErrorCode.transactional_id_authorization_failed
             elif partition_data.records is None:
@@ -56,7 +65,7 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
             else:
                 entries[key] = partition_data.records
         order.append((name, indexes))
-        if not broker.metadata_cache.contains_topic(name):
+        if authorized and not broker.metadata_cache.contains_topic(name):
             broker.maybe_auto_create_topic(name)
 
     result = broker.replica_manager.append_records(entries, acks, timeout_ms)
