@@ -8,6 +8,10 @@
                               (--execute|--verify|--cancel) | --list)
   odradek leader-election --bootstrap-server H:P --election-type preferred|unclean
                           (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
+  odradek acls --bootstrap-server H:P --add|--remove|--list ...   (like kafka-acls.sh)
+  odradek configs --bootstrap-server H:P --entity-type users ...  (like kafka-configs.sh)
+
+Every tool that talks to brokers takes --command-config FILE (Kafka client security properties).
 
 Operator mistakes (bad config, unreachable ZooKeeper, port in use) print one line and exit 1; only a
 bug prints a traceback.
@@ -123,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Every subcommand's module is imported here, unguarded: one that fails to import is a bug
     # to report with its traceback, not a command to leave out of --help silently.
+    from odradek.cli import acls as acls_cli
     from odradek.cli import cluster as cluster_cli
+    from odradek.cli import configs as configs_cli
     from odradek.cli import leader_election as leader_election_cli
     from odradek.cli import reassign as reassign_cli
     from odradek.cli import topics as topics_cli
@@ -132,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     topics_cli.add_parser(sub)
     reassign_cli.add_parser(sub)
     leader_election_cli.add_parser(sub)
+    acls_cli.add_parser(sub)
+    configs_cli.add_parser(sub)
     return parser
 
 

@@ -10,7 +10,8 @@
   as it) and `client` (an ordinary user with ACLs on every topic and group), and for the PLAIN user
   `bob` of a SASL_PLAINTEXT listener;
 * `admin.properties` and `client.properties`: Kafka client properties (SASL_SSL, SCRAM-SHA-512,
-  the CA as PEM truststore) for `--command-config` and any Kafka client.
+  the CA as PEM truststore) for `--command-config` and any Java-style Kafka client, and
+  `client-librdkafka.properties`, the same for librdkafka (`kcat -F`, confluent-kafka).
 
 The broker properties (`broker_properties`) are what a Kafka ZooKeeper-mode cluster would be
 given: `authorizer.class.name=kafka.security.authorizer.AclAuthorizer`, `super.users`,
@@ -97,6 +98,7 @@ class SecureSetup:
         setup = cls(directory, pki, passwords)
         setup.write_client_properties(ADMIN)
         setup.write_client_properties(CLIENT)
+        setup.write_librdkafka_properties(CLIENT)
         return setup
 
     # -- brokers ----------------------------------------------------------------------------
@@ -156,6 +158,25 @@ class SecureSetup:
     def write_client_properties(self, user: str) -> Path:
         path = self.client_properties_file(user)
         write_properties(path, self.client_properties(user), f"Kafka client settings for {user}")
+        os.chmod(path, 0o600)
+        return path
+
+    def librdkafka_properties(self, user: str = CLIENT) -> dict[str, str]:
+        """The same settings under librdkafka's names (confluent-kafka, kcat)."""
+        return {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": SCRAM_MECHANISM,
+            "sasl.username": user,
+            "sasl.password": self.passwords[user],
+            "ssl.ca.location": str(self.pki.ca_certificate),
+        }
+
+    def librdkafka_properties_file(self, user: str = CLIENT) -> Path:
+        return self.directory / f"{user}-librdkafka.properties"
+
+    def write_librdkafka_properties(self, user: str) -> Path:
+        path = self.librdkafka_properties_file(user)
+        write_properties(path, self.librdkafka_properties(user), f"librdkafka settings for {user}")
         os.chmod(path, 0o600)
         return path
 
