@@ -60,10 +60,11 @@ async function run(job) {
       const producer = kafka.producer({ allowAutoTopicCreation: false });
       await producer.connect();
       const messages = [];
-      for (let i = 0; i < job.count; i++) messages.push({ key: `k${i}`, value: `v${i}` });
+      const values = job.values || Array.from({ length: job.count }, (_, i) => `v${i}`);
+      for (const [i, value] of values.entries()) messages.push({ key: `k${i}`, value });
       await producer.send({ topic: job.topic, acks: -1, messages });
       await producer.disconnect();
-      answer.produced = job.count;
+      answer.produced = values.length;
     }
     if (job.steps.includes("consume")) {
       step = "consume";

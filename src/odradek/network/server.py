@@ -158,9 +158,7 @@ class SocketServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             if context is None:
-                await loop.connect_accepted_socket(
-                    lambda: ClientConnection(self, host, peer), sock
-                )
+                await loop.connect_accepted_socket(lambda: ClientConnection(self, host, peer), sock)
             else:
                 await loop.connect_accepted_socket(
                     lambda: ClientConnection(self, host, peer),

@@ -10,6 +10,9 @@ coordinator only ever sees what the principal may touch (`odradek.security.api_a
 | OffsetCommit | READ on the group, then READ on each topic | whole request / those topics' partitions: TOPIC_AUTHORIZATION_FAILED |
 | OffsetFetch | DESCRIBE on each group, then DESCRIBE on each named topic; all-topics answers leave out undescribable topics | per group / per topic |
 | FindCoordinator | DESCRIBE on the group (key type 0) or transactional id (1), per key | that key |
+
+FindCoordinator's answer is also given the coordinator's address on the listener the client came
+in on (the coordinator itself knows brokers by their inter-broker address).
 | DescribeGroups, DeleteGroups | DESCRIBE / DELETE on each group | that group |
 | ListGroups | DESCRIBE on the cluster lists every group; otherwise only describable groups | silently left out |
 
@@ -162,9 +165,11 @@ def _filter_fetch_group(
         return None, [], None
     allowed = broker.authorizer.filter(context, DESCRIBE, TOPIC, {t.name for t in topics})
     refused = [t for t in topics if t.name not in allowed]
-    return tuple(t for t in topics if t.name in allowed), _fetch_errors(
-        refused, TOPIC_AUTHORIZATION_FAILED
-    ), None
+    return (
+        tuple(t for t in topics if t.name in allowed),
+        _fetch_errors(refused, TOPIC_AUTHORIZATION_FAILED),
+        None,
+    )
 
 
 def _offset_fetch(handler: Handler) -> Handler:
@@ -255,6 +260,19 @@ def _coordinator_key_allowed(
     return allowed, error_for(resource_type)
 
 
+def _on_listener(broker: BrokerServices, context: RequestContext, entry: Any) -> Any:
+    """A coordinator as reached on the client's own listener: the coordinator answers with the
+    inter-broker listener's address, which a client of another listener cannot use."""
+    if entry.node_id < 0:
+        return entry
+    endpoint = broker.metadata_cache.get_broker(entry.node_id, context.listener)
+    if endpoint is None:
+        return dataclasses.replace(
+            entry, error_code=ErrorCode.coordinator_not_available, node_id=-1, host="", port=-1
+        )
+    return dataclasses.replace(entry, host=endpoint.host, port=endpoint.port)
+
+
 def _find_coordinator(handler: Handler) -> Handler:
     def wrapped(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
         header = context.header
@@ -263,7 +281,10 @@ def _find_coordinator(handler: Handler) -> Handler:
         if header.api_version < 4:
             allowed, code = _coordinator_key_allowed(broker, context, key_type, request.key)
             if allowed:
-                return handler(broker, context, request)
+                return _then(
+                    handler(broker, context, request),
+                    lambda response: _on_listener(broker, context, response),
+                )
             return build_response(header, {"error_code": code, **refused_entry})
         kept, refused = [], []
         for key in request.coordinator_keys:
@@ -272,13 +293,16 @@ def _find_coordinator(handler: Handler) -> Handler:
                 kept.append(key)
             else:
                 refused.append({"key": key, "error_code": code, **refused_entry})
-        if not refused:
-            return handler(broker, context, request)
         extra = build_response(header, {"coordinators": refused}).coordinators
         if not kept:
             return build_response(header, {"coordinators": refused})
+
+        def finish(response: Any) -> Any:
+            found = [_on_listener(broker, context, entry) for entry in response.coordinators]
+            return dataclasses.replace(response, coordinators=tuple(found) + tuple(extra))
+
         result = handler(broker, context, dataclasses.replace(request, coordinator_keys=kept))
-        return _then(result, lambda response: _merge(response, "coordinators", list(extra)))
+        return _then(result, finish)
 
     return wrapped
 

@@ -139,7 +139,11 @@ def handle_create_acls(broker: BrokerServices, context: RequestContext, request:
     def all_refused(code: ErrorCode, message: str) -> Any:
         return build_response(
             header,
-            {"results": [{"error_code": code, "error_message": message} for _ in request.creations]},
+            {
+                "results": [
+                    {"error_code": code, "error_message": message} for _ in request.creations
+                ]
+            },
         )
 
     if not broker.authorizer.cluster(context, ALTER):

@@ -194,7 +194,11 @@ def handle_alter_user_scram_credentials(
             except Exception as e:
                 log.error("altering the SCRAM credentials of %r failed: %s", user, e)
                 results.append(
-                    {"user": user, "error_code": ErrorCode.unknown_server_error, "error_message": str(e)}
+                    {
+                        "user": user,
+                        "error_code": ErrorCode.unknown_server_error,
+                        "error_message": str(e),
+                    }
                 )
                 continue
             log.info("altered the SCRAM credentials of %r", user)

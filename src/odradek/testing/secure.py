@@ -136,9 +136,7 @@ class SecureSetup:
         return properties
 
     def per_broker_properties(self, broker_ids: Iterable[int]) -> dict[int, dict[str, str]]:
-        return {
-            i: {"ssl.keystore.location": str(self.pki.brokers[i].keystore)} for i in broker_ids
-        }
+        return {i: {"ssl.keystore.location": str(self.pki.brokers[i].keystore)} for i in broker_ids}
 
     # -- clients ----------------------------------------------------------------------------
 
