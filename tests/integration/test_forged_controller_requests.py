@@ -46,8 +46,10 @@ def _create(cluster: LocalCluster, topic: str) -> TopicInfo:
     view = wait_for_agreement(
         cluster,
         [topic],
-        lambda v: v.all_led([topic], {topic: PARTITIONS})
-        and all(len(p.isr) == 3 for p in v.topic(topic).partitions.values()),
+        lambda v: (
+            v.all_led([topic], {topic: PARTITIONS})
+            and all(len(p.isr) == 3 for p in v.topic(topic).partitions.values())
+        ),
         what=f"{topic} led with full ISRs",
     )
     info = view.topic(topic)
@@ -192,8 +194,10 @@ def test_forged_controller_requests_are_refused_and_change_nothing(
     answer = produce_raw(cluster.broker(leader), after, 0, [b"still-obeyed"], acks=-1)
     assert answer.error == ErrorCode.none, answer
     wait_until(
-        lambda: [r.value for r in read_committed(cluster.broker(leader), after, 0).records]
-        == [b"still-obeyed"],
+        lambda: (
+            [r.value for r in read_committed(cluster.broker(leader), after, 0).records]
+            == [b"still-obeyed"]
+        ),
         15,
         "the record after the forgeries",
     )

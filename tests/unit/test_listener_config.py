@@ -73,7 +73,10 @@ def test_security_inter_broker_protocol_picks_the_listener_of_that_name() -> Non
             {"listeners": "PLAINTEXT://:9092", "listener.security.protocol.map": "PLAINTEXT:TLS"},
             "invalid security protocol",
         ),
-        ({"listeners": "PLAINTEXT://:9092", "authorizer.class.name": "my.Authorizer"}, "not supported"),
+        (
+            {"listeners": "PLAINTEXT://:9092", "authorizer.class.name": "my.Authorizer"},
+            "not supported",
+        ),
     ],
 )
 def test_kafka_listener_rules(properties: dict[str, str], problem: str) -> None:

@@ -15,7 +15,9 @@ from odradek.security.client_config import (
 )
 from odradek.security.errors import SecurityConfigError
 
-SCRAM = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";'
+SCRAM = (
+    'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p";'
+)
 
 
 def test_plaintext_by_default() -> None:
