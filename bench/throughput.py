@@ -26,9 +26,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+# librdkafka security settings added to every client (bench/security.py sets them per listener).
+CLIENT_SETTINGS: dict[str, str] = {}
+
 
 def create_topic(bootstrap: str, topic: str, partitions: int, replication: int, configs: dict[str, str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_SETTINGS})
     futures = admin.create_topics(
         [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=configs)],
         operation_timeout=60,
@@ -40,6 +43,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int, replication: int, 
 def produce(bootstrap: str, topic: str, records: int, size: int, acks: str, linger_ms: int) -> dict[str, float]:
     producer = Producer(
         {
+            **CLIENT_SETTINGS,
             "bootstrap.servers": bootstrap,
             "acks": acks,
             "linger.ms": linger_ms,
@@ -80,6 +84,7 @@ def produce(bootstrap: str, topic: str, records: int, size: int, acks: str, ling
 def consume(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> dict[str, float]:
     consumer = Consumer(
         {
+            **CLIENT_SETTINGS,
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-{uuid.uuid4()}",
             "enable.auto.commit": False,

@@ -230,9 +230,11 @@ def start_secure_cluster(
 ) -> tuple[LocalCluster, SecureSetup]:
     """A cluster of `brokers` brokers with the given listeners (the first for clients, INTERNAL
     between brokers), the ACL authorizer and SCRAM users (module docstring)."""
+    names = list(listeners)
+    if not names or names[0] != "SASL_SSL":
+        raise ValueError("the first listener (the harness's and the clients') must be SASL_SSL")
     directory = Path(directory).resolve()
     setup = SecureSetup.create(directory, range(1, brokers + 1))
-    names = list(listeners)
     cluster = LocalCluster.up(
         directory,
         brokers,
