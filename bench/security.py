@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import throughput  # noqa: E402  (bench/throughput.py: the same load for every listener)
+import throughput  # bench/throughput.py: the same load for every listener
 
 LISTENERS = ("SASL_SSL", "INTERNAL", "PLAINTEXT", "SSL")
 
