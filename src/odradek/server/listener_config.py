@@ -86,8 +86,8 @@ def parse_listeners(text: str, property_name: str, protocol_map: dict[str, str])
         protocol = protocol_map.get(name)
         if protocol is None:
             raise ConfigError(
-                f"listener {name} in {property_name} is not in listener.security.protocol.map "
-                f"({', '.join(sorted(protocol_map))})"
+                f"invalid value {item!r} for {property_name}: listener {name} is not in "
+                f"listener.security.protocol.map ({', '.join(sorted(protocol_map))})"
             )
         endpoints.append(Endpoint(name, match.group(2).strip("[]"), port, protocol))
     if not endpoints:

@@ -141,9 +141,11 @@ class LocalCluster:
         else:
             zk_port, *all_ports = free_ports(brokers * per_broker + 1, HOST)
         broker_ports = all_ports[:brokers]
-        for port in all_ports:
+        for index, port in enumerate(all_ports):
             if not port_is_free(port, HOST):
-                raise OperatorError(f"port {port} is in use on {HOST}")
+                raise OperatorError(
+                    f"port {port} (broker {index % brokers + 1}) is in use on {HOST}"
+                )
 
         if zookeeper is not None:
             zk_info = ZooKeeperInfo(connect=zookeeper)
