@@ -181,7 +181,17 @@ class Users:
             except InvalidScramCredentialError as e:
                 raise OperatorError(str(e)) from None
         deletions = tuple(_scram_mechanism(name) for name in command.delete_config)
-        zk = ZkClient(command.zookeeper or "", session_timeout_s=10)
+        from odradek.server.broker_security import environment_zookeeper_identity
+
+        # With KAFKA_OPTS naming a JAAS file, authenticate and protect the credentials' znode
+        # as the brokers do (zookeeper.set.acl); otherwise it is created world-readable.
+        credentials = environment_zookeeper_identity()
+        zk = ZkClient(
+            command.zookeeper or "",
+            session_timeout_s=10,
+            credentials=credentials,
+            set_acl=credentials is not None,
+        )
         await zk.start(timeout=command.timeout)
         try:
             store = CredentialStore(zk, CredentialCache())

@@ -58,7 +58,7 @@ from odradek.server.admin.topic_configs import TopicConfigs
 from odradek.server.admin.topics import log_config_for
 from odradek.server.apis import KafkaApis, answer_api_versions
 from odradek.server.authorization import RequestAuthorizer
-from odradek.server.broker_security import BrokerSecurity
+from odradek.server.broker_security import BrokerSecurity, zookeeper_identity
 from odradek.server.config import KafkaConfig, parse_properties
 from odradek.server.listeners import (
     broker_client_security,
@@ -151,6 +151,8 @@ class Broker:
         self.zk = ZkClient(
             config["zookeeper.connect"],
             session_timeout_s=config["zookeeper.session.timeout.ms"] / 1000,
+            credentials=zookeeper_identity(config),
+            set_acl=config["zookeeper.set.acl"],
         )
         await self._zk.start(timeout=config.zookeeper_connection_timeout_ms / 1000)
         await self._zk.ensure_paths(PERSISTENT_PATHS)

@@ -16,6 +16,9 @@
 * `live_broker_epochs` — every registered broker's epoch (the czxid of `/brokers/ids/<id>`), from a
   watch on `/brokers/ids`: what a follower fetch's broker epoch is checked against.
 
+`zookeeper_identity` finds the broker's own ZooKeeper credentials (a JAAS `Client` section) for
+`zookeeper.set.acl` (`odradek.zk.acls`).
+
 Start-up order (`start`, called once ZooKeeper is connected and before the broker listens): the
 credentials and ACLs are loaded first, so that the first connection is authenticated and authorized
 against the real data; then the two watches. After a ZooKeeper session expiry every watch is gone:
@@ -27,15 +30,22 @@ Concurrency: the broker's event loop; ZooKeeper watch callbacks only schedule a 
 from __future__ import annotations
 
 import logging
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from odradek.errors import ConfigError
 from odradek.security.acl_store import AclStore
 from odradek.security.authorizer import AclAuthorizer, AclCache
 from odradek.security.controller_requests import ControllerEpochValidator, ControllerView
 from odradek.security.credential_store import CredentialCache, CredentialStore
+from odradek.security.jaas import parse_jaas_file, zookeeper_credentials
 from odradek.security.notifications import Coalescer
 from odradek.server.authorization import RequestAuthorizer
 from odradek.server.config import KafkaConfig
+from odradek.zk.acls import ZkCredentials
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import InvalidZNodeDataError, NoNodeError
 from odradek.zk.znodes import BrokerIdsZNode, BrokerIdZNode, ControllerEpochZNode, ControllerZNode
@@ -43,6 +53,59 @@ from odradek.zk.znodes import BrokerIdsZNode, BrokerIdZNode, ControllerEpochZNod
 log = logging.getLogger(__name__)
 
 NO_CONTROLLER = -1
+
+
+def _system_property(name: str, environ: Mapping[str, str]) -> str | None:
+    """`-Dname=value` from KAFKA_OPTS, as a Kafka broker's JVM would see it."""
+    for option in shlex.split(environ.get("KAFKA_OPTS", "")):
+        if option.startswith(f"-D{name}="):
+            return option.split("=", 1)[1]
+    return None
+
+
+def _credentials_from_file(path: str, section: str) -> ZkCredentials | None:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read the JAAS file {path}: {e.strerror or e}") from None
+    found = zookeeper_credentials(parse_jaas_file(text), section)
+    return ZkCredentials(*found) if found is not None else None
+
+
+def environment_zookeeper_identity(
+    environ: Mapping[str, str] = os.environ,
+) -> ZkCredentials | None:
+    """ZooKeeper credentials for a tool (`odradek configs --zookeeper`): the JAAS file of
+    `-Djava.security.auth.login.config=` in KAFKA_OPTS, as Kafka's tools find it."""
+    path = _system_property("java.security.auth.login.config", environ)
+    if not path:
+        return None
+    section = _system_property("zookeeper.sasl.clientconfig", environ) or "Client"
+    return _credentials_from_file(path, section)
+
+
+def zookeeper_identity(
+    config: KafkaConfig, environ: Mapping[str, str] = os.environ
+) -> ZkCredentials | None:
+    """The broker's ZooKeeper credentials: the `Client` section (`zookeeper.sasl.clientconfig`)
+    of the JAAS file named by `java.security.auth.login.config` (server.properties, or
+    `-Djava.security.auth.login.config=` in KAFKA_OPTS), used with ZooKeeper's digest scheme
+    (`odradek.zk.acls`). None without one; ConfigError when `zookeeper.set.acl=true` has none."""
+    path = config["java.security.auth.login.config"] or _system_property(
+        "java.security.auth.login.config", environ
+    )
+    section = (
+        _system_property("zookeeper.sasl.clientconfig", environ)
+        or config["zookeeper.sasl.clientconfig"]
+    )
+    credentials = _credentials_from_file(path, section) if path else None
+    if config["zookeeper.set.acl"] and credentials is None:
+        raise ConfigError(
+            "zookeeper.set.acl is true, but no ZooKeeper credentials are configured: a JAAS file "
+            f"(java.security.auth.login.config) with a {section} section naming "
+            "org.apache.zookeeper.server.auth.DigestLoginModule with username and password"
+        )
+    return credentials
 
 
 class BrokerSecurity:

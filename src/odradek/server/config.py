@@ -70,6 +70,10 @@ _DEFS = [
     ConfigDef("super.users", "string", None),
     ConfigDef("allow.everyone.if.no.acl.found", "bool", False),
     ConfigDef("zookeeper.set.acl", "bool", False),
+    # Kafka takes these two as JVM system properties (KAFKA_OPTS="-Djava.security.auth.login.
+    # config=..."); Odradek reads them from there too, or from server.properties.
+    ConfigDef("java.security.auth.login.config", "string", None),
+    ConfigDef("zookeeper.sasl.clientconfig", "string", "Client"),
     # Resource limits of the socket server.
     ConfigDef("max.connections", "int", 2147483647, _at_least(0)),
     ConfigDef("max.connections.per.ip", "int", 2147483647, _at_least(0)),
