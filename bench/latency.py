@@ -36,7 +36,9 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--bootstrap")
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=6)
@@ -53,7 +55,9 @@ def main() -> None:
     if bootstrap is None:
         from odradek.testing import LocalCluster
 
-        cluster = LocalCluster.up(Path(tempfile.mkdtemp(prefix="odradek-bench-latency-")), brokers=args.brokers)
+        cluster = LocalCluster.up(
+            Path(tempfile.mkdtemp(prefix="odradek-bench-latency-")), brokers=args.brokers
+        )
         bootstrap = cluster.bootstrap_servers
     try:
         topic = f"latency-{uuid.uuid4().hex[:8]}"

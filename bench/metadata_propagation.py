@@ -36,7 +36,9 @@ def leaders_everywhere(bootstraps: list[str], topic: str, partitions: int) -> bo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--partitions", default="1000,10000")
     parser.add_argument("--replication-factor", type=int, default=3)
@@ -67,7 +69,9 @@ def main() -> None:
                 time.sleep(0.05)
             propagated = time.perf_counter() - started
             one = time.perf_counter()
-            AdminClient({"bootstrap.servers": bootstraps[0], "log_level": 2}).list_topics(timeout=60)
+            AdminClient({"bootstrap.servers": bootstraps[0], "log_level": 2}).list_topics(
+                timeout=60
+            )
             metadata_request = time.perf_counter() - one
             print(
                 json.dumps(

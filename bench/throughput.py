@@ -30,17 +30,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 CLIENT_SETTINGS: dict[str, str] = {}
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, replication: int, configs: dict[str, str]) -> None:
+def create_topic(
+    bootstrap: str, topic: str, partitions: int, replication: int, configs: dict[str, str]
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_SETTINGS})
     futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=replication, config=configs)],
+        [
+            NewTopic(
+                topic, num_partitions=partitions, replication_factor=replication, config=configs
+            )
+        ],
         operation_timeout=60,
     )
     for future in futures.values():
         future.result(timeout=90)
 
 
-def produce(bootstrap: str, topic: str, records: int, size: int, acks: str, linger_ms: int) -> dict[str, float]:
+def produce(
+    bootstrap: str, topic: str, records: int, size: int, acks: str, linger_ms: int
+) -> dict[str, float]:
     producer = Producer(
         {
             **CLIENT_SETTINGS,
@@ -81,7 +89,9 @@ def produce(bootstrap: str, topic: str, records: int, size: int, acks: str, ling
     }
 
 
-def consume(bootstrap: str, topic: str, partitions: int, records: int, size: int) -> dict[str, float]:
+def consume(
+    bootstrap: str, topic: str, partitions: int, records: int, size: int
+) -> dict[str, float]:
     consumer = Consumer(
         {
             **CLIENT_SETTINGS,
@@ -112,11 +122,17 @@ def consume(bootstrap: str, topic: str, partitions: int, records: int, size: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bootstrap", help="existing cluster; default: start a local Odradek cluster")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--bootstrap", help="existing cluster; default: start a local Odradek cluster"
+    )
     parser.add_argument("--brokers", type=int, default=1, help="brokers of the local cluster")
     parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--sizes", default="100,1024", help="record sizes in bytes, comma separated")
+    parser.add_argument(
+        "--sizes", default="100,1024", help="record sizes in bytes, comma separated"
+    )
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--replication-factor", type=int, default=1)
     parser.add_argument("--min-insync-replicas", type=int, default=1)

@@ -47,6 +47,8 @@ class KafkaError(OdradekError):
     """An error with a Kafka protocol error code, reported to clients as that code."""
 
     code: ErrorCode = ErrorCode.unknown_server_error
+    record_errors: tuple[tuple[int, str], ...] = ()
+    """Per-record errors (index in the batch, message) for Produce v8+'s record_errors."""
 
     def __init__(self, message: str = "", code: ErrorCode | None = None) -> None:
         super().__init__(message or self.__class__.__name__)

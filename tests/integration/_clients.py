@@ -434,7 +434,8 @@ def consume(
 
 
 def _headers(items: Any) -> tuple[tuple[str, bytes], ...]:
-    return tuple((str(k), bytes(v)) for k, v in (items or ()))
+    # A header value may be null (the record's headers then say so); keep it as b"".
+    return tuple((str(k), bytes(v or b"")) for k, v in (items or ()))
 
 
 def confluent_consumer(bootstrap: str, **overrides: Any) -> Consumer:

@@ -21,7 +21,7 @@ expectation that is checked as it is sent:
 | truncated body            | a valid request cut short inside its body               | closed   |
 | corrupted body            | a valid request with 1-3 bytes flipped (see below)      | answer or closed |
 | garbage body              | a valid header, random body (see below)                 | answer or closed |
-| bad CRC / garbage records | a Produce whose records fail validation                 | CORRUPT_MESSAGE, nothing appended |
+| bad CRC / garbage records | a Produce whose records fail validation                 | CORRUPT_MESSAGE (or INVALID_RECORD for garbage, as Kafka), nothing appended |
 | pipelined                 | a valid request, then garbage on the same connection    | one answer, then closed |
 | valid produce             | one good batch, once, somewhere in the stream           | appended |
 
@@ -56,7 +56,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.codec import ApiKey, decode_response
-from odradek.protocol.record_batch import build_batch
+from odradek.protocol.record_batch import build_batch, read_header
 from odradek.server.apis import SUPPORTED_VERSIONS
 from odradek.testing import LocalCluster
 from tests.integration import _wire
@@ -340,10 +340,12 @@ class Fuzzer:
         data = framed(header(api_key, version, correlation_id, b"fuzz") + body)
         self.expect_answer_or_closed("garbage body", data, correlation_id)
 
-    def _produce_rejected(self, kind: str, records: bytes) -> None:
+    def _produce_rejected(
+        self, kind: str, records: bytes, codes: tuple[ErrorCode, ...] = (ErrorCode.corrupt_message,)
+    ) -> None:
         with _wire.WireConnection.to(self.bootstrap) as connection:
             answer = _wire.produce(connection, self.topic, 0, records)
-        if answer.error_code != ErrorCode.corrupt_message:
+        if answer.error_code not in codes:
             raise self.fail(f"{kind}: answered {answer}")
 
     def bad_crc_produce(self) -> None:
@@ -353,10 +355,22 @@ class Fuzzer:
         )
         position = self.rng.randrange(17, len(batch))  # the CRC itself or what it covers
         batch[position] ^= self.rng.randint(1, 255)
-        self._produce_rejected("bad CRC", bytes(batch))
+        if read_header(batch).is_transactional:
+            # The flip set the transactional bit: as in Kafka, that refuses the whole request
+            # (no transactional id) before anyone looks at the CRC.
+            codes = (ErrorCode.transactional_id_authorization_failed,)
+        else:
+            codes = (ErrorCode.corrupt_message,)
+        self._produce_rejected("bad CRC", bytes(batch), codes)
 
     def garbage_records_produce(self) -> None:
-        self._produce_rejected("garbage records", self.rng.randbytes(self.rng.randint(1, 200)))
+        # As Kafka: CORRUPT_MESSAGE when what looks like a batch header is impossible,
+        # INVALID_RECORD when there is no complete batch at all.
+        self._produce_rejected(
+            "garbage records",
+            self.rng.randbytes(self.rng.randint(1, 200)),
+            (ErrorCode.corrupt_message, ErrorCode.invalid_record),
+        )
 
     def pipelined(self) -> None:
         correlation_id = self.next_correlation_id()

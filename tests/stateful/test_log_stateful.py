@@ -159,22 +159,19 @@ class LogMachine(RuleBasedStateMachine):
                 self.counter += 1
                 values.append(f"{self.counter}:".encode().ljust(value_size, b"*"))
             payloads.append(values)
-        data = b"".join(
-            build_batch([(None, v, [], self.clock + i) for i, v in enumerate(values)])
-            for values in payloads
-        )
-        if len(data) > self.config.segment_bytes:
-            try:
-                self.log.append_as_leader(data, self.epoch, self.clock)
-            except RecordBatchTooLargeError:
-                return
-            raise AssertionError("an append larger than segment.bytes was accepted")
-        info = self.log.append_as_leader(data, self.epoch, self.clock)
-        assert info.first_offset == self.log_end
-        for values in payloads:
+        for values in payloads:  # one batch per append: a produce request carries one
+            data = build_batch([(None, v, [], self.clock + i) for i, v in enumerate(values)])
+            if len(data) > self.config.segment_bytes:
+                try:
+                    self.log.append_as_leader(data, self.epoch, self.clock)
+                except RecordBatchTooLargeError:
+                    continue
+                raise AssertionError("an append larger than segment.bytes was accepted")
+            info = self.log.append_as_leader(data, self.epoch, self.clock)
+            assert info.first_offset == self.log_end
             self.batches.append(ModelBatch(self.log_end, values))
             self.log_end += len(values)
-        assert info.last_offset == self.log_end - 1
+            assert info.last_offset == self.log_end - 1
 
     @rule()
     def roll(self) -> None:

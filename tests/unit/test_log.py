@@ -66,17 +66,18 @@ def test_append_and_read_round_trip(tmp_path: Path) -> None:
     log = open_log(tmp_path, LogConfig())
     assert (log.log_start_offset, log.log_end_offset, log.size_in_bytes) == (0, 0, 0)
     first = log.append_as_leader(records(3, ts=10, tag="a"), leader_epoch=4, now_ms=99)
-    second = log.append_as_leader(records(2, ts=5, tag="b") + records(1, ts=50, tag="c"), 4, 99)
+    second = log.append_as_leader(records(2, ts=5, tag="b"), 4, 99)
+    third = log.append_as_leader(records(1, ts=50, tag="c"), 4, 99)
     assert (first.first_offset, first.last_offset, first.batch_count) == (0, 2, 1)
     assert (first.max_timestamp, first.offset_of_max_timestamp, first.log_append_time) == (
         12,
         2,
         -1,
     )
-    assert (second.first_offset, second.last_offset, second.batch_count) == (3, 5, 2)
-    assert (second.max_timestamp, second.offset_of_max_timestamp) == (50, 5)
+    assert (second.first_offset, second.last_offset, second.batch_count) == (3, 4, 1)
+    assert (third.max_timestamp, third.offset_of_max_timestamp) == (50, 5)
     assert log.log_end_offset == 6
-    assert log.size_in_bytes == first.size + second.size
+    assert log.size_in_bytes == first.size + second.size + third.size
     data = log.read(0, 1 << 20)
     assert values(data) == [
         (0, b"a0......"),
@@ -168,9 +169,11 @@ def test_invalid_append_writes_nothing(tmp_path: Path) -> None:
     corrupt = bytearray(records(2))
     corrupt[-1] ^= 1
     with pytest.raises(CorruptRecordError):
-        log.append_as_leader(records(1) + bytes(corrupt), 0, 0)
+        log.append_as_leader(bytes(corrupt), 0, 0)
     with pytest.raises(RecordTooLargeError):
-        log.append_as_leader(records(1) + records(1, value_size=300), 0, 0)
+        log.append_as_leader(records(1, value_size=300), 0, 0)
+    with pytest.raises(InvalidRecordError):  # one batch per produce, as in Kafka
+        log.append_as_leader(records(1) + records(1), 0, 0)
     assert (log.size_in_bytes, log.log_end_offset) == (size, end)
     assert os.path.getsize(log.active_segment.log_path) == size
 
@@ -178,7 +181,7 @@ def test_invalid_append_writes_nothing(tmp_path: Path) -> None:
 def test_append_larger_than_a_segment_is_refused(tmp_path: Path) -> None:
     log = open_log(tmp_path, LogConfig(segment_bytes=300))
     with pytest.raises(RecordBatchTooLargeError):
-        log.append_as_leader(b"".join(records(2) for _ in range(5)), 0, 0)
+        log.append_as_leader(records(10, value_size=20), 0, 0)
     assert log.log_end_offset == 0
 
 

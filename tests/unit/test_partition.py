@@ -46,7 +46,9 @@ class FakeLog:
         self.log_start_offset = 0
         self.leader_epoch_cache = FakeEpochCache()
 
-    def append_as_leader(self, records: bytes, leader_epoch: int, now_ms: int) -> int:
+    def append_as_leader(
+        self, records: bytes, leader_epoch: int, now_ms: int, **validation: Any
+    ) -> int:
         self.log_end_offset += len(records)
         return self.log_end_offset
 

@@ -10,7 +10,6 @@ import pytest
 from odradek.errors import (
     CorruptRecordError,
     InvalidRecordError,
-    RecordTooLargeError,
     UnsupportedCompressionTypeError,
 )
 from odradek.protocol.record_batch import (
@@ -24,12 +23,10 @@ from odradek.protocol.record_batch import (
     find_timestamp_in_batch,
     iter_batches,
     read_header,
+    set_create_time,
     set_log_append_time,
-    validate_producer_batches,
     validate_replicated_batches,
 )
-
-MAX = 1024 * 1024
 
 
 def batch(n: int = 3, ts: int = 1_000, value_size: int = 10, **kwargs: object) -> bytes:
@@ -85,36 +82,6 @@ def test_iter_batches_rejects_impossible_length() -> None:
         list(iter_batches(bytes(bad)))
 
 
-def test_validate_accepts_several_batches_and_memoryview() -> None:
-    buf = batch(1) + batch(3) + batch(2, compression=CompressionType.GZIP)
-    headers = validate_producer_batches(memoryview(buf), MAX)
-    assert [h.records_count for h in headers] == [1, 3, 2]
-    assert validate_producer_batches(b"", MAX) == []
-
-
-def test_validate_rejects_crc_mismatch() -> None:
-    bad = bytearray(batch(3))
-    bad[-1] ^= 0x01
-    with pytest.raises(CorruptRecordError, match="CRC"):
-        validate_producer_batches(bytes(bad), MAX)
-
-
-def test_validate_rejects_truncated_buffer() -> None:
-    data = batch(3)
-    for cut in (5, HEADER_SIZE - 1, HEADER_SIZE + 1, len(data) - 1):
-        with pytest.raises(CorruptRecordError):
-            validate_producer_batches(data[:cut], MAX)
-    with pytest.raises(CorruptRecordError):
-        validate_producer_batches(data + data[:20], MAX)
-
-
-def test_validate_rejects_bad_magic() -> None:
-    bad = bytearray(batch(1))
-    bad[16] = 1
-    with pytest.raises(CorruptRecordError, match="magic"):
-        validate_producer_batches(bytes(bad), MAX)
-
-
 def _with_fields(data: bytes, **fields: int) -> bytes:
     """Rewrite header fields and fix the CRC so that only the named problem remains."""
     offsets = {
@@ -130,37 +97,6 @@ def _with_fields(data: bytes, **fields: int) -> bytes:
     return bytes(buf)
 
 
-@pytest.mark.parametrize(
-    "fields",
-    [
-        {"records_count": 0, "last_offset_delta": -1},
-        {"records_count": 2},  # lastOffsetDelta stays 2
-        {"last_offset_delta": 5},
-        {"records_count": -1},
-    ],
-)
-def test_validate_rejects_wrong_counts(fields: dict[str, int]) -> None:
-    with pytest.raises(CorruptRecordError):
-        validate_producer_batches(_with_fields(batch(3), **fields), MAX)
-
-
-def test_validate_rejects_unknown_codec() -> None:
-    with pytest.raises(CorruptRecordError, match="compression"):
-        validate_producer_batches(_with_fields(batch(1), attributes=5), MAX)
-
-
-def test_validate_rejects_control_batches_from_clients() -> None:
-    with pytest.raises(InvalidRecordError):
-        validate_producer_batches(_with_fields(batch(1), attributes=0x20), MAX)
-
-
-def test_validate_rejects_too_large_batch() -> None:
-    data = batch(3, value_size=200)
-    assert validate_producer_batches(data, len(data))
-    with pytest.raises(RecordTooLargeError):
-        validate_producer_batches(data, len(data) - 1)
-
-
 def test_replicated_validation_skips_size_limit_but_checks_crc() -> None:
     data = batch(3, value_size=200, base_offset=40)
     assert validate_replicated_batches(data)[0].base_offset == 40
@@ -172,7 +108,7 @@ def test_replicated_validation_skips_size_limit_but_checks_crc() -> None:
 
 def test_assign_offsets_patches_without_touching_crc() -> None:
     data = batch(2) + batch(3)
-    headers = validate_producer_batches(data, MAX)
+    headers = validate_replicated_batches(data)
     buf = bytearray(data)
     patched = assign_offsets(buf, headers, first_offset=100, leader_epoch=7)
     assert [(h.base_offset, h.last_offset) for h in patched] == [(100, 101), (102, 104)]
@@ -181,14 +117,14 @@ def test_assign_offsets_patches_without_touching_crc() -> None:
     assert all(h.partition_leader_epoch == 7 for h in reread)
     assert [h.crc for h in reread] == [h.crc for h in headers]
     assert crc_ok(buf, 0) and crc_ok(buf, reread[1].position)
-    validate_producer_batches(bytes(buf), MAX)
+    validate_replicated_batches(bytes(buf))
     assert [r.offset for r in decode_records(bytes(buf[reread[1].position :]))] == [102, 103, 104]
 
 
 def test_log_append_time_recomputes_crc() -> None:
     data = batch(3, ts=1_000)
     buf = bytearray(data)
-    headers = validate_producer_batches(data, MAX)
+    headers = validate_replicated_batches(data)
     patched = assign_offsets(buf, headers, 0, 1, log_append_time_ms=99_999)
     header = read_header(buf)
     assert header == patched[0]
@@ -196,7 +132,7 @@ def test_log_append_time_recomputes_crc() -> None:
     assert header.max_timestamp == 99_999
     assert header.crc != headers[0].crc
     assert crc_ok(buf)
-    validate_producer_batches(bytes(buf), MAX)
+    validate_replicated_batches(bytes(buf))
     assert {r.timestamp for r in decode_records(bytes(buf))} == {99_999}
 
 
@@ -249,7 +185,7 @@ def test_every_codec_round_trips_through_the_helpers(compression: CompressionTyp
 def test_decode_rejects_garbage_records() -> None:
     data = bytearray(batch(2))
     data[HEADER_SIZE] = 0x7F  # first record claims a length far past the batch
-    with pytest.raises(CorruptRecordError):
+    with pytest.raises(InvalidRecordError):
         decode_records(bytes(data))
 
 
@@ -277,3 +213,11 @@ def test_snappy_in_xerial_framing_as_kafkas_java_client_writes_it() -> None:
         block = bytes(cramjam.snappy.compress_raw(chunk))
         framed += struct.pack(">i", len(block)) + block
     assert decompress(CompressionType.SNAPPY, framed) == plain
+
+
+def test_set_create_time_clears_the_log_append_time_bit_and_recomputes_crc() -> None:
+    buf = bytearray(_with_fields(batch(2, ts=1_000), attributes=0x08))
+    header = set_create_time(buf, read_header(buf), 1_001)
+    assert header == read_header(buf)
+    assert header.timestamp_type == TimestampType.CREATE_TIME
+    assert header.max_timestamp == 1_001 and crc_ok(buf)

@@ -236,8 +236,19 @@ class Partition:
                 f"{self}: leader epoch {current_leader_epoch} is newer than {self.leader_epoch}"
             )
 
-    def append_records_to_leader(self, records: bytes, required_acks: int, now_ms: int) -> Any:
-        """Validate and append a produce request's records; returns the log's LogAppendInfo."""
+    def append_records_to_leader(
+        self,
+        records: bytes,
+        required_acks: int,
+        now_ms: int,
+        *,
+        validated: Any = None,
+        budget: int | None = None,
+    ) -> Any:
+        """Validate and append a produce request's records; returns the log's LogAppendInfo.
+
+        `budget` and `validated` go to `Log.append_as_leader`: the validation work allowed on
+        this (the event loop's) thread, or its result from a worker thread."""
         if not self.is_leader or self.fenced:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self}"
@@ -247,7 +258,9 @@ class Partition:
             raise NotEnoughReplicasError(
                 f"{self}: ISR {sorted(self.isr)} is smaller than min.insync.replicas={min_isr}"
             )
-        info = self.log.append_as_leader(records, self.leader_epoch, now_ms)
+        info = self.log.append_as_leader(
+            records, self.leader_epoch, now_ms, validated=validated, budget=budget
+        )
         self._maybe_increment_high_watermark()
         self._wake_data_waiters()
         return info

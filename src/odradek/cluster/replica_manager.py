@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from odradek.cluster.append_queue import AppendQueue
 from odradek.cluster.partition import IsrWriter, Partition, PartitionStateInfo, ReadResult
 from odradek.errors import (
     KafkaError,
@@ -30,6 +31,7 @@ from odradek.errors import (
     UnknownTopicOrPartitionError,
 )
 from odradek.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from odradek.log.validator import NeedsWorkerThread
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,7 @@ class ReplicaManager:
         self._isr_changes = _IsrChanges()
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self.append_queue = AppendQueue()
 
     # start-up and shutdown
 
@@ -170,6 +173,7 @@ class ReplicaManager:
         self._tasks.clear()
         if self.fetcher_manager is not None:
             await self.fetcher_manager.shutdown()
+        self.append_queue.shutdown()
         for partition in self.partitions.values():
             partition.make_offline()
         self.checkpoint_high_watermarks()
@@ -351,29 +355,87 @@ class ReplicaManager:
     ) -> dict[TopicPartition, ProduceResult] | Awaitable[dict[TopicPartition, ProduceResult]]:
         """Append each partition's records; with acks=all, return an awaitable of the results.
 
-        The appends happen synchronously, in the order the requests arrived; only the wait for the
-        high watermark is asynchronous.
+        The appends happen synchronously, in the order the requests arrived, and only the wait
+        for the high watermark is asynchronous; except that records too large to validate on the
+        event loop are validated on a worker thread first (see `append_queue`), and later appends
+        to the same partition queue behind them. Then the result is awaitable too.
         """
         now_ms = int(time.time() * 1000)
         results: dict[TopicPartition, ProduceResult] = {}
         waits: dict[TopicPartition, asyncio.Future[None]] = {}
+        deferred: dict[TopicPartition, asyncio.Future[tuple[ProduceResult, Any]]] = {}
+        queue = self.append_queue
         for key, records in entries.items():
+            if queue.busy(key):
+                deferred[key] = self._defer_append(key, records, required_acks, now_ms)
+                continue
             try:
                 partition = self.leader_partition(*key)
-                info = partition.append_records_to_leader(records, required_acks, now_ms)
+                info = partition.append_records_to_leader(
+                    records, required_acks, now_ms, budget=queue.inline_budget
+                )
+            except NeedsWorkerThread:
+                deferred[key] = self._defer_append(key, records, required_acks, now_ms)
+                continue
             except KafkaError as e:
                 results[key] = ProduceResult(error=e)
                 continue
-            results[key] = ProduceResult(
-                base_offset=info.first_offset,
-                log_append_time=info.log_append_time,
-                log_start_offset=partition.log_start_offset,
+            results[key], wait = self._appended(partition, info, required_acks)
+            if wait is not None:
+                waits[key] = wait
+        if deferred:
+            return asyncio.ensure_future(
+                self._complete_deferred(results, waits, deferred, timeout_ms / 1000)
             )
-            if required_acks == -1:
-                waits[key] = partition.wait_for_high_watermark(info.last_offset + 1)
         if not waits:
             return results
         return self._wait_for_acks(results, waits, timeout_ms / 1000)
+
+    @staticmethod
+    def _appended(
+        partition: Partition, info: Any, required_acks: int
+    ) -> tuple[ProduceResult, asyncio.Future[None] | None]:
+        result = ProduceResult(
+            base_offset=info.first_offset,
+            log_append_time=info.log_append_time,
+            log_start_offset=partition.log_start_offset,
+        )
+        if required_acks != -1:
+            return result, None
+        return result, partition.wait_for_high_watermark(info.last_offset + 1)
+
+    def _defer_append(
+        self, key: TopicPartition, records: bytes, required_acks: int, now_ms: int
+    ) -> asyncio.Future[tuple[ProduceResult, Any]]:
+        async def append(previous: asyncio.Future[Any] | None) -> tuple[ProduceResult, Any]:
+            try:
+                config = self.leader_partition(*key).log.config
+                validated = await self.append_queue.validate(records, config, now_ms)
+                await self.append_queue.after(previous)
+                partition = self.leader_partition(*key)
+                info = partition.append_records_to_leader(
+                    records, required_acks, now_ms, validated=validated
+                )
+            except KafkaError as e:
+                return ProduceResult(error=e), None
+            return self._appended(partition, info, required_acks)
+
+        return self.append_queue.defer(key, append)
+
+    async def _complete_deferred(
+        self,
+        results: dict[TopicPartition, ProduceResult],
+        waits: dict[TopicPartition, asyncio.Future[None]],
+        deferred: dict[TopicPartition, asyncio.Future[tuple[ProduceResult, Any]]],
+        timeout: float,
+    ) -> dict[TopicPartition, ProduceResult]:
+        for key, task in deferred.items():
+            results[key], wait = await task
+            if wait is not None:
+                waits[key] = wait
+        if not waits:
+            return results
+        return await self._wait_for_acks(results, waits, timeout)
 
     async def _wait_for_acks(
         self,

@@ -17,6 +17,22 @@ override the broker's defaults (`log.segment.bytes`, ...), which `from_broker_pr
 | file_delete_delay_ms           | file.delete.delay.ms            | log.segment.delete.delay.ms    |
 | min_insync_replicas            | min.insync.replicas             | min.insync.replicas            |
 | unclean_leader_election_enable | unclean.leader.election.enable  | unclean.leader.election.enable |
+| message_timestamp_before_max_ms | message.timestamp.before.max.ms | log.message.timestamp.before.max.ms |
+| message_timestamp_after_max_ms | message.timestamp.after.max.ms  | log.message.timestamp.after.max.ms |
+| message_timestamp_difference_max_ms | message.timestamp.difference.max.ms | log.message.timestamp.difference.max.ms |
+| decompressed_limit             | (none)                          | socket.request.max.bytes       |
+
+The three timestamp settings bound the record timestamps a CreateTime topic accepts (KIP-937):
+a record's timestamp must lie within [now - before, now + after]. As in Kafka 3.9, a before or
+after bound left at its default (Long.MAX_VALUE, no bound) takes the value of the older
+difference setting, so an operator's existing `message.timestamp.difference.max.ms` still applies.
+
+`decompressed_limit` is not a Kafka setting: the most bytes a compressed batch may decompress to
+before the broker refuses it (MESSAGE_TOO_LARGE). Kafka streams records out of a compressed batch
+without a bound; Odradek decompresses a batch into one buffer to validate it, so it bounds that
+buffer by the largest request it reads at all (`socket.request.max.bytes`, 100 MB by default): a
+producer could not have sent more records than that uncompressed either, while a decompression
+bomb (1 MB of zstd can hold 30 GB of zeros) is stopped there.
 
 min.insync.replicas and unclean.leader.election.enable are not used by the log itself; they live
 here because Kafka keeps them in its LogConfig too, so the partition and the controller read every
@@ -55,6 +71,10 @@ class LogConfig:
     file_delete_delay_ms: int = 60_000
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
+    message_timestamp_before_max_ms: int = _INT64_MAX
+    message_timestamp_after_max_ms: int = _INT64_MAX
+    message_timestamp_difference_max_ms: int = _INT64_MAX
+    decompressed_limit: int = 100 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for spec in _TOPIC_PROPERTIES.values():
@@ -63,6 +83,20 @@ class LogConfig:
     @property
     def uses_log_append_time(self) -> bool:
         return self.message_timestamp_type == LOG_APPEND_TIME
+
+    @property
+    def effective_timestamp_before_max_ms(self) -> int:
+        """How far in the past a CreateTime record may be (module docstring)."""
+        if self.message_timestamp_before_max_ms != _INT64_MAX:
+            return self.message_timestamp_before_max_ms
+        return self.message_timestamp_difference_max_ms
+
+    @property
+    def effective_timestamp_after_max_ms(self) -> int:
+        """How far in the future a CreateTime record may be (module docstring)."""
+        if self.message_timestamp_after_max_ms != _INT64_MAX:
+            return self.message_timestamp_after_max_ms
+        return self.message_timestamp_difference_max_ms
 
     @classmethod
     def from_properties(
@@ -177,6 +211,14 @@ _TOPIC_PROPERTIES: dict[str, _Property] = {
         _int("max.message.bytes", "max_message_bytes", 0, _INT32_MAX),
         _int("file.delete.delay.ms", "file_delete_delay_ms", 0, _INT64_MAX),
         _int("min.insync.replicas", "min_insync_replicas", 1, _INT32_MAX),
+        _int("message.timestamp.before.max.ms", "message_timestamp_before_max_ms", 0, _INT64_MAX),
+        _int("message.timestamp.after.max.ms", "message_timestamp_after_max_ms", 0, _INT64_MAX),
+        _int(
+            "message.timestamp.difference.max.ms",
+            "message_timestamp_difference_max_ms",
+            0,
+            _INT64_MAX,
+        ),
         _Property(
             "message.timestamp.type",
             "message_timestamp_type",
@@ -207,6 +249,9 @@ _BROKER_TO_TOPIC = {
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "log.message.timestamp.difference.max.ms": "message.timestamp.difference.max.ms",
 }
 
 _HOUR_MS = 60 * 60 * 1000

@@ -6,9 +6,9 @@ offset below which everything has been fsynced, so that recovery after a crash o
 validate what follows it. Always log_start_offset <= recovery_point <= LEO... except that the
 recovery point may lag the log start offset after retention, which is harmless.
 
-Appends. The leader validates a produce request's batches (never decoding records), stamps base
-offsets from the LEO and its leader epoch into them, optionally LogAppendTime, and writes them
-byte for byte. A follower writes batches copied from the leader as they are, after checking their
+Appends. The leader validates a produce request's batch (`odradek.log.validator`: header, CRC,
+and every record, natively and decompressed if need be), stamps base offsets from the LEO and its
+leader epoch into it, optionally LogAppendTime, and writes it byte for byte. A follower writes batches copied from the leader as they are, after checking their
 CRC and that their offsets continue the log. Before an append the active segment is rolled when the
 append would make it exceed segment.bytes, when segment.ms has passed since its first batch's
 timestamp (Kafka's rule: the new batches' max timestamp minus the first batch's max timestamp,
@@ -51,12 +51,13 @@ from odradek.log.leader_epoch import LeaderEpochCache
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
+from odradek.log.validator import ValidatedRecords, validate_produce_records
 from odradek.protocol.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
     assign_offsets,
     find_timestamp_in_batch,
-    validate_producer_batches,
+    set_create_time,
     validate_replicated_batches,
 )
 
@@ -291,21 +292,31 @@ class Log:
 
     @_storage_errors
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        now_ms: int,
+        *,
+        validated: ValidatedRecords | None = None,
+        budget: int | None = None,
     ) -> LogAppendInfo:
         """Validate a produce request's records, assign offsets from the LEO, stamp the leader
         epoch (and LogAppendTime if configured) and append them.
 
-        Raises CorruptRecordError, RecordTooLargeError, InvalidRecordError or
-        RecordBatchTooLargeError (more than segment.bytes at once) without writing anything.
+        Raises the validator's errors (CorruptRecordError, InvalidRecordError, RecordTooLargeError,
+        InvalidTimestampError, ...) or RecordBatchTooLargeError (more than segment.bytes at once)
+        without writing anything. `budget` bounds the validation work done here (NeedsWorkerThread
+        beyond it); `validated` is the result of a validation already done elsewhere.
         """
         self._check_open()
-        headers = validate_producer_batches(records, self._config.max_message_bytes)
-        if not headers:
-            return self._empty_append_info()
-        size = len(records)
+        if validated is None:
+            validated = validate_produce_records(records, self._config, now_ms, budget)
+        size = validated.size
         self._check_fits_segment(size)
-        data = bytearray(records)
+        data = bytearray(memoryview(records)[:size])
+        headers = [validated.header]
+        if validated.fix_create_time:
+            headers = [set_create_time(data, validated.header, validated.max_timestamp)]
         append_time = now_ms if self._config.uses_log_append_time else None
         headers = assign_offsets(data, headers, self._log_end_offset, leader_epoch, append_time)
         info = _append_info(
@@ -514,7 +525,9 @@ class Log:
         self, segment: LogSegment, header: BatchHeader, timestamp: int
     ) -> tuple[int, int] | None:
         batch = segment.read_at(header.position, header.size)
-        return find_timestamp_in_batch(batch, timestamp, self._log_start_offset)
+        return find_timestamp_in_batch(
+            batch, timestamp, self._log_start_offset, self._config.decompressed_limit
+        )
 
     def _offset_of_largest_timestamp(self) -> tuple[int, int] | None:
         best: tuple[int, LogSegment] | None = None

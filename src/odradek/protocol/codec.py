@@ -26,6 +26,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.serial import entity_reader, entity_writer
 
 from odradek.errors import OdradekError
+from odradek.protocol.frame_check import check_lengths
 
 
 class ApiKey(enum.IntEnum):
@@ -206,8 +207,16 @@ def parse_request_header(frame: bytes) -> RequestHeader:
 
 
 def decode_request_body(header: RequestHeader, frame: bytes) -> Any:
-    """Decode the body of a request whose header was parsed; ProtocolError on malformed bytes."""
+    """Decode the body of a request whose header was parsed; ProtocolError on malformed bytes.
+
+    Every length in the body is checked first (`frame_check`): kio's native reader would
+    otherwise allocate for an array's declared length before reading it, and a huge one aborts
+    the process."""
     cls = request_class(header.api_key, header.api_version)
+    try:
+        check_lengths(frame, header.size, cls)
+    except ValueError as e:
+        raise ProtocolError(f"malformed {cls.__name__} v{header.api_version}: {e}") from None
     try:
         entity, _size = _reader(cls)(frame, header.size)
     except (ValueError, TypeError, IndexError, OverflowError, UnicodeDecodeError) as e:

@@ -1,9 +1,11 @@
 """A zero-copy view of Kafka RecordBatch v2 (magic 2), the unit the broker stores and ships.
 
 Sans-I/O: this module turns bytes into batch headers and checks them; it never touches files or
-sockets and imports no asyncio. The broker treats a batch as an opaque blob with a header: it never
-decompresses or decodes individual records on the produce, fetch or replication paths. The budget on
-those paths is one `struct` unpack and one CRC32C call per batch, whatever the number of records.
+sockets and imports no asyncio. On the fetch and replication paths the broker treats a batch as an
+opaque blob with a header: one `struct` unpack and one CRC32C call per batch, whatever the number
+of records. Only the leader's produce path looks inside, once, before storing a batch
+(`odradek.log.validator`, with the native record walker of `odradek.protocol.records`), so that
+nothing a consumer cannot parse is ever stored; the records are still never re-encoded.
 
 Wire layout of a batch (all integers big-endian), 61 bytes of header followed by the records:
 
@@ -31,8 +33,10 @@ switching a batch to LogAppendTime means recomputing the CRC.
 Each record (inside the possibly compressed records section) is: length varint, attributes int8,
 timestampDelta varlong, offsetDelta varint, keyLength varint (-1 = null) + key, valueLength varint
 (-1 = null) + value, headerCount varint, then per header keyLength varint + key (UTF-8) and
-valueLength varint + value. Varints are zig-zag encoded like protobuf's sint32/sint64. Only the test and
-tool helpers at the bottom of this module (`build_batch`, `decode_records`) look at records.
+valueLength varint + value. Varints are zig-zag encoded like protobuf's sint32/sint64. This module
+never walks records itself: `odradek.protocol.records` does (natively), for the leader's validation
+(`odradek.log.validator`) and for the tool helpers at the bottom of this module (`build_batch`,
+`decode_records`); decompression is always bounded (`odradek.protocol.compression`).
 
 `google_crc32c`'s C extension accepts only immutable `bytes`, so the CRC-covered range of each batch is
 copied once into a `bytes` object before checksumming; that memcpy is cheap next to the checksum.
@@ -48,12 +52,7 @@ from typing import NamedTuple
 
 import google_crc32c
 
-from odradek.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    RecordTooLargeError,
-    UnsupportedCompressionTypeError,
-)
+from odradek.errors import CorruptRecordError, UnsupportedCompressionTypeError
 
 Buffer = bytes | bytearray | memoryview
 
@@ -228,34 +227,6 @@ def _complete_batches(buf: Buffer) -> list[BatchHeader]:
     return headers
 
 
-def validate_producer_batches(buf: Buffer, max_batch_bytes: int) -> list[BatchHeader]:
-    """Check a produce request's records before the leader appends them; return their headers.
-
-    The buffer must consist of complete v2 batches, each with a matching CRC, at least one record,
-    `lastOffsetDelta == recordsCount - 1` (a producer never leaves offset gaps) and a known codec.
-    A batch bigger than `max_batch_bytes` (the topic's max.message.bytes, compared with the whole
-    batch size as Kafka does) raises `RecordTooLargeError`; control batches are written only by
-    the broker's transaction coordinator, so a client sending one gets `InvalidRecordError`;
-    everything else that is wrong raises `CorruptRecordError`. Records are never decoded.
-    """
-    headers = _complete_batches(buf)
-    for header in headers:
-        if header.size > max_batch_bytes:
-            raise RecordTooLargeError(
-                f"batch of {header.size} bytes exceeds max.message.bytes {max_batch_bytes}"
-            )
-        _check_structure(buf, header)
-        if header.records_count < 1 or header.last_offset_delta != header.records_count - 1:
-            raise CorruptRecordError(
-                f"batch has recordsCount {header.records_count} and lastOffsetDelta "
-                f"{header.last_offset_delta}; a producer batch needs recordsCount >= 1 and "
-                "lastOffsetDelta == recordsCount - 1"
-            )
-        if header.is_control:
-            raise InvalidRecordError("clients may not write control batches")
-    return headers
-
-
 def validate_replicated_batches(buf: Buffer) -> list[BatchHeader]:
     """Check batches copied from a leader (offsets already assigned); return their headers.
 
@@ -306,6 +277,18 @@ def assign_offsets(
     return patched
 
 
+def set_create_time(buf: bytearray, header: BatchHeader, max_timestamp: int) -> BatchHeader:
+    """Mark one batch as CreateTime with maxTimestamp `max_timestamp`, recomputing its CRC in
+    place: Kafka's correction of a producer's batch whose header disagrees with its records."""
+    position = header.position
+    attributes = header.attributes & ~_TIMESTAMP_TYPE_BIT
+    _INT16.pack_into(buf, position + _ATTRIBUTES_POS, attributes)
+    _INT64.pack_into(buf, position + _MAX_TIMESTAMP_POS, max_timestamp)
+    crc = compute_crc(buf, header)
+    _UINT32.pack_into(buf, position + _CRC_POS, crc)
+    return header._replace(attributes=attributes, max_timestamp=max_timestamp, crc=crc)
+
+
 def set_log_append_time(buf: bytearray, header: BatchHeader, now_ms: int) -> BatchHeader:
     """Mark one batch as LogAppendTime with timestamp `now_ms`, recomputing its CRC in place."""
     return header._replace(**_set_log_append_time(buf, header, now_ms))
@@ -347,36 +330,12 @@ def _write_varint(out: bytearray, value: int) -> None:
     out.append(zigzag)
 
 
-def _read_varint(buf: Buffer, position: int) -> tuple[int, int]:
-    """Decode a zig-zag varint at `position`; return (value, next position)."""
-    result = 0
-    shift = 0
-    while True:
-        if position >= len(buf) or shift > 63:
-            raise CorruptRecordError("malformed varint in record")
-        byte = buf[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), position
-        shift += 7
-
-
 def _write_bytes(out: bytearray, data: bytes | None) -> None:
     if data is None:
         _write_varint(out, -1)
     else:
         _write_varint(out, len(data))
         out += data
-
-
-def _read_bytes(buf: Buffer, position: int) -> tuple[bytes | None, int]:
-    length, position = _read_varint(buf, position)
-    if length < 0:
-        return None, position
-    if position + length > len(buf):
-        raise CorruptRecordError("record field runs past the end of the batch")
-    return bytes(buf[position : position + length]), position + length
 
 
 def build_batch(
@@ -393,7 +352,8 @@ def build_batch(
     """Encode `(key, value, headers, timestamp)` records as one v2 CreateTime batch.
 
     Test and benchmark helper: the broker itself never builds batches. Every codec is supported
-    (gzip from the standard library, snappy/lz4/zstd from cramjam).
+    (gzip from the standard library, snappy raw as librdkafka writes it, lz4 frames with
+    independent blocks and zstd through `odradek.protocol.compression`).
     """
     if not records:
         raise ValueError("a batch needs at least one record")
@@ -416,17 +376,16 @@ def build_batch(
         payload = gzip.compress(bytes(body))
     elif compression == CompressionType.NONE:
         payload = bytes(body)
-    else:
+    elif compression == CompressionType.SNAPPY:
         import cramjam
 
-        compressors = {
-            CompressionType.SNAPPY: cramjam.snappy.compress_raw,
-            CompressionType.LZ4: cramjam.lz4.compress,
-            CompressionType.ZSTD: cramjam.zstd.compress,
-        }
-        if compression not in compressors:
-            raise UnsupportedCompressionTypeError(f"build_batch cannot compress with {compression}")
-        payload = bytes(compressors[compression](bytes(body)))
+        payload = bytes(cramjam.snappy.compress_raw(bytes(body)))
+    elif compression in (CompressionType.LZ4, CompressionType.ZSTD):
+        from odradek.protocol import compression as codecs
+
+        payload = codecs.compress(compression, bytes(body))
+    else:
+        raise UnsupportedCompressionTypeError(f"build_batch cannot compress with {compression}")
     attributes = int(compression) | (_TRANSACTIONAL_BIT if is_transactional else 0)
     batch = bytearray(HEADER_SIZE) + payload
     HEADER.pack_into(
@@ -451,52 +410,33 @@ def build_batch(
     return bytes(batch)
 
 
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER_SIZE = 16  # magic, version, compatible version
+TOOLS_DECOMPRESSED_LIMIT = 100 * 1024 * 1024
+"""How far the tool helpers decompress a batch (the broker's default limit; see LogConfig)."""
 
 
-def decompress(compression: int, payload: bytes) -> bytes:
-    """The records of a compressed batch, for tools and ListOffsets — never the hot path.
+def decompress(compression: int, payload: bytes, limit: int = TOOLS_DECOMPRESSED_LIMIT) -> bytes:
+    """The records section of a compressed batch (bounded: see `odradek.protocol.compression`)."""
+    from odradek.protocol import compression as codecs
 
-    gzip is the standard library's; snappy (raw, or in the xerial framing Kafka's Java client
-    writes), lz4 (frame format) and zstd come from cramjam.
-    """
-    if compression == CompressionType.GZIP:
-        return gzip.decompress(payload)
-    try:
-        import cramjam
-    except ImportError as e:  # pragma: no cover - cramjam is a dependency
-        raise UnsupportedCompressionTypeError(
-            f"cannot decompress codec {compression}: {e}"
-        ) from None
-    try:
-        if compression == CompressionType.SNAPPY:
-            if not payload.startswith(_XERIAL_MAGIC):
-                return bytes(cramjam.snappy.decompress_raw(payload))
-            chunks, position = [], _XERIAL_HEADER_SIZE
-            while position < len(payload):
-                (length,) = struct.unpack_from(">i", payload, position)
-                position += 4
-                chunks.append(
-                    bytes(cramjam.snappy.decompress_raw(payload[position : position + length]))
-                )
-                position += length
-            return b"".join(chunks)
-        if compression == CompressionType.LZ4:
-            return bytes(cramjam.lz4.decompress(payload))
-        if compression == CompressionType.ZSTD:
-            return bytes(cramjam.zstd.decompress(payload))
-    except (cramjam.DecompressionError, struct.error, ValueError) as e:
-        raise CorruptRecordError(f"cannot decompress a codec {compression} batch: {e}") from None
-    raise UnsupportedCompressionTypeError(f"unknown compression codec {compression}")
+    if compression not in (
+        CompressionType.GZIP,
+        CompressionType.SNAPPY,
+        CompressionType.LZ4,
+        CompressionType.ZSTD,
+    ):
+        raise UnsupportedCompressionTypeError(f"unknown compression codec {compression}")
+    return codecs.decompress(compression, payload, limit)
 
 
-def decode_records(batch: Buffer) -> list[Record]:
+def decode_records(batch: Buffer, limit: int = TOOLS_DECOMPRESSED_LIMIT) -> list[Record]:
     """Decode the records of the single batch at the start of `batch` (tests and tools only).
 
     With LogAppendTime every record reports the batch's maxTimestamp, as Kafka's consumers do.
-    Decompresses every codec Kafka has (see `decompress`).
+    Decompresses every codec Kafka has, to at most `limit` bytes; malformed records raise
+    InvalidRecordError (the rules of `odradek.protocol.records`).
     """
+    from odradek.protocol.records import index_records
+
     if len(batch) < HEADER_SIZE:
         raise CorruptRecordError("buffer shorter than a batch header")
     header = read_header(batch)
@@ -504,50 +444,81 @@ def decode_records(batch: Buffer) -> list[Record]:
         raise CorruptRecordError("buffer shorter than the batch it starts")
     payload: Buffer = memoryview(batch)[HEADER_SIZE : header.size]
     if header.compression != CompressionType.NONE:
-        payload = decompress(header.compression, bytes(payload))
+        payload = decompress(header.compression, bytes(payload), limit)
     log_append_time = header.timestamp_type == TimestampType.LOG_APPEND_TIME
     records: list[Record] = []
-    position = 0
-    for _ in range(header.records_count):
-        length, position = _read_varint(payload, position)
-        end = position + length
-        if length < 0 or end > len(payload):
-            raise CorruptRecordError("record length runs past the end of the batch")
-        position += 1  # record attributes
-        timestamp_delta, position = _read_varint(payload, position)
-        offset_delta, position = _read_varint(payload, position)
-        key, position = _read_bytes(payload, position)
-        value, position = _read_bytes(payload, position)
-        header_count, position = _read_varint(payload, position)
+    for layout in index_records(payload, header.records_count, header.base_timestamp):
         headers: list[tuple[str, bytes | None]] = []
-        for _ in range(header_count):
-            header_key, position = _read_bytes(payload, position)
-            header_value, position = _read_bytes(payload, position)
-            headers.append(((header_key or b"").decode(), header_value))
-        if position != end:
-            raise CorruptRecordError("record length does not match its fields")
-        timestamp = (
-            header.max_timestamp if log_append_time else header.base_timestamp + timestamp_delta
+        position = layout.headers_position
+        for _ in range(layout.header_count):
+            key, position = _sized_field(payload, position)
+            value, position = _sized_field(payload, position)
+            headers.append(((key or b"").decode(errors="replace"), value))
+        records.append(
+            Record(
+                header.base_offset + layout.offset_delta,
+                header.max_timestamp if log_append_time else layout.timestamp,
+                _field(payload, layout.key_position, layout.key_length),
+                _field(payload, layout.value_position, layout.value_length),
+                headers,
+            )
         )
-        records.append(Record(header.base_offset + offset_delta, timestamp, key, value, headers))
     return records
 
 
+def _field(payload: Buffer, position: int, length: int) -> bytes | None:
+    return None if length < 0 else bytes(payload[position : position + length])
+
+
+def _sized_field(payload: Buffer, position: int) -> tuple[bytes | None, int]:
+    """A varint-length-prefixed field the walker has already validated."""
+    raw, shift = 0, 0
+    while True:
+        byte = payload[position]
+        position += 1
+        raw |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    length = (raw >> 1) ^ -(raw & 1)
+    if length < 0:
+        return None, position
+    return bytes(payload[position : position + length]), position + length
+
+
 def find_timestamp_in_batch(
-    batch: Buffer, target_timestamp: int, min_offset: int = 0
+    batch: Buffer,
+    target_timestamp: int,
+    min_offset: int = 0,
+    limit: int = TOOLS_DECOMPRESSED_LIMIT,
 ) -> tuple[int, int] | None:
     """The first record of `batch` at or after `min_offset` with timestamp >= target, as
     (offset, timestamp); None when the records show there is none.
 
     ListOffsets helper (not a hot path). The caller already knows the batch's maxTimestamp is
-    >= target. CreateTime batches are searched record by record (decompressed if need be), as
-    Kafka does. LogAppendTime batches (every record has the batch timestamp) answer at batch
+    >= target. CreateTime batches are searched record by record (decompressed, to at most
+    `limit` bytes, if need be), as Kafka does, by the native walker: no Python per record. LogAppendTime batches (every record has the batch timestamp) answer at batch
     granularity: the batch's base offset and maxTimestamp.
     """
     header = read_header(batch)
-    if header.timestamp_type == TimestampType.CREATE_TIME:
-        for record in decode_records(batch):
-            if record.timestamp >= target_timestamp and record.offset >= min_offset:
-                return record.offset, record.timestamp
-        return None
-    return max(header.base_offset, min_offset), header.max_timestamp
+    if header.timestamp_type != TimestampType.CREATE_TIME:
+        return max(header.base_offset, min_offset), header.max_timestamp
+    from odradek.protocol import compression
+    from odradek.protocol.records import find_timestamp
+
+    payload: Buffer = memoryview(batch)[HEADER_SIZE : header.size]
+    try:
+        if header.compression != CompressionType.NONE:
+            payload = compression.decompress_bounded(header.compression, payload, limit)
+        found = find_timestamp(
+            payload,
+            header.records_count,
+            header.base_timestamp,
+            target_timestamp,
+            min_offset - header.base_offset,
+        )
+    finally:
+        if isinstance(payload, memoryview):
+            payload.release()
+        compression.trim_scratch()
+    return None if found is None else (header.base_offset + found[0], found[1])

@@ -103,6 +103,9 @@ _DEFS = [
         "log.message.timestamp.type", "string", "CreateTime", _one_of("CreateTime", "LogAppendTime")
     ),
     ConfigDef("log.segment.delete.delay.ms", "long", 60000, _at_least(0)),
+    ConfigDef("log.message.timestamp.before.max.ms", "long", 2**63 - 1, _at_least(0)),
+    ConfigDef("log.message.timestamp.after.max.ms", "long", 2**63 - 1, _at_least(0)),
+    ConfigDef("log.message.timestamp.difference.max.ms", "long", 2**63 - 1, _at_least(0)),
     ConfigDef("log.flush.offset.checkpoint.interval.ms", "int", 60000, _at_least(0)),
     ConfigDef("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, _at_least(0)),
     ConfigDef("log.cleanup.policy", "string", "delete"),
@@ -111,6 +114,7 @@ _DEFS = [
     ConfigDef("replica.lag.time.max.ms", "long", 30000, _at_least(1)),
     ConfigDef("replica.fetch.max.bytes", "int", 1048576, _at_least(0)),
     ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, _at_least(0)),
+    ConfigDef("fetch.max.bytes", "int", 55 * 1024 * 1024, _at_least(1024)),
     ConfigDef("replica.fetch.wait.max.ms", "int", 500, _at_least(0)),
     ConfigDef("replica.fetch.min.bytes", "int", 1, _at_least(0)),
     ConfigDef("replica.fetch.backoff.ms", "int", 1000, _at_least(0)),

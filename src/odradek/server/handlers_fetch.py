@@ -7,8 +7,13 @@ follower's id and broker epoch in `replica_state`. Consumers need READ on each t
 needs CLUSTER_ACTION, must be a replica of the partition and present its current broker epoch, and
 its fetch moves its LEO (and so the ISR and HW) only after the read at its offset succeeded
 (`odradek.security.controller_requests`): no client can keep a dead follower in the ISR by
-fetching in its name. Fetch sessions (KIP-227) are not implemented: every response carries session id 0, which tells
-clients to keep sending full fetch requests.
+fetching in its name. Fetch sessions (KIP-227) are not implemented: every response carries session
+id 0, which tells clients to keep sending full fetch requests.
+
+Whatever a request asks for, a response holds at most `fetch.max.bytes` (KIP-541, 55 MB by
+default) of records for a consumer and `replica.fetch.response.max.bytes` (10 MB) for a follower,
+as in Kafka; each partition's share is also bounded by what remains of that (plus, for the first
+partition with data, one whole batch however large: KIP-74). Negative sizes count as zero.
 
 ListOffsets answers earliest (-2: the log start offset), latest (-1: the high watermark for consumers,
 the LEO for followers) and by timestamp (the first offset whose batch timestamp is at or after it).
@@ -119,7 +124,7 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                     name,
                     partition.partition,
                     int(partition.fetch_offset),
-                    int(partition.partition_max_bytes),
+                    max(0, int(partition.partition_max_bytes)),
                     _epoch_or_none(getattr(partition, "current_leader_epoch", None)),
                     int(getattr(partition, "last_fetched_epoch", -1)),
                 )
@@ -140,7 +145,9 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     if refused:
         requests = [r for r in requests if (r.topic, r.partition) not in refused]
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-    max_bytes = int(getattr(request, "max_bytes", 0x7FFFFFFF))
+    config = broker.config
+    cap = config["replica.fetch.response.max.bytes" if replica_id >= 0 else "fetch.max.bytes"]
+    max_bytes = max(0, min(int(getattr(request, "max_bytes", 0x7FFFFFFF)), cap))
     if requests:
         result = replica_manager.fetch_messages(
             requests, replica_id, max_wait_ms, int(request.min_bytes), max_bytes, follower_update

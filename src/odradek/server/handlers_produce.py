@@ -1,7 +1,15 @@
 """Produce (api key 0).
 
-Record batches stay opaque: the handler hands each partition's bytes to the replica manager, which
-validates batch headers and CRCs, stamps offsets and the leader epoch, and appends them as they are.
+Record batches stay opaque here: the handler hands each partition's bytes to the replica manager,
+which validates them (`odradek.log.validator`: header, CRC and every record), stamps offsets and
+the leader epoch, and appends them as they are. Each partition is answered on its own: a refused
+batch fails its partition only, with the error's message and, for INVALID_TIMESTAMP, the
+offending records in `record_errors` (v8+), as Kafka fills them.
+
+As in Kafka, a request carrying a transactional batch without a transactional id is refused whole
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition); transactions are not implemented, so
+one with a transactional id gets the same answer.
+
 acks=0 gets no response; acks=1 is answered after the local append; acks=-1 (all) after the high
 watermark passes the appended batches, or REQUEST_TIMED_OUT after the request's timeout.
 
@@ -17,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.errors import KafkaError
 from odradek.network.server import NO_RESPONSE
 from odradek.protocol.build import build_response
+from odradek.protocol.record_batch import iter_batches
 from odradek.server.authorization import TOPIC, TOPIC_AUTHORIZATION_FAILED, WRITE
 
 if TYPE_CHECKING:
@@ -36,8 +46,22 @@ def _partition_response(index: int, result: ProduceResult) -> dict[str, Any]:
         "base_offset": result.base_offset,
         "log_append_time": None,
         "log_start_offset": result.log_start_offset,
-        "record_errors": (),
+        "record_errors": [
+            {"batch_index": batch_index, "batch_index_error_message": message}
+            for batch_index, message in (error.record_errors if error is not None else ())
+        ],
     }
+
+
+def _has_transactional_batch(records: bytes | None) -> bool:
+    """Whether the first batch of `records` is transactional (what Kafka looks at)."""
+    if records is None:
+        return False
+    try:
+        first = next(iter_batches(records), None)
+    except KafkaError:
+        return False
+    return first is not None and first.is_transactional
 
 
 def handle_produce(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
@@ -46,7 +70,10 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
     timeout_ms = int(request.timeout.total_seconds() * 1000)
     order: list[tuple[str, list[int]]] = []
     entries: dict[tuple[str, int], bytes] = {}
-    immediate: dict[tuple[str, int], ErrorCode] = {}
+    immediate: dict[tuple[str, int], KafkaError] = {}
+    refuse_transactional = request.transactional_id is not None or any(
+        _has_transactional_batch(p.records) for t in request.topic_data for p in t.partition_data
+    )
     for topic_data in request.topic_data:
         name = topic_data.name
         authorized = broker.authorizer.allowed(context, WRITE, TOPIC, name)
@@ -55,13 +82,18 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
             key = (name, partition_data.index)
             indexes.append(partition_data.index)
             if acks not in (0, 1, -1):
-                immediate[key] = ErrorCode.invalid_required_acks
+                immediate[key] = KafkaError(
+                    f"acks must be 0, 1 or -1, not {acks}", ErrorCode.invalid_required_acks
+                )
+            elif refuse_transactional:
+                immediate[key] = KafkaError(
+                    "transactional writes are not supported (and need a transactional id)",
+                    ErrorCode.transactional_id_authorization_failed,
+                )
             elif not authorized:
-                immediate[key] = TOPIC_AUTHORIZATION_FAILED
-            elif request.transactional_id is not None:
-                immediate[key] = ErrorCode.transactional_id_authorization_failed
+                immediate[key] = KafkaError("Authorization failed.", TOPIC_AUTHORIZATION_FAILED)
             elif partition_data.records is None:
-                immediate[key] = ErrorCode.corrupt_message
+                immediate[key] = KafkaError("the records are null", ErrorCode.corrupt_message)
             else:
                 entries[key] = partition_data.records
         order.append((name, indexes))
@@ -74,7 +106,6 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
 
     def answer(results: dict[tuple[str, int], ProduceResult]) -> Any:
         from odradek.cluster.replica_manager import ProduceResult
-        from odradek.errors import KafkaError
 
         topics = []
         for name, indexes in order:
@@ -83,9 +114,7 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
                 key = (name, index)
                 if key in immediate:
                     partitions.append(
-                        _partition_response(
-                            index, ProduceResult(error=KafkaError(code=immediate[key]))
-                        )
+                        _partition_response(index, ProduceResult(error=immediate[key]))
                     )
                 else:
                     partitions.append(_partition_response(index, results[key]))

@@ -57,6 +57,15 @@ MAX_ASSIGNED_REPLICAS = 150_000
 """Replicas per topic: about 900 KB of assignment JSON at 6 bytes a replica, under ZooKeeper's 1 MB."""
 
 
+def _require_legal_name(name: str) -> None:
+    """A name that breaks Kafka's topic name rules names no topic (and may not even make a valid
+    znode path: ZooKeeper refuses "." or a NUL, and "/" would reach another znode)."""
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError:
+        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist") from None
+
+
 class ConcurrentAssignmentChange(KafkaError):
     """The topic's assignment znode changed between our read and our conditional write."""
 
@@ -167,6 +176,7 @@ class AdminManager:
         )
 
     async def topic_assignment(self, name: str) -> TopicAssignment:
+        _require_legal_name(name)
         try:
             data, stat = await self.zk.get(TopicZNode.path(name))
         except NoNodeError:
@@ -184,6 +194,13 @@ class AdminManager:
                 f"topic {name!r} has {existing} partitions; the new count must be larger, not {count}"
             )
         replication_factor = len(next(iter(current.partitions.values())).replicas)
+        if count * replication_factor > MAX_ASSIGNED_REPLICAS:
+            # As for CreateTopics: the assignment must fit one znode, and computing millions of
+            # replicas would stall this broker's event loop (the fuzzer asked for 134 million).
+            raise InvalidPartitionsError(
+                f"{count} partitions x {replication_factor} replicas is more than the"
+                f" {MAX_ASSIGNED_REPLICAS} replicas one topic's assignment znode can hold"
+            )
         brokers = await self.registered_brokers()
         if manual:
             if len(manual) != count - existing:
@@ -219,6 +236,7 @@ class AdminManager:
             ) from None
 
     async def topic_config(self, name: str) -> dict[str, str]:
+        _require_legal_name(name)
         try:
             data, stat = await self.zk.get(TopicConfigZNode.path(name))
         except NoNodeError:
@@ -227,6 +245,7 @@ class AdminManager:
 
     async def set_topic_config(self, name: str, config: dict[str, str]) -> None:
         """Replace a topic's overrides and notify every broker (`/config/changes`)."""
+        _require_legal_name(name)
         if await self.zk.exists(TopicZNode.path(name)) is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         normalised = validate_topic_configs(config)
@@ -245,6 +264,7 @@ class AdminManager:
         log.info("config of topic %s set to %s", name, normalised)
 
     async def delete_topic(self, name: str) -> None:
+        _require_legal_name(name)
         if await self.zk.exists(TopicZNode.path(name)) is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         try:

@@ -77,6 +77,24 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
         ),
         TopicConfigDef("min.insync.replicas", "int", lambda c: c["min.insync.replicas"], minimum=1),
         TopicConfigDef(
+            "message.timestamp.before.max.ms",
+            "long",
+            lambda c: c["log.message.timestamp.before.max.ms"],
+            minimum=0,
+        ),
+        TopicConfigDef(
+            "message.timestamp.after.max.ms",
+            "long",
+            lambda c: c["log.message.timestamp.after.max.ms"],
+            minimum=0,
+        ),
+        TopicConfigDef(
+            "message.timestamp.difference.max.ms",
+            "long",
+            lambda c: c["log.message.timestamp.difference.max.ms"],
+            minimum=0,
+        ),
+        TopicConfigDef(
             "unclean.leader.election.enable", "bool", lambda c: c["unclean.leader.election.enable"]
         ),
         TopicConfigDef(
@@ -103,6 +121,11 @@ def parse_topic_config_value(name: str, raw: str | None) -> Any:
         if definition.minimum is not None and value < definition.minimum:
             raise InvalidConfigurationError(
                 f"invalid value {raw!r} for {name}: must be at least {definition.minimum}"
+            )
+        maximum = 2**31 - 1 if definition.kind == "int" else 2**63 - 1
+        if value > maximum:
+            raise InvalidConfigurationError(
+                f"invalid value {raw!r} for {name}: must be at most {maximum}"
             )
         return value
     if definition.kind == "bool":
@@ -155,4 +178,8 @@ def log_config_for(broker_config: KafkaConfig, overrides: Mapping[str, str]) -> 
         file_delete_delay_ms=values["file.delete.delay.ms"],
         min_insync_replicas=values["min.insync.replicas"],
         unclean_leader_election_enable=values["unclean.leader.election.enable"],
+        message_timestamp_before_max_ms=values["message.timestamp.before.max.ms"],
+        message_timestamp_after_max_ms=values["message.timestamp.after.max.ms"],
+        message_timestamp_difference_max_ms=values["message.timestamp.difference.max.ms"],
+        decompressed_limit=broker_config["socket.request.max.bytes"],
     )

@@ -1,0 +1,20 @@
+"""Build the one native extension; everything else is in pyproject.toml.
+
+`odradek.protocol._records` walks the records of a RecordBatch without per-record Python work;
+`odradek.protocol._frames` checks the lengths in a request before kio decodes it (see their C
+sources). `pip install -e .` (what `./dev setup` runs) builds them in place with the machine's C
+compiler and Python headers.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            f"odradek.protocol.{name}",
+            sources=[f"src/odradek/protocol/{name}.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=vla"],
+        )
+        for name in ("_records", "_frames")
+    ]
+)
