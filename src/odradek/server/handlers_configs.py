@@ -8,6 +8,10 @@ altering them is refused with INVALID_REQUEST rather than silently ignored.
 
 CreatePartitions grows a topic's assignment in `/brokers/topics/<topic>` (conditionally on the znode
 version read); the controller's watch on that znode creates the new partitions.
+
+Authorization: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or on the
+cluster for a broker (CLUSTER_AUTHORIZATION_FAILED), per resource; CreatePartitions needs ALTER on
+the topic.
 """
 
 from __future__ import annotations
@@ -25,14 +29,24 @@ from odradek.server.admin.topics import (
     effective_topic_config,
     parse_topic_config_value,
 )
+from odradek.server.authorization import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER_AUTHORIZATION_FAILED,
+    DESCRIBE_CONFIGS,
+    TOPIC,
+    TOPIC_AUTHORIZATION_FAILED,
+)
 from odradek.server.config import DEFINITIONS
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
+    from odradek.security.acl import AclOperation
     from odradek.server.services import BrokerServices
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+BROKER_LOGGER_RESOURCE = 8
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
@@ -111,6 +125,7 @@ def handle_describe_configs(broker: BrokerServices, context: RequestContext, req
                 "configs": (),
             }
             try:
+                _authorize_config_resource(broker, context, resource, DESCRIBE_CONFIGS)
                 if resource.resource_type == TOPIC_RESOURCE:
                     await broker.admin.topic_assignment(resource.resource_name)
                     result["configs"] = await _describe_topic(broker, resource.resource_name, keys)
@@ -135,7 +150,23 @@ def handle_describe_configs(broker: BrokerServices, context: RequestContext, req
     return describe()
 
 
-async def _alter(broker: BrokerServices, request: Any, incremental: bool) -> list[dict[str, Any]]:
+def _authorize_config_resource(
+    broker: BrokerServices, context: RequestContext, resource: Any, operation: AclOperation
+) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for a broker resource."""
+    if resource.resource_type == TOPIC_RESOURCE:
+        if not broker.authorizer.allowed(context, operation, TOPIC, resource.resource_name):
+            raise KafkaError("Authorization failed.", TOPIC_AUTHORIZATION_FAILED)
+    elif resource.resource_type in (
+        BROKER_RESOURCE,
+        BROKER_LOGGER_RESOURCE,
+    ) and not broker.authorizer.cluster(context, operation):
+        raise KafkaError("Authorization failed.", CLUSTER_AUTHORIZATION_FAILED)
+
+
+async def _alter(
+    broker: BrokerServices, context: RequestContext, request: Any, incremental: bool
+) -> list[dict[str, Any]]:
     admin = broker.admin
     results = []
     for resource in request.resources:
@@ -146,6 +177,7 @@ async def _alter(broker: BrokerServices, request: Any, incremental: bool) -> lis
             "resource_name": resource.resource_name,
         }
         try:
+            _authorize_config_resource(broker, context, resource, ALTER_CONFIGS)
             if resource.resource_type != TOPIC_RESOURCE:
                 raise KafkaError("only topic configs can be altered", ErrorCode.invalid_request)
             name = resource.resource_name
@@ -208,7 +240,7 @@ def handle_alter_configs(broker: BrokerServices, context: RequestContext, reques
 
     async def alter() -> Any:
         return build_response(
-            header, {"throttle_time": 0, "responses": await _alter(broker, request, False)}
+            header, {"throttle_time": 0, "responses": await _alter(broker, context, request, False)}
         )
 
     return alter()
@@ -221,7 +253,7 @@ def handle_incremental_alter_configs(
 
     async def alter() -> Any:
         return build_response(
-            header, {"throttle_time": 0, "responses": await _alter(broker, request, True)}
+            header, {"throttle_time": 0, "responses": await _alter(broker, context, request, True)}
         )
 
     return alter()
@@ -240,6 +272,8 @@ def handle_create_partitions(broker: BrokerServices, context: RequestContext, re
                 "error_message": None,
             }
             try:
+                if not broker.authorizer.allowed(context, ALTER, TOPIC, topic.name):
+                    raise KafkaError("Authorization failed.", TOPIC_AUTHORIZATION_FAILED)
                 manual = (
                     [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
                 )
