@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.group import handlers as handlers_groups
 from odradek.coordinator.group import handlers_offsets
+from odradek.coordinator.transaction import handlers as handlers_transactions
 from odradek.network.request_context import RequestContext
 from odradek.protocol.build import build, build_response
 from odradek.protocol.codec import (
@@ -56,6 +57,7 @@ from odradek.server import (
     handlers_produce,
     handlers_reassignment,
     handlers_scram,
+    handlers_txn,
 )
 from odradek.server.authorization_groups import authorized_group_handlers
 from odradek.server.services import BrokerServices
@@ -111,6 +113,18 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_ACLS: (1, 3),
     DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    # Transactions (issue 18; handlers_txn and odradek.coordinator.transaction.handlers): Kafka
+    # 3.9's ranges, except the KIP-890 part 2 versions (AddPartitionsToTxn 5, which clients use
+    # only with transaction.version 2, a KRaft feature). WriteTxnMarkers v0 is not in kio; v1 is
+    # what every Kafka 2.x+ coordinator sends.
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
 }
 
 Handler = Callable[[BrokerServices, RequestContext, Any], Any]
@@ -148,7 +162,8 @@ class KafkaApis:
             ApiKey.UPDATE_METADATA: handlers_interbroker.handle_update_metadata,
             ApiKey.STOP_REPLICA: handlers_interbroker.handle_stop_replica,
             ApiKey.CONTROLLED_SHUTDOWN: handlers_interbroker.handle_controlled_shutdown,
-            ApiKey.FIND_COORDINATOR: handlers_groups.handle_find_coordinator,
+            # Key type 0 (groups) goes on to the group coordinator's handler.
+            ApiKey.FIND_COORDINATOR: handlers_transactions.handle_find_coordinator,
             ApiKey.JOIN_GROUP: handlers_groups.handle_join_group,
             ApiKey.SYNC_GROUP: handlers_groups.handle_sync_group,
             ApiKey.HEARTBEAT: handlers_groups.handle_heartbeat,
@@ -166,6 +181,14 @@ class KafkaApis:
             DELETE_ACLS: handlers_acls.handle_delete_acls,
             DESCRIBE_USER_SCRAM_CREDENTIALS: handlers_scram.handle_describe_user_scram_credentials,
             ALTER_USER_SCRAM_CREDENTIALS: handlers_scram.handle_alter_user_scram_credentials,
+            ApiKey.INIT_PRODUCER_ID: handlers_txn.handle_init_producer_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN: handlers_txn.handle_add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: handlers_txn.handle_add_offsets_to_txn,
+            ApiKey.END_TXN: handlers_txn.handle_end_txn,
+            ApiKey.WRITE_TXN_MARKERS: handlers_txn.handle_write_txn_markers,
+            ApiKey.TXN_OFFSET_COMMIT: handlers_txn.handle_txn_offset_commit,
+            ApiKey.DESCRIBE_TRANSACTIONS: handlers_txn.handle_describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: handlers_txn.handle_list_transactions,
         }
         # The group coordinator knows nothing of ACLs: its handlers are wrapped.
         self.handlers = authorized_group_handlers(handlers)

@@ -44,7 +44,10 @@ from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.metadata import GroupConfig
 from odradek.coordinator.group.metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.group.placement import OFFSETS_TOPIC
+from odradek.coordinator.group.txn_offsets import PendingTxnOffsets
 from odradek.coordinator.group.zk_import import ZkLegacyOffsets
+from odradek.coordinator.transaction.coordinator import TransactionCoordinator
+from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
 from odradek.errors import KafkaError, OperatorError, require
 from odradek.log.log_manager import LogManager
 from odradek.network.client import BrokerConnection, ClientSecurity
@@ -70,6 +73,7 @@ from odradek.server.listeners import (
 )
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
+from odradek.server.transaction_topic import TransactionTopicCreator, build_transaction_coordinator
 from odradek.zk.client import CreateOp, SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
 from odradek.zk.znodes import (
@@ -117,6 +121,10 @@ class Broker:
         self.admin: AdminManager = None  # type: ignore[assignment]
         self.topic_configs: TopicConfigs = None  # type: ignore[assignment]
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]
+        self.transaction_coordinator: TransactionCoordinator = None  # type: ignore[assignment]
+        self.producer_id_manager: ProducerIdManager = None  # type: ignore[assignment]
+        self.txn_offsets: PendingTxnOffsets = None  # type: ignore[assignment]
+        self._transaction_topic: TransactionTopicCreator | None = None
         self._offsets_topic: OffsetsTopicCreator | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._metadata_waiters: list[asyncio.Future[None]] = []
@@ -178,6 +186,16 @@ class Broker:
                 legacy=ZkLegacyOffsets(self.zk),
             ),
         )
+        self.txn_offsets = PendingTxnOffsets(self.group_coordinator)
+        self.producer_id_manager = ProducerIdManager(self.broker_id, self._zk)
+        self.transaction_coordinator = build_transaction_coordinator(
+            self.broker_id,
+            config,
+            lambda: self.replica_manager,
+            cache,
+            self.producer_id_manager,
+            self.inter_broker_client,
+        )
         apis = KafkaApis(self)
         quotas, pool = connection_quotas(config), memory_pool(config)
         for endpoint in config.listeners:
@@ -223,6 +241,9 @@ class Broker:
         self._offsets_topic = OffsetsTopicCreator(
             config, self.admin, self.metadata_cache.alive_broker_ids
         )
+        self._transaction_topic = TransactionTopicCreator(
+            config, self.admin, self.metadata_cache.alive_broker_ids
+        )
         self.controller = KafkaController(
             self.broker_id,
             self.zk,
@@ -252,6 +273,7 @@ class Broker:
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
         self.group_coordinator.start()
+        self.transaction_coordinator.start()
         self.started = True
         log.info(
             "broker %d started: listening on %s, cluster %s, %d logs",
@@ -392,6 +414,11 @@ class Broker:
         """Create `__consumer_offsets` if need be (FindCoordinator found no such topic)."""
         if self._offsets_topic is not None:
             self._offsets_topic.ensure()
+
+    def ensure_transaction_topic(self) -> None:
+        """Create `__transaction_state` if need be (FindCoordinator found no such topic)."""
+        if self._transaction_topic is not None:
+            self._transaction_topic.ensure()
 
     def _topic_id_for(self, topic: str) -> uuid.UUID | None:
         """The topic's id for Fetch v13+: as LeaderAndIsr or UpdateMetadata stated it."""
@@ -595,6 +622,8 @@ class Broker:
             if self.group_coordinator is not None:
                 # Parked JoinGroup/SyncGroup requests get NOT_COORDINATOR while we still can answer.
                 await self.group_coordinator.shutdown()
+            if self.transaction_coordinator is not None:
+                await self.transaction_coordinator.shutdown()
             for server in self.socket_servers:
                 await server.stop()
             if self.controller is not None:

@@ -148,6 +148,20 @@ _DEFS = [
     ConfigDef("offsets.retention.check.interval.ms", "long", 600000, _at_least(1)),
     ConfigDef("offsets.load.buffer.size", "int", 5242880, _at_least(1)),
     ConfigDef("offset.metadata.max.bytes", "int", 4096),
+    # Transactions (Kafka's TransactionStateManagerConfigs and TransactionLogConfigs).
+    ConfigDef("transactional.id.expiration.ms", "int", 604800000, _at_least(1)),
+    ConfigDef("transaction.max.timeout.ms", "int", 900000, _at_least(1)),
+    ConfigDef("transaction.state.log.num.partitions", "int", 50, _at_least(1)),
+    ConfigDef("transaction.state.log.replication.factor", "int", 3, _at_least(1)),
+    ConfigDef("transaction.state.log.min.isr", "int", 2, _at_least(1)),
+    ConfigDef("transaction.state.log.segment.bytes", "int", 104857600, _at_least(1)),
+    ConfigDef("transaction.state.log.load.buffer.size", "int", 5242880, _at_least(1)),
+    ConfigDef(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, _at_least(1)
+    ),
+    ConfigDef(
+        "transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, _at_least(1)
+    ),
     ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
     ConfigDef("group.min.session.timeout.ms", "int", 6000, _at_least(0)),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),
