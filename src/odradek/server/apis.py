@@ -6,7 +6,7 @@ features from this list, so advertising anything more would invite requests we c
 
 Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
 `handlers_admin`, `handlers_log_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_reassignment`,
-`handlers_interbroker`, and the group coordinator's `odradek.coordinator.group.handlers` and
+`handlers_interbroker`, `handlers_producer_ids`, and the group coordinator's `odradek.coordinator.group.handlers` and
 `handlers_offsets`); each is
 `handle(services, context, request) -> response | awaitable`, where `context` is the request's
 own `RequestContext` (header, client address, principal): per-request state travels with the
@@ -54,6 +54,7 @@ from odradek.server import (
     handlers_log_admin,
     handlers_metadata,
     handlers_produce,
+    handlers_producer_ids,
     handlers_reassignment,
     handlers_scram,
 )
@@ -73,6 +74,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.UPDATE_METADATA: (7, 7),
     ApiKey.CONTROLLED_SHUTDOWN: (3, 3),
     ApiKey.API_VERSIONS: (0, 3),
+    # Idempotent producers (handlers_producer_ids); transactional ids await the coordinator.
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
@@ -124,6 +127,7 @@ class KafkaApis:
         handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: handle_api_versions,
             ApiKey.PRODUCE: handlers_produce.handle_produce,
+            ApiKey.INIT_PRODUCER_ID: handlers_producer_ids.handle_init_producer_id,
             ApiKey.FETCH: handlers_fetch.handle_fetch,
             ApiKey.LIST_OFFSETS: handlers_fetch.handle_list_offsets,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: handlers_fetch.handle_offset_for_leader_epoch,

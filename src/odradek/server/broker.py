@@ -45,6 +45,7 @@ from odradek.coordinator.group.metadata import GroupConfig
 from odradek.coordinator.group.metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.group.placement import OFFSETS_TOPIC
 from odradek.coordinator.group.zk_import import ZkLegacyOffsets
+from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
 from odradek.errors import KafkaError, OperatorError, require
 from odradek.log.log_manager import LogManager
 from odradek.network.client import BrokerConnection, ClientSecurity
@@ -168,6 +169,7 @@ class Broker:
         # it serves groups once its timers start with the other periodic work (7), and loads
         # offsets partitions as LeaderAndIsr makes us their leader.
         cache = self.metadata_cache
+        self.producer_id_manager = ProducerIdManager(self.broker_id, self._zk)
         self.group_coordinator = GroupCoordinator(
             self.broker_id,
             GroupConfig.from_broker_config(config),
@@ -251,6 +253,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
+        self._tasks.append(loop.create_task(self._producer_expiration_loop()))
         self.group_coordinator.start()
         self.started = True
         log.info(
@@ -515,6 +518,17 @@ class Broker:
                 self._log_manager.cleanup(int(time.time() * 1000))
             except Exception:
                 log.exception("log retention failed")
+
+    async def _producer_expiration_loop(self) -> None:
+        interval = self.config["producer.id.expiration.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                expired = self._log_manager.remove_expired_producers()
+                if expired:
+                    log.info("expired %d idle producer ids", expired)
+            except Exception:
+                log.exception("producer id expiration failed")
 
     async def _log_checkpoint_loop(self) -> None:
         interval = self.config["log.flush.offset.checkpoint.interval.ms"] / 1000

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.controller.controller import KafkaController
     from odradek.coordinator.group.coordinator import GroupCoordinator
+    from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
     from odradek.security.acl_store import AclStore
     from odradek.security.controller_requests import ControllerEpochValidator
     from odradek.security.credential_store import CredentialStore
@@ -45,6 +46,8 @@ class BrokerServices(Protocol):
     admin: AdminManager
     topic_configs: TopicConfigs
     group_coordinator: GroupCoordinator
+    producer_id_manager: ProducerIdManager
+    """Producer ids for InitProducerId, in blocks reserved in ZooKeeper."""
     authorizer: RequestAuthorizer
     """Every handler's authorization question (`odradek.server.authorization`)."""
     controller_validator: ControllerEpochValidator
