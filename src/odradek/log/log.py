@@ -49,6 +49,8 @@ from odradek.log.checkpoints import fsync_dir
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import LeaderEpochCache
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
+from odradek.log.producer_state import AppendOrigin, ProducerStateManager, last_sequence
+from odradek.log.producer_state_loading import markers_in, rebuild_producer_state
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
 from odradek.log.validator import ValidatedRecords, validate_produce_records
@@ -151,6 +153,7 @@ class Log:
         log_end_offset: int,
         recovery_point: int,
         leader_epoch_cache: LeaderEpochCache,
+        producer_state: ProducerStateManager | None = None,
     ) -> None:
         """Use `Log.open`; this only assembles already loaded parts."""
         parsed = parse_log_dir_name(directory.name)
@@ -166,6 +169,9 @@ class Log:
         self._recovery_point = recovery_point
         self._size = sum(segment.size for segment in segments)
         self._leader_epoch_cache = leader_epoch_cache
+        self._producer_state = producer_state or ProducerStateManager(
+            directory, f"{self.topic}-{self.partition}", config.producer_id_expiration_ms
+        )
         self._closed = False
 
     @classmethod
@@ -224,6 +230,16 @@ class Log:
         else:
             cache.truncate_from_end(log.log_end_offset)
             cache.truncate_from_start(start)
+            state = log._producer_state
+            state.remove_stray_snapshots(segment.base_offset for segment in log._segments)
+            rebuild_producer_state(
+                state,
+                log._segments,
+                start,
+                log.log_end_offset,
+                now_ms,
+                reload_from_clean_shutdown=clean_shutdown,
+            )
         if loaded.recovered:
             logger.info(
                 "%s: recovered, log end offset %d, %d segments",
@@ -274,6 +290,10 @@ class Log:
         return self._leader_epoch_cache
 
     @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producer_state
+
+    @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
 
@@ -299,9 +319,15 @@ class Log:
         *,
         validated: ValidatedRecords | None = None,
         budget: int | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Validate a produce request's records, assign offsets from the LEO, stamp the leader
         epoch (and LogAppendTime if configured) and append them.
+
+        A batch of a producer id is first checked against the producer state: a duplicate of
+        one of the producer's last 5 batches is answered with that batch's offsets and not
+        appended (`batch_count` 0); a batch out of sequence or of a fenced epoch raises
+        OutOfOrderSequenceError / InvalidProducerEpochError / InvalidTxnStateError.
 
         Raises the validator's errors (CorruptRecordError, InvalidRecordError, RecordTooLargeError,
         InvalidTimestampError, ...) or RecordBatchTooLargeError (more than segment.bytes at once)
@@ -310,9 +336,20 @@ class Log:
         """
         self._check_open()
         if validated is None:
-            validated = validate_produce_records(records, self._config, now_ms, budget)
+            validated = validate_produce_records(
+                records,
+                self._config,
+                now_ms,
+                budget,
+                allow_control=origin is AppendOrigin.COORDINATOR,
+            )
         size = validated.size
         self._check_fits_segment(size)
+        state = self._producer_state
+        if validated.header.producer_id >= 0 and origin is AppendOrigin.CLIENT:
+            duplicate = self._find_duplicate(validated.header)
+            if duplicate is not None:
+                return duplicate
         data = bytearray(memoryview(records)[:size])
         headers = [validated.header]
         if validated.fix_create_time:
@@ -322,10 +359,38 @@ class Log:
         info = _append_info(
             headers, size, NO_TIMESTAMP if append_time is None else now_ms, self._log_start_offset
         )
-        self._append(data, headers, info, now_ms)
+        if headers[0].producer_id >= 0:
+            # Kafka's producer state rules (log/producer_state.py): raises before anything is
+            # written; the state changes only once the batch is in the log.
+            infos, completed = state.apply_batches(headers, origin, markers_in(data, headers))
+            self._append(data, headers, info, now_ms)
+            state.commit(infos, completed, self._log_end_offset)
+        else:
+            self._append(data, headers, info, now_ms)
+            state.map_end_offset = self._log_end_offset
         if leader_epoch > self._leader_epoch_cache.latest_epoch:
             self._leader_epoch_cache.assign(leader_epoch, info.first_offset)
         return info
+
+    def _find_duplicate(self, header: BatchHeader) -> LogAppendInfo | None:
+        entry = self._producer_state.last_entry(header.producer_id)
+        if entry is None:
+            return None
+        duplicate = entry.find_duplicate_batch(
+            header.producer_epoch, header.base_sequence, last_sequence(header)
+        )
+        if duplicate is None:
+            return None
+        return LogAppendInfo(
+            first_offset=duplicate.first_offset,
+            last_offset=duplicate.last_offset,
+            max_timestamp=duplicate.timestamp,
+            offset_of_max_timestamp=duplicate.last_offset,
+            log_append_time=NO_TIMESTAMP,
+            batch_count=0,
+            size=0,
+            log_start_offset=self._log_start_offset,
+        )
 
     @_storage_errors
     def append_as_follower(
@@ -354,7 +419,12 @@ class Log:
         size = len(records)
         self._check_fits_segment(size)
         info = _append_info(headers, size, NO_TIMESTAMP, self._log_start_offset)
+        state = self._producer_state
+        infos, completed = state.apply_batches(
+            headers, AppendOrigin.REPLICATION, markers_in(records, headers)
+        )
         self._append(records, headers, info, _wall_clock_ms() if now_ms is None else now_ms)
+        state.commit(infos, completed, self._log_end_offset)
         cache = self._leader_epoch_cache
         for header in headers:
             if header.partition_leader_epoch > cache.latest_epoch:
@@ -419,6 +489,10 @@ class Log:
         self._segments.append(segment)
         self._base_offsets.append(new_base_offset)
         fsync_dir(self._dir)
+        # The producer state of everything before the new segment, named by its base offset:
+        # recovery replays at most from here.
+        self._producer_state.update_map_end_offset(new_base_offset)
+        self._producer_state.take_snapshot()
         # Everything before the new segment is now fsynced (on_become_inactive flushed the
         # old segment; older ones were flushed when they were rolled or by flush()).
         self.flush(new_base_offset)
@@ -579,6 +653,13 @@ class Log:
         self._recovery_point = min(self._recovery_point, self._log_end_offset)
         self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
         self._leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        rebuild_producer_state(
+            self._producer_state,
+            self._segments,
+            self._log_start_offset,
+            self._log_end_offset,
+            now_ms,
+        )
         return True
 
     @_storage_errors
@@ -601,6 +682,7 @@ class Log:
         self._size = 0
         self._log_start_offset = self._log_end_offset = self._recovery_point = offset
         self._leader_epoch_cache.clear_and_flush()
+        self._producer_state.truncate_fully_and_start_at(offset)
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -663,6 +745,8 @@ class Log:
             if new_start > self._log_start_offset:
                 self._log_start_offset = new_start
                 self._leader_epoch_cache.truncate_from_start(new_start)
+                self._producer_state.on_log_start_offset_incremented(new_start)
+            self._producer_state.delete_snapshots_before(new_start)
             self._recovery_point = max(self._recovery_point, new_start)
             logger.info("%s: deleted %d old segments, log start offset %d", self, count, new_start)
         return count
@@ -681,6 +765,7 @@ class Log:
             return False
         self._log_start_offset = offset
         self._leader_epoch_cache.truncate_from_start(offset)
+        self._producer_state.on_log_start_offset_incremented(offset)
         return True
 
     # -- durability and lifecycle --------------------------------------------------------------
@@ -705,6 +790,8 @@ class Log:
         """Seal and fsync the active segment and close every file. Idempotent."""
         if self._closed:
             return
+        self._producer_state.update_map_end_offset(self._log_end_offset)
+        self._producer_state.take_snapshot()
         for segment in self._segments:
             segment.close()
         self._leader_epoch_cache.sync()

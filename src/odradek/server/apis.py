@@ -6,7 +6,7 @@ features from this list, so advertising anything more would invite requests we c
 
 Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
 `handlers_admin`, `handlers_log_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_reassignment`,
-`handlers_interbroker`, and the group coordinator's `odradek.coordinator.group.handlers` and
+`handlers_interbroker`, `handlers_producer_ids`, and the group coordinator's `odradek.coordinator.group.handlers` and
 `handlers_offsets`); each is
 `handle(services, context, request) -> response | awaitable`, where `context` is the request's
 own `RequestContext` (header, client address, principal): per-request state travels with the
@@ -55,6 +55,7 @@ from odradek.server import (
     handlers_log_admin,
     handlers_metadata,
     handlers_produce,
+    handlers_producer_ids,
     handlers_reassignment,
     handlers_scram,
     handlers_txn,
@@ -75,6 +76,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.UPDATE_METADATA: (7, 7),
     ApiKey.CONTROLLED_SHUTDOWN: (3, 3),
     ApiKey.API_VERSIONS: (0, 3),
+    # Idempotent producers (handlers_producer_ids); transactional ids await the coordinator.
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
@@ -117,7 +120,6 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # 3.9's ranges, except the KIP-890 part 2 versions (AddPartitionsToTxn 5, which clients use
     # only with transaction.version 2, a KRaft feature). WriteTxnMarkers v0 is not in kio; v1 is
     # what every Kafka 2.x+ coordinator sends.
-    ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
     ApiKey.END_TXN: (0, 4),
@@ -138,6 +140,7 @@ class KafkaApis:
         handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: handle_api_versions,
             ApiKey.PRODUCE: handlers_produce.handle_produce,
+            ApiKey.INIT_PRODUCER_ID: handlers_producer_ids.handle_init_producer_id,
             ApiKey.FETCH: handlers_fetch.handle_fetch,
             ApiKey.LIST_OFFSETS: handlers_fetch.handle_list_offsets,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: handlers_fetch.handle_offset_for_leader_epoch,
@@ -181,7 +184,6 @@ class KafkaApis:
             DELETE_ACLS: handlers_acls.handle_delete_acls,
             DESCRIBE_USER_SCRAM_CREDENTIALS: handlers_scram.handle_describe_user_scram_credentials,
             ALTER_USER_SCRAM_CREDENTIALS: handlers_scram.handle_alter_user_scram_credentials,
-            ApiKey.INIT_PRODUCER_ID: handlers_txn.handle_init_producer_id,
             ApiKey.ADD_PARTITIONS_TO_TXN: handlers_txn.handle_add_partitions_to_txn,
             ApiKey.ADD_OFFSETS_TO_TXN: handlers_txn.handle_add_offsets_to_txn,
             ApiKey.END_TXN: handlers_txn.handle_end_txn,

@@ -176,6 +176,7 @@ class Broker:
         # it serves groups once its timers start with the other periodic work (7), and loads
         # offsets partitions as LeaderAndIsr makes us their leader.
         cache = self.metadata_cache
+        self.producer_id_manager = ProducerIdManager(self.broker_id, self._zk)
         self.group_coordinator = GroupCoordinator(
             self.broker_id,
             GroupConfig.from_broker_config(config),
@@ -187,7 +188,6 @@ class Broker:
             ),
         )
         self.txn_offsets = PendingTxnOffsets(self.group_coordinator)
-        self.producer_id_manager = ProducerIdManager(self.broker_id, self._zk)
         self.transaction_coordinator = build_transaction_coordinator(
             self.broker_id,
             config,
@@ -272,6 +272,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
+        self._tasks.append(loop.create_task(self._producer_expiration_loop()))
         self.group_coordinator.start()
         self.transaction_coordinator.start()
         self.started = True
@@ -542,6 +543,17 @@ class Broker:
                 self._log_manager.cleanup(int(time.time() * 1000))
             except Exception:
                 log.exception("log retention failed")
+
+    async def _producer_expiration_loop(self) -> None:
+        interval = self.config["producer.id.expiration.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                expired = self._log_manager.remove_expired_producers()
+                if expired:
+                    log.info("expired %d idle producer ids", expired)
+            except Exception:
+                log.exception("producer id expiration failed")
 
     async def _log_checkpoint_loop(self) -> None:
         interval = self.config["log.flush.offset.checkpoint.interval.ms"] / 1000

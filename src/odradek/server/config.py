@@ -104,6 +104,8 @@ _DEFS = [
     ConfigDef("log.retention.hours", "int", 168),
     ConfigDef("log.retention.bytes", "long", -1),
     ConfigDef("log.retention.check.interval.ms", "long", 300000, _at_least(1)),
+    ConfigDef("producer.id.expiration.ms", "int", 86400000, _at_least(1)),
+    ConfigDef("producer.id.expiration.check.interval.ms", "int", 600000, _at_least(1)),
     ConfigDef("log.index.interval.bytes", "int", 4096, _at_least(0)),
     ConfigDef("log.index.size.max.bytes", "int", 10 * 1024 * 1024, _at_least(4)),
     ConfigDef(

@@ -6,7 +6,6 @@ Authorization (`odradek.security.api_acls`, as Kafka's KafkaApis):
 
 | API | check | refused |
 |---|---|---|
-| InitProducerId (transactional) | WRITE on the transactional id | TRANSACTIONAL_ID_AUTHORIZATION_FAILED |
 | AddPartitionsToTxn | WRITE on the transactional id, then WRITE on each topic | whole request / TOPIC_AUTHORIZATION_FAILED for refused topics, OPERATION_NOT_ATTEMPTED for the rest |
 | AddOffsetsToTxn | WRITE on the transactional id, READ on the group | TRANSACTIONAL_ID_ / GROUP_AUTHORIZATION_FAILED |
 | EndTxn | WRITE on the transactional id | TRANSACTIONAL_ID_AUTHORIZATION_FAILED |
@@ -64,44 +63,6 @@ MARKER_TIMEOUT_S = 30.0
 
 def _may_write_txn(broker: BrokerServices, context: RequestContext, transactional_id: str) -> bool:
     return broker.authorizer.allowed(context, WRITE, TRANSACTIONAL_ID, transactional_id)
-
-
-def handle_init_producer_id(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
-    """InitProducerId. The transactional path is the coordinator's; without a transactional id
-    the producer gets a fresh id at epoch 0 (the idempotent path)."""
-    header = context.header
-    transactional_id = request.transactional_id
-    if transactional_id is None:
-        if not broker.authorizer.cluster(context, _idempotent_write()):
-            return _init_error(header, ErrorCode.cluster_authorization_failed)
-
-        async def fresh() -> Any:
-            try:
-                producer_id = await broker.producer_id_manager.generate_producer_id()
-            except KafkaError as e:
-                return _init_error(header, ErrorCode(e.code))
-            return build_response(
-                header,
-                {"throttle_time": 0, "error_code": ErrorCode.none, "producer_id": producer_id,
-                 "producer_epoch": 0},
-            )
-
-        return fresh()
-    if not _may_write_txn(broker, context, transactional_id):
-        return _init_error(header, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    return txn_handlers.init_transactional_producer(broker, context, request)
-
-
-def _idempotent_write() -> Any:
-    from odradek.server.authorization import IDEMPOTENT_WRITE
-
-    return IDEMPOTENT_WRITE
-
-
-def _init_error(header: Any, error: ErrorCode) -> Any:
-    return build_response(
-        header, {"throttle_time": 0, "error_code": error, "producer_id": -1, "producer_epoch": -1}
-    )
 
 
 def handle_add_partitions_to_txn(

@@ -50,6 +50,7 @@ class BrokerServices(Protocol):
     group_coordinator: GroupCoordinator
     transaction_coordinator: TransactionCoordinator
     producer_id_manager: ProducerIdManager
+    """Producer ids for InitProducerId, in blocks reserved in ZooKeeper."""
     txn_offsets: PendingTxnOffsets
     """Transactional offset commits waiting for their transaction's marker."""
     authorizer: RequestAuthorizer
