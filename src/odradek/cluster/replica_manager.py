@@ -67,6 +67,8 @@ class FetchPartitionRequest:
     log_start_offset: int = -1
     """A follower's own log start offset, as its fetch reports it (-1 from consumers)."""
     last_fetched_epoch: int = -1
+    read_committed: bool = False
+    """A consumer with isolation_level=read_committed: reads end at the last stable offset."""
 
 
 FollowerStateUpdate = Callable[[TopicPartition, int, int, int, bool], bool]
@@ -506,6 +508,7 @@ class ReplicaManager:
                     from_follower=from_follower,
                     current_leader_epoch=request.current_leader_epoch,
                     min_one_batch=total == 0,
+                    read_committed=request.read_committed,
                 )
                 # The follower's LEO is its fetch offset only once the read there succeeded (so
                 # the offset is within [log start, LEO]) and no diverging epoch says it must

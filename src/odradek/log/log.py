@@ -49,8 +49,14 @@ from odradek.log.checkpoints import fsync_dir
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import LeaderEpochCache
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
-from odradek.log.producer_state import AppendOrigin, ProducerStateManager, last_sequence
+from odradek.log.producer_state import (
+    AppendOrigin,
+    CompletedTxn,
+    ProducerStateManager,
+    last_sequence,
+)
 from odradek.log.producer_state_loading import markers_in, rebuild_producer_state
+from odradek.log.transaction_index import AbortedTxn, TransactionIndexes
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
 from odradek.log.validator import ValidatedRecords, validate_produce_records
@@ -172,6 +178,7 @@ class Log:
         self._producer_state = producer_state or ProducerStateManager(
             directory, f"{self.topic}-{self.partition}", config.producer_id_expiration_ms
         )
+        self._txn_index = TransactionIndexes(directory)
         self._closed = False
 
     @classmethod
@@ -230,6 +237,7 @@ class Log:
         else:
             cache.truncate_from_end(log.log_end_offset)
             cache.truncate_from_start(start)
+            log._txn_index.truncate_to(log.log_end_offset)  # a torn tail's markers are gone
             state = log._producer_state
             state.remove_stray_snapshots(segment.base_offset for segment in log._segments)
             rebuild_producer_state(
@@ -239,7 +247,9 @@ class Log:
                 log.log_end_offset,
                 now_ms,
                 reload_from_clean_shutdown=clean_shutdown,
+                on_completed=log._index_aborted,
             )
+            log._txn_index.retain(log._base_offsets)
         if loaded.recovered:
             logger.info(
                 "%s: recovered, log end offset %d, %d segments",
@@ -364,6 +374,7 @@ class Log:
             # written; the state changes only once the batch is in the log.
             infos, completed = state.apply_batches(headers, origin, markers_in(data, headers))
             self._append(data, headers, info, now_ms)
+            self._index_aborted(completed)
             state.commit(infos, completed, self._log_end_offset)
         else:
             self._append(data, headers, info, now_ms)
@@ -424,12 +435,46 @@ class Log:
             headers, AppendOrigin.REPLICATION, markers_in(records, headers)
         )
         self._append(records, headers, info, _wall_clock_ms() if now_ms is None else now_ms)
+        self._index_aborted(completed)
         state.commit(infos, completed, self._log_end_offset)
         cache = self._leader_epoch_cache
         for header in headers:
             if header.partition_leader_epoch > cache.latest_epoch:
                 cache.assign(header.partition_leader_epoch, header.base_offset)
         return info
+
+    # -- transactions ------------------------------------------------------------------------------
+
+    def _index_aborted(self, completed: list[CompletedTxn]) -> None:
+        """Record the aborted transactions among `completed` (their markers are in the log, the
+        producer state has not completed them yet) in the `.txnindex` of the marker's segment."""
+        for txn in completed:
+            if not txn.is_aborted:
+                continue
+            segment = self._base_offsets[bisect_right(self._base_offsets, txn.last_offset) - 1]
+            self._txn_index.append(
+                segment,
+                AbortedTxn(
+                    txn.producer_id,
+                    txn.first_offset,
+                    txn.last_offset,
+                    self._producer_state.last_stable_offset(txn),
+                ),
+            )
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO: the first offset of a transaction not yet decided (open, or closed by a marker
+        still above the HW), at most the high watermark (Kafka's UnifiedLog.lastStableOffset)."""
+        state = self._producer_state
+        state.on_high_watermark_updated(high_watermark)
+        first_unstable = state.first_unstable_offset()
+        if first_unstable is None:
+            return high_watermark
+        return min(first_unstable, high_watermark)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed read of [fetch_offset, upper_bound) needs."""
+        return self._txn_index.collect(fetch_offset, upper_bound)
 
     def _empty_append_info(self) -> LogAppendInfo:
         return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0, self._log_start_offset)
@@ -653,12 +698,14 @@ class Log:
         self._recovery_point = min(self._recovery_point, self._log_end_offset)
         self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
         self._leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        self._txn_index.truncate_to(self._log_end_offset)
         rebuild_producer_state(
             self._producer_state,
             self._segments,
             self._log_start_offset,
             self._log_end_offset,
             now_ms,
+            on_completed=self._index_aborted,
         )
         return True
 
@@ -683,6 +730,7 @@ class Log:
         self._log_start_offset = self._log_end_offset = self._recovery_point = offset
         self._leader_epoch_cache.clear_and_flush()
         self._producer_state.truncate_fully_and_start_at(offset)
+        self._txn_index.delete_all()
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -747,6 +795,7 @@ class Log:
                 self._leader_epoch_cache.truncate_from_start(new_start)
                 self._producer_state.on_log_start_offset_incremented(new_start)
             self._producer_state.delete_snapshots_before(new_start)
+            self._txn_index.retain(self._base_offsets)
             self._recovery_point = max(self._recovery_point, new_start)
             logger.info("%s: deleted %d old segments, log start offset %d", self, count, new_start)
         return count

@@ -20,10 +20,11 @@ without snapshots, the whole log is replayed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from odradek.log.producer_state import (
     AppendOrigin,
+    CompletedTxn,
     EndTransactionMarker,
     ProducerStateManager,
     read_end_txn_marker,
@@ -32,6 +33,9 @@ from odradek.log.segment import LogSegment
 from odradek.protocol.record_batch import BatchHeader, read_header
 
 Marker = tuple[EndTransactionMarker, int] | None
+OnCompleted = Callable[[list[CompletedTxn]], None]
+"""Told of the transactions a replay completes, before the state completes them (`Log` rebuilds
+its aborted-transaction index from them after a crash)."""
 _REPLAY_CHUNK = 10_000
 """Batch headers collected before they are applied (bounds memory on huge segments)."""
 
@@ -49,7 +53,12 @@ def markers_in(
     return markers
 
 
-def _replay_segment(state: ProducerStateManager, segment: LogSegment, start_offset: int) -> None:
+def _replay_segment(
+    state: ProducerStateManager,
+    segment: LogSegment,
+    start_offset: int,
+    on_completed: OnCompleted | None = None,
+) -> None:
     first = segment.find_batch(start_offset)
     if first is None:
         return
@@ -63,16 +72,21 @@ def _replay_segment(state: ProducerStateManager, segment: LogSegment, start_offs
             batch = segment.read_at(header.position, header.size)
             markers[header.base_offset] = read_end_txn_marker(batch, read_header(batch))
         if len(chunk) >= _REPLAY_CHUNK:
-            _apply(state, chunk, markers)
+            _apply(state, chunk, markers, on_completed)
             chunk, markers = [], {}
     if chunk:
-        _apply(state, chunk, markers)
+        _apply(state, chunk, markers, on_completed)
 
 
 def _apply(
-    state: ProducerStateManager, headers: list[BatchHeader], markers: dict[int, Marker]
+    state: ProducerStateManager,
+    headers: list[BatchHeader],
+    markers: dict[int, Marker],
+    on_completed: OnCompleted | None = None,
 ) -> None:
     infos, completed = state.apply_batches(headers, AppendOrigin.REPLICATION, markers)
+    if on_completed is not None and completed:
+        on_completed(completed)  # the aborted-transaction index rebuilds itself from these
     state.commit(infos, completed, headers[-1].next_offset)
 
 
@@ -84,6 +98,7 @@ def rebuild_producer_state(
     now_ms: int,
     *,
     reload_from_clean_shutdown: bool = False,
+    on_completed: OnCompleted | None = None,
 ) -> None:
     """Bring `state` to `log_end_offset` (steps in the module docstring)."""
     bases = [segment.base_offset for segment in segments]
@@ -103,6 +118,6 @@ def rebuild_producer_state(
             state.update_map_end_offset(start)
             if segment.base_offset in offsets_to_snapshot:
                 state.take_snapshot()
-            _replay_segment(state, segment, start)
+            _replay_segment(state, segment, start, on_completed)
     state.update_map_end_offset(log_end_offset)
     state.take_snapshot()

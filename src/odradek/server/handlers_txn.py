@@ -18,8 +18,8 @@ ABORT, `log_records.build_marker_batch`) with the producer's id and epoch, acks=
 is answered once the high watermark passes the marker (so that a marker acknowledged to the
 coordinator survives a leader change), NOT_LEADER_OR_FOLLOWER / NOT_ENOUGH_REPLICAS /
 UNKNOWN_TOPIC_OR_PARTITION otherwise, which the coordinator's marker sender retries. The batch is
-built here, by the broker: it skips the produce validator (which refuses control batches from
-clients).
+built here, by the broker, and appended with origin COORDINATOR (the only origin whose control
+batches the log accepts).
 
 Concurrency: event-loop thread, like every handler.
 """
@@ -37,9 +37,8 @@ from odradek.coordinator.group.placement import OFFSETS_TOPIC
 from odradek.coordinator.transaction import handlers as txn_handlers
 from odradek.coordinator.transaction.log_records import build_marker_batch
 from odradek.errors import KafkaError
-from odradek.log.validator import ValidatedRecords
+from odradek.log.producer_state import AppendOrigin
 from odradek.protocol.build import build_response
-from odradek.protocol.record_batch import read_header
 from odradek.server.authorization import (
     CLUSTER_ACTION,
     DESCRIBE,
@@ -228,9 +227,9 @@ def _append_marker(
         int(marker.coordinator_epoch),
         now_ms,
     )
-    batch_header = read_header(batch)
-    validated = ValidatedRecords(batch_header, batch_header.size, batch_header.max_timestamp, False)
-    info = partition.append_records_to_leader(batch, -1, now_ms, validated=validated)
+    info = partition.append_records_to_leader(
+        batch, -1, now_ms, origin=AppendOrigin.COORDINATOR
+    )
     if topic == OFFSETS_TOPIC:
         broker.txn_offsets.complete(
             partition_index, int(marker.producer_id), bool(marker.transaction_result)
