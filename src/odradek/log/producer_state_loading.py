@@ -84,10 +84,22 @@ def _apply(
     markers: dict[int, Marker],
     on_completed: OnCompleted | None = None,
 ) -> None:
-    infos, completed = state.apply_batches(headers, AppendOrigin.REPLICATION, markers)
-    if on_completed is not None and completed:
-        on_completed(completed)  # the aborted-transaction index rebuilds itself from these
-    state.commit(infos, completed, headers[-1].next_offset)
+    if on_completed is None:
+        infos, completed = state.apply_batches(headers, AppendOrigin.REPLICATION, markers)
+        state.commit(infos, completed, headers[-1].next_offset)
+        return
+    # The aborted-transaction index needs the LSO as each marker completes its transaction:
+    # apply up to and including each control batch, so that the state has seen every batch
+    # before it (as an append would have) and none after.
+    start = 0
+    for end, header in enumerate(headers, start=1):
+        if header.is_control or end == len(headers):
+            piece = headers[start:end]
+            infos, completed = state.apply_batches(piece, AppendOrigin.REPLICATION, markers)
+            if completed:
+                on_completed(completed)  # the aborted-transaction index rebuilds from these
+            state.commit(infos, completed, piece[-1].next_offset)
+            start = end
 
 
 def rebuild_producer_state(
