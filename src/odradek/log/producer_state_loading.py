@@ -88,18 +88,23 @@ def _apply(
         infos, completed = state.apply_batches(headers, AppendOrigin.REPLICATION, markers)
         state.commit(infos, completed, headers[-1].next_offset)
         return
-    # The aborted-transaction index needs the LSO as each marker completes its transaction:
-    # apply up to and including each control batch, so that the state has seen every batch
-    # before it (as an append would have) and none after.
-    start = 0
-    for end, header in enumerate(headers, start=1):
-        if header.is_control or end == len(headers):
-            piece = headers[start:end]
-            infos, completed = state.apply_batches(piece, AppendOrigin.REPLICATION, markers)
-            if completed:
-                on_completed(completed)  # the aborted-transaction index rebuilds from these
-            state.commit(infos, completed, piece[-1].next_offset)
-            start = end
+    # The aborted-transaction index needs the LSO as each marker completes its transaction
+    # (as LogSegment.recover does): the batches before a marker are applied first, then the
+    # marker alone.
+    pieces: list[list[BatchHeader]] = [[]]
+    for header in headers:
+        if header.is_control:
+            pieces.append([header])
+            pieces.append([])
+        else:
+            pieces[-1].append(header)
+    for piece in pieces:
+        if not piece:
+            continue
+        infos, completed = state.apply_batches(piece, AppendOrigin.REPLICATION, markers)
+        if completed:
+            on_completed(completed)  # the aborted-transaction index rebuilds from these
+        state.commit(infos, completed, piece[-1].next_offset)
 
 
 def rebuild_producer_state(
