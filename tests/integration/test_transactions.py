@@ -140,8 +140,9 @@ HANGING_PRODUCER = textwrap.dedent(
     from confluent_kafka import Producer
 
     bootstrap, topic, transactional_id = sys.argv[1:4]
+    timeout_ms = int(sys.argv[4])
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
-                         "transaction.timeout.ms": 3000})
+                         "transaction.timeout.ms": timeout_ms})
     producer.init_transactions(60)
     producer.begin_transaction()
     for i in range(5):
@@ -153,12 +154,10 @@ HANGING_PRODUCER = textwrap.dedent(
 )
 
 
-def test_hanging_transaction_holds_the_lso_until_it_times_out(cluster3: LocalCluster) -> None:
-    bootstrap = cluster3.bootstrap_servers
-    topic = unique_topic("txn-hanging")
-    create_topic(bootstrap, topic, partitions=1)
+def _leave_hanging(bootstrap: str, topic: str, transactional_id: str, timeout_ms: int) -> None:
+    """A producer writes 5 records in a transaction to partition 0 and is SIGKILLed."""
     process = subprocess.Popen(
-        [sys.executable, "-c", HANGING_PRODUCER, bootstrap, topic, unique_id("hanging")],
+        [sys.executable, "-c", HANGING_PRODUCER, bootstrap, topic, transactional_id, str(timeout_ms)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -168,6 +167,13 @@ def test_hanging_transaction_holds_the_lso_until_it_times_out(cluster3: LocalClu
     finally:
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
+
+
+def test_hanging_transaction_holds_the_lso_until_it_times_out(cluster3: LocalCluster) -> None:
+    bootstrap = cluster3.bootstrap_servers
+    topic = unique_topic("txn-hanging")
+    create_topic(bootstrap, topic, partitions=1)
+    _leave_hanging(bootstrap, topic, unique_id("hanging"), 3000)
     started = time.monotonic()
     other = txn_producer(bootstrap, unique_id("txn"))
     other.begin_transaction()
@@ -240,3 +246,50 @@ def test_kafkajs_transactional_producer(cluster3: LocalCluster) -> None:
     assert len(read_all(bootstrap, topic, 1, "read_uncommitted", expected=8)) == 8
     visible = read_all(bootstrap, topic, 1, "read_committed")
     assert sorted(visible) == sorted(f"commit-{i}" for i in range(5))
+
+
+def _cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "odradek.cli.main", "transactions", "--bootstrap-server", bootstrap, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_lists_describes_and_aborts_a_hanging_transaction(cluster3: LocalCluster) -> None:
+    bootstrap = cluster3.bootstrap_servers
+    topic = unique_topic("txn-cli")
+    create_topic(bootstrap, topic, partitions=1)
+    transactional_id = unique_id("cli-hanging")
+    # A 10-minute timeout: only the operator can unblock this partition within the test.
+    _leave_hanging(bootstrap, topic, transactional_id, 600_000)
+    listed = _cli(bootstrap, "list")
+    assert listed.returncode == 0, listed.stderr
+    assert any(
+        line.split()[0] == transactional_id and line.split()[-1] == "Ongoing"
+        for line in listed.stdout.splitlines()[1:]
+    ), listed.stdout
+    described = _cli(bootstrap, "describe", "--transactional-id", transactional_id)
+    assert described.returncode == 0, described.stderr
+    header, row = described.stdout.splitlines()
+    fields = dict(zip(header.split(), row.split(), strict=True))
+    assert fields["TransactionState"] == "Ongoing"
+    assert fields["TopicPartitions"] == f"{topic}-0"
+    producers = _cli(bootstrap, "describe-producers", "--topic", topic, "--partition", "0")
+    assert producers.returncode == 0, producers.stderr
+    (producer_row,) = producers.stdout.splitlines()[1:]
+    assert producer_row.split()[0] == fields["ProducerId"]
+    assert producer_row.split()[-1] == "0"  # CurrentTransactionStartOffset
+    assert end_offsets(bootstrap, topic, 1, True) == {0: 0}
+    missing = _cli(bootstrap, "abort", "--topic", topic, "--partition", "0", "--start-offset", "3")
+    assert missing.returncode == 1 and "no open transaction" in missing.stderr
+    aborted = _cli(bootstrap, "abort", "--topic", topic, "--partition", "0", "--start-offset", "0")
+    assert aborted.returncode == 0, aborted.stderr
+    wait_until(
+        lambda: end_offsets(bootstrap, topic, 1, True) == end_offsets(bootstrap, topic, 1, False),
+        30,
+        "the LSO did not move after the abort",
+    )
+    assert read_all(bootstrap, topic, 1, "read_committed", quiet_s=1.0) == []
+    assert len(read_all(bootstrap, topic, 1, "read_uncommitted", expected=5)) == 5

@@ -127,6 +127,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.TXN_OFFSET_COMMIT: (0, 4),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
 Handler = Callable[[BrokerServices, RequestContext, Any], Any]
@@ -191,6 +192,7 @@ class KafkaApis:
             ApiKey.TXN_OFFSET_COMMIT: handlers_txn.handle_txn_offset_commit,
             ApiKey.DESCRIBE_TRANSACTIONS: handlers_txn.handle_describe_transactions,
             ApiKey.LIST_TRANSACTIONS: handlers_txn.handle_list_transactions,
+            ApiKey.DESCRIBE_PRODUCERS: handlers_txn.handle_describe_producers,
         }
         # The group coordinator knows nothing of ACLs: its handlers are wrapped.
         self.handlers = authorized_group_handlers(handlers)

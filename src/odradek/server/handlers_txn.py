@@ -294,3 +294,48 @@ def handle_txn_offset_commit(broker: BrokerServices, context: RequestContext, re
     if error is ErrorCode.producer_fenced and header.api_version < 3:
         error = ErrorCode.invalid_producer_epoch
     return answer(lambda name: TOPIC_AUTHORIZATION_FAILED if name in denied else error)
+
+
+# ---------------------------------------------------------------------------------------------
+# DescribeProducers
+
+
+def handle_describe_producers(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    """The active producers of each partition this broker leads (KIP-664): their epoch, last
+    sequence and timestamp, the coordinator epoch of their last marker and the first offset of
+    their open transaction (-1 when none). READ on the topic, else TOPIC_AUTHORIZATION_FAILED."""
+    topics = []
+    for topic in request.topics:
+        allowed = broker.authorizer.allowed(context, READ, TOPIC, topic.name)
+        partitions = []
+        for index in topic.partition_indexes:
+            entry: dict[str, Any] = {
+                "partition_index": index,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "active_producers": [],
+            }
+            partitions.append(entry)
+            if not allowed:
+                entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+                continue
+            try:
+                partition = broker.replica_manager.leader_partition(topic.name, int(index))
+            except KafkaError as e:
+                entry["error_code"] = ErrorCode(e.code)
+                entry["error_message"] = str(e)
+                continue
+            state = partition.log.producer_state
+            entry["active_producers"] = [
+                {
+                    "producer_id": producer.producer_id,
+                    "producer_epoch": producer.producer_epoch,
+                    "last_sequence": producer.last_seq,
+                    "last_timestamp": producer.last_timestamp,
+                    "coordinator_epoch": producer.coordinator_epoch,
+                    "current_txn_start_offset": producer.current_txn_first_offset,
+                }
+                for producer in sorted(state.producers.values(), key=lambda p: p.producer_id)
+            ]
+        topics.append({"name": topic.name, "partitions": partitions})
+    return build_response(context.header, {"throttle_time": 0, "topics": topics})
