@@ -54,7 +54,9 @@ def batch(
     )
 
 
-def control_batch(pid: int, epoch: int, commit: bool, coordinator_epoch: int, ts: int = 5_000) -> bytes:
+def control_batch(
+    pid: int, epoch: int, commit: bool, coordinator_epoch: int, ts: int = 5_000
+) -> bytes:
     """A COMMIT/ABORT marker batch as a transaction coordinator writes it."""
     key = struct.pack(">hh", 0, 1 if commit else 0)
     value = struct.pack(">hi", 0, coordinator_epoch)
@@ -112,7 +114,9 @@ def test_in_sequence_batches_are_appended(tmp_path: Path) -> None:
     assert entry is not None and entry.last_seq == 4 and entry.last_data_offset == 4
 
 
-def test_duplicate_of_one_of_the_last_five_batches_gets_its_original_offsets(tmp_path: Path) -> None:
+def test_duplicate_of_one_of_the_last_five_batches_gets_its_original_offsets(
+    tmp_path: Path,
+) -> None:
     log = open_log(tmp_path)
     offsets = []
     for i in range(6):
@@ -222,13 +226,21 @@ def test_transaction_bookkeeping_and_first_unstable_offset(tmp_path: Path) -> No
     state.on_high_watermark_updated(5)
     assert state.first_unstable_offset() == 3
     entry = state.last_entry(5)
-    assert entry is not None and entry.coordinator_epoch == 3 and entry.current_txn_first_offset == -1
+    assert (
+        entry is not None and entry.coordinator_epoch == 3 and entry.current_txn_first_offset == -1
+    )
     with pytest.raises(TransactionCoordinatorFencedError):
         log.append_as_leader(
-            control_batch(6, 0, commit=False, coordinator_epoch=1), 0, 0, origin=AppendOrigin.COORDINATOR
+            control_batch(6, 0, commit=False, coordinator_epoch=1),
+            0,
+            0,
+            origin=AppendOrigin.COORDINATOR,
         )
         log.append_as_leader(
-            control_batch(6, 0, commit=False, coordinator_epoch=0), 0, 0, origin=AppendOrigin.COORDINATOR
+            control_batch(6, 0, commit=False, coordinator_epoch=0),
+            0,
+            0,
+            origin=AppendOrigin.COORDINATOR,
         )
 
 
@@ -240,7 +252,12 @@ def test_last_stable_offset_of_a_completed_transaction(tmp_path: Path) -> None:
     infos, completed = state.apply_batches(
         iter_batches(stamped(log, control_batch(5, 0, commit=False, coordinator_epoch=0))),
         AppendOrigin.REPLICATION,
-        {2: (__import__("odradek.log.producer_state", fromlist=["x"]).EndTransactionMarker(0, 0), 1)},
+        {
+            2: (
+                __import__("odradek.log.producer_state", fromlist=["x"]).EndTransactionMarker(0, 0),
+                1,
+            )
+        },
     )
     assert len(completed) == 1 and completed[0].is_aborted
     assert state.last_stable_offset(completed[0]) == 1
@@ -250,7 +267,10 @@ def test_last_stable_offset_of_a_completed_transaction(tmp_path: Path) -> None:
 
 
 def test_snapshot_format_round_trip_and_crc() -> None:
-    entries = [SnapshotEntry(7, 1, 41, 100, 3, 123456, -1, -1), SnapshotEntry(8, 0, -1, -1, 0, 5, 2, 77)]
+    entries = [
+        SnapshotEntry(7, 1, 41, 100, 3, 123456, -1, -1),
+        SnapshotEntry(8, 0, -1, -1, 0, 5, 2, 77),
+    ]
     data = encode_snapshot(entries)
     assert struct.unpack_from(">h", data, 0)[0] == 1
     assert struct.unpack_from(">I", data, 2)[0] == google_crc32c.value(data[6:])
@@ -343,7 +363,9 @@ def test_expired_producers_are_forgotten_and_not_reloaded(tmp_path: Path) -> Non
     assert set(reopened.producer_state.producers) == {9}
 
 
-def test_state_manager_refuses_nothing_from_replication_and_keeps_five_batches(tmp_path: Path) -> None:
+def test_state_manager_refuses_nothing_from_replication_and_keeps_five_batches(
+    tmp_path: Path,
+) -> None:
     state = ProducerStateManager(tmp_path, "t-0", 10**9)
     headers = []
     for i in range(8):
