@@ -32,6 +32,7 @@ from odradek.log.producer_state import (
     decrement_sequence,
     increment_sequence,
 )
+from odradek.log.producer_state_loading import markers_in
 from odradek.protocol.record_batch import build_batch, iter_batches, read_header
 
 SMALL = LogConfig(segment_bytes=800, index_interval_bytes=64)
@@ -229,13 +230,13 @@ def test_transaction_bookkeeping_and_first_unstable_offset(tmp_path: Path) -> No
     assert (
         entry is not None and entry.coordinator_epoch == 3 and entry.current_txn_first_offset == -1
     )
-    with pytest.raises(TransactionCoordinatorFencedError):
-        log.append_as_leader(
-            control_batch(6, 0, commit=False, coordinator_epoch=1),
-            0,
-            0,
-            origin=AppendOrigin.COORDINATOR,
-        )
+    log.append_as_leader(
+        control_batch(6, 0, commit=False, coordinator_epoch=1),
+        0,
+        0,
+        origin=AppendOrigin.COORDINATOR,
+    )
+    with pytest.raises(TransactionCoordinatorFencedError):  # an older coordinator's marker
         log.append_as_leader(
             control_batch(6, 0, commit=False, coordinator_epoch=0),
             0,
@@ -249,17 +250,15 @@ def test_last_stable_offset_of_a_completed_transaction(tmp_path: Path) -> None:
     state = log.producer_state
     log.append_as_leader(batch(5, 0, 0, transactional=True), 0, 0)  # 0
     log.append_as_leader(batch(6, 0, 0, transactional=True), 0, 0)  # 1
-    infos, completed = state.apply_batches(
-        iter_batches(stamped(log, control_batch(5, 0, commit=False, coordinator_epoch=0))),
+    marker = stamped(log, control_batch(5, 0, commit=False, coordinator_epoch=0))
+    _infos, completed = state.apply_batches(
+        iter_batches(marker),
         AppendOrigin.REPLICATION,
-        {
-            2: (
-                __import__("odradek.log.producer_state", fromlist=["x"]).EndTransactionMarker(0, 0),
-                1,
-            )
-        },
+        markers_in(marker, list(iter_batches(marker))),
     )
     assert len(completed) == 1 and completed[0].is_aborted
+    assert (completed[0].first_offset, completed[0].last_offset) == (0, 2)
+    # Producer 6's transaction (from offset 1) is still open: the LSO stops there.
     assert state.last_stable_offset(completed[0]) == 1
 
 
