@@ -31,7 +31,9 @@ The invariants:
    (a start-up that fails, or a broker found dead, is a crash).
 8. `idempotent_writes_once`: per partition, the values of each idempotent producer appear in
    the committed log in the order it sent them, each at most once: no retry through a fault
-   (a lost answer, a leader change, a restarted leader) stored a batch twice or out of order.
+   (a lost answer, a leader change, a restarted leader) stored a batch twice or out of order; and
+   a record librdkafka acknowledged without an offset (its implicit acknowledgement of a retried
+   batch, once a later batch succeeded) is there.
 
 `LeaderEpochHistory` and `ControllerEpochHistory` accept observations while the run goes on, so
 the safety phase can stop at the first violation; their checkers read what they accumulated.
@@ -131,13 +133,26 @@ def producer_order(
 
 
 def idempotent_writes_once(
-    records: Mapping[int, Sequence[Record]], producers: Iterable[str]
+    records: Mapping[int, Sequence[Record]],
+    producers: Iterable[str],
+    persisted: Mapping[int, Iterable[bytes]] | None = None,
 ) -> CheckResult:
     """partition -> committed records: for each of `producers` (names of idempotent producers,
-    whose values are `<name>-<sequence>`), its sequences increase strictly with the offset."""
+    whose values are `<name>-<sequence>`), its sequences increase strictly with the offset; and
+    every value of `persisted` (acknowledged without an offset: librdkafka's implicit
+    acknowledgement of a retried batch) is stored in its partition."""
     names = set(producers)
     violations = []
     checked = 0
+    for partition, values in sorted((persisted or {}).items()):
+        stored = {record.value for record in records.get(partition, ())}
+        for value in values:
+            checked += 1
+            if value not in stored:
+                violations.append(
+                    f"partition {partition}: {value!r} acknowledged (without an offset) but "
+                    "not stored"
+                )
     for partition, partition_records in sorted(records.items()):
         last: dict[str, tuple[int, int]] = {}
         for record in partition_records:

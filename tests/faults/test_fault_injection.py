@@ -75,6 +75,7 @@ from tests.faults.workload import (
     duplicate_acknowledgements,
     merge_acknowledged,
     merge_floors,
+    merge_persisted,
     read_partition_states,
 )
 from tests.fixtures.cluster import wait_until
@@ -329,7 +330,9 @@ class FaultRun:
             *_producer_checks(stats),
             acknowledged_records_readable(acknowledged, records),
             producer_order(acknowledged, merge_floors(stats)),
-            idempotent_writes_once(records, self.workload.idempotent_producers),
+            idempotent_writes_once(
+                records, self.workload.idempotent_producers, merge_persisted(stats)
+            ),
             replicas_agree_below_high_watermark(
                 committed.replicas if committed else {},
                 committed.high_watermarks if committed else {},
@@ -516,6 +519,8 @@ def test_each_checker_detects_the_violation_it_exists_for():
     assert idempotent_writes_once(records(b"i0-0", b"p0-0", b"i0-2", b"p0-0"), ["i0"]).passed
     assert not idempotent_writes_once(records(b"i0-0", b"i0-1", b"i0-1"), ["i0"]).passed
     assert not idempotent_writes_once(records(b"i0-3", b"i0-2"), ["i0"]).passed
+    assert idempotent_writes_once(records(b"i0-0", b"i0-1"), ["i0"], {0: [b"i0-1"]}).passed
+    assert not idempotent_writes_once(records(b"i0-0"), ["i0"], {0: [b"i0-1"]}).passed
 
 
 def test_a_seed_gives_the_same_schedule_and_every_kind_early():

@@ -130,6 +130,8 @@ class ProducerStats:
     unfinished: int = 0
     error: str | None = None
     idempotent: bool = False
+    persisted: dict[int, list[bytes]] = field(default_factory=dict)
+    """Idempotent producers' records acknowledged without an offset, by partition."""
 
 
 class ProducerWorkload:
@@ -200,6 +202,13 @@ class ProducerWorkload:
                     )
                 return
             partition, offset, value = message.partition(), message.offset(), message.value()
+            implicit = offset is None or offset < 0
+            if stats.idempotent and implicit and partition is not None and value is not None:
+                # librdkafka's implicit acknowledgement: a retried batch whose answer was lost is
+                # known to be stored once a later batch of the producer is, but at an offset it
+                # never learns. `idempotent_writes_once` checks that it is there.
+                stats.persisted.setdefault(partition, []).append(value)
+                return
             if partition is None or offset is None or value is None or offset < 0:
                 stats.violations.append(f"{stats.name}: acknowledged without an offset: {value!r}")
                 return
@@ -295,6 +304,15 @@ def merge_floors(stats: Sequence[ProducerStats]) -> dict[int, dict[int, int]]:
     for s in stats:
         for partition, floors in s.floors.items():
             merged.setdefault(partition, {}).update(floors)
+    return merged
+
+
+def merge_persisted(stats: Sequence[ProducerStats]) -> dict[int, list[bytes]]:
+    """partition -> values acknowledged without an offset (idempotent producers only)."""
+    merged: dict[int, list[bytes]] = {}
+    for s in stats:
+        for partition, values in s.persisted.items():
+            merged.setdefault(partition, []).extend(values)
     return merged
 
 
