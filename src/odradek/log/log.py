@@ -253,6 +253,10 @@ class Log:
     def producer_state(self) -> ProducerStateManager:
         return self._producer_state
 
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """The partition's HW moved up: transactions completed below it are no longer unstable."""
+        self._producer_state.on_high_watermark_updated(high_watermark)
+
     @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
