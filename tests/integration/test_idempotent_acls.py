@@ -61,7 +61,8 @@ def test_init_producer_id_needs_idempotent_write_or_write_on_a_topic(
         AclOperation.WRITE,
         AclPermissionType.ALLOW,
     )
-    for future in secure_cluster.admin().create_acls([binding]).values():
+    admin = secure_cluster.admin()  # held: the futures die with their client
+    for future in admin.create_acls([binding]).values():
         future.result(timeout=30)
     wait_until(
         lambda: _init_producer_id(secure_cluster, ivan) == ErrorCode.none,
