@@ -4,11 +4,15 @@ Prints one JSON object per measurement, then a summary:
     ./dev bench idempotence                                   # both, default sizes
     ./dev bench idempotence --only throughput --records 1000000 --rounds 3
     ./dev bench idempotence --only rebuild --producers 10000
+    ./dev bench idempotence --only append --appends 20000
 
 * `throughput`: one broker, two topics of 6 partitions; confluent-kafka producers (100-byte
   records, linger 5 ms, acks=all) with enable.idempotence=true and false write the same records,
   alternating on, off, on, off, ... so that both see the same machine load. Reports each round's
   records/s and the broker's CPU seconds, and the ratio of the medians (the cost of idempotence).
+* `append`: in process, no network: `Log.append_as_leader` of `--appends` one-record batches
+  (100 bytes) with and without a producer id (5 producers taking turns), alternating rounds;
+  reports microseconds per append and the difference -- the leader's own cost per batch.
 * `rebuild`: `--producers` distinct producer ids each write one batch (of 2 records) to one
   partition; the broker is SIGKILLed and started again (no snapshot covers those batches, so it
   replays them all from the log), then stopped cleanly and started once more (now it loads the
@@ -144,6 +148,61 @@ def bench_throughput(cluster: LocalCluster, records: int, rounds: int) -> dict[s
         "idempotent_broker_cpu_s": round(cpu_on, 2),
         "plain_broker_cpu_s": round(cpu_off, 2),
         "broker_cpu_cost": round(cpu_on / cpu_off - 1, 3) if cpu_off else None,
+    }
+
+
+# -- append (in process) -------------------------------------------------------------------------
+
+
+def bench_append(appends: int, rounds: int) -> dict[str, Any]:
+    from odradek.log.config import LogConfig
+    from odradek.log.log import Log
+
+    now = int(time.time() * 1000)
+    plain = [build_batch([(None, b"x" * 100, [], now)]) for _ in range(appends)]
+    idempotent = [
+        build_batch(
+            [(None, b"x" * 100, [], now)],
+            producer_id=i % 5,
+            producer_epoch=0,
+            base_sequence=i // 5,
+        )
+        for i in range(appends)
+    ]
+    timings: dict[str, list[float]] = {"on": [], "off": []}
+    with tempfile.TemporaryDirectory(prefix="odradek-bench-append-") as directory:
+        for round_index in range(rounds):
+            for mode in ("on", "off") if round_index % 2 == 0 else ("off", "on"):
+                log = Log.open(
+                    Path(directory) / f"{mode}{round_index}-0",
+                    LogConfig(),
+                    recovery_point=0,
+                    log_start_offset=0,
+                    clean_shutdown=True,
+                    now_ms=now,
+                )
+                batches = idempotent if mode == "on" else plain
+                started = time.perf_counter()
+                for batch in batches:
+                    log.append_as_leader(batch, 0, now)
+                elapsed = time.perf_counter() - started
+                log.close()
+                timings[mode].append(elapsed / appends * 1e6)
+                emit(
+                    {
+                        "measure": "append",
+                        "idempotence": mode,
+                        "round": round_index,
+                        "us_per_append": round(timings[mode][-1], 2),
+                    }
+                )
+    on, off = statistics.median(timings["on"]), statistics.median(timings["off"])
+    return {
+        "measure": "append_summary",
+        "appends": appends,
+        "idempotent_us_per_append": round(on, 2),
+        "plain_us_per_append": round(off, 2),
+        "producer_state_us_per_batch": round(on - off, 2),
     }
 
 
@@ -285,12 +344,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=["throughput", "rebuild"])
+    parser.add_argument("--only", choices=["throughput", "append", "rebuild"])
+    parser.add_argument("--appends", type=int, default=20_000)
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--producers", type=int, default=10_000)
     args = parser.parse_args()
     summary: list[dict[str, Any]] = []
+    if args.only in (None, "append"):
+        result = bench_append(args.appends, args.rounds)
+        emit(result)
+        summary.append(result)
+    if args.only == "append":
+        emit({"summary": summary})
+        return
     with tempfile.TemporaryDirectory(prefix="odradek-bench-idem-") as directory:
         cluster = LocalCluster.up(Path(directory), 1, timeout=120)
         try:
