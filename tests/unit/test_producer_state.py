@@ -32,6 +32,7 @@ from odradek.log.producer_state import (
     decrement_sequence,
     increment_sequence,
 )
+from odradek.log.producer_state_loading import markers_in
 from odradek.protocol.record_batch import build_batch, iter_batches, read_header
 
 SMALL = LogConfig(segment_bytes=800, index_interval_bytes=64)
@@ -54,7 +55,9 @@ def batch(
     )
 
 
-def control_batch(pid: int, epoch: int, commit: bool, coordinator_epoch: int, ts: int = 5_000) -> bytes:
+def control_batch(
+    pid: int, epoch: int, commit: bool, coordinator_epoch: int, ts: int = 5_000
+) -> bytes:
     """A COMMIT/ABORT marker batch as a transaction coordinator writes it."""
     key = struct.pack(">hh", 0, 1 if commit else 0)
     value = struct.pack(">hi", 0, coordinator_epoch)
@@ -112,7 +115,9 @@ def test_in_sequence_batches_are_appended(tmp_path: Path) -> None:
     assert entry is not None and entry.last_seq == 4 and entry.last_data_offset == 4
 
 
-def test_duplicate_of_one_of_the_last_five_batches_gets_its_original_offsets(tmp_path: Path) -> None:
+def test_duplicate_of_one_of_the_last_five_batches_gets_its_original_offsets(
+    tmp_path: Path,
+) -> None:
     log = open_log(tmp_path)
     offsets = []
     for i in range(6):
@@ -222,13 +227,21 @@ def test_transaction_bookkeeping_and_first_unstable_offset(tmp_path: Path) -> No
     state.on_high_watermark_updated(5)
     assert state.first_unstable_offset() == 3
     entry = state.last_entry(5)
-    assert entry is not None and entry.coordinator_epoch == 3 and entry.current_txn_first_offset == -1
-    with pytest.raises(TransactionCoordinatorFencedError):
+    assert (
+        entry is not None and entry.coordinator_epoch == 3 and entry.current_txn_first_offset == -1
+    )
+    log.append_as_leader(
+        control_batch(6, 0, commit=False, coordinator_epoch=1),
+        0,
+        0,
+        origin=AppendOrigin.COORDINATOR,
+    )
+    with pytest.raises(TransactionCoordinatorFencedError):  # an older coordinator's marker
         log.append_as_leader(
-            control_batch(6, 0, commit=False, coordinator_epoch=1), 0, 0, origin=AppendOrigin.COORDINATOR
-        )
-        log.append_as_leader(
-            control_batch(6, 0, commit=False, coordinator_epoch=0), 0, 0, origin=AppendOrigin.COORDINATOR
+            control_batch(6, 0, commit=False, coordinator_epoch=0),
+            0,
+            0,
+            origin=AppendOrigin.COORDINATOR,
         )
 
 
@@ -237,12 +250,15 @@ def test_last_stable_offset_of_a_completed_transaction(tmp_path: Path) -> None:
     state = log.producer_state
     log.append_as_leader(batch(5, 0, 0, transactional=True), 0, 0)  # 0
     log.append_as_leader(batch(6, 0, 0, transactional=True), 0, 0)  # 1
-    infos, completed = state.apply_batches(
-        iter_batches(stamped(log, control_batch(5, 0, commit=False, coordinator_epoch=0))),
+    marker = stamped(log, control_batch(5, 0, commit=False, coordinator_epoch=0))
+    _infos, completed = state.apply_batches(
+        iter_batches(marker),
         AppendOrigin.REPLICATION,
-        {2: (__import__("odradek.log.producer_state", fromlist=["x"]).EndTransactionMarker(0, 0), 1)},
+        markers_in(marker, list(iter_batches(marker))),
     )
     assert len(completed) == 1 and completed[0].is_aborted
+    assert (completed[0].first_offset, completed[0].last_offset) == (0, 2)
+    # Producer 6's transaction (from offset 1) is still open: the LSO stops there.
     assert state.last_stable_offset(completed[0]) == 1
 
 
@@ -250,7 +266,10 @@ def test_last_stable_offset_of_a_completed_transaction(tmp_path: Path) -> None:
 
 
 def test_snapshot_format_round_trip_and_crc() -> None:
-    entries = [SnapshotEntry(7, 1, 41, 100, 3, 123456, -1, -1), SnapshotEntry(8, 0, -1, -1, 0, 5, 2, 77)]
+    entries = [
+        SnapshotEntry(7, 1, 41, 100, 3, 123456, -1, -1),
+        SnapshotEntry(8, 0, -1, -1, 0, 5, 2, 77),
+    ]
     data = encode_snapshot(entries)
     assert struct.unpack_from(">h", data, 0)[0] == 1
     assert struct.unpack_from(">I", data, 2)[0] == google_crc32c.value(data[6:])
@@ -343,7 +362,9 @@ def test_expired_producers_are_forgotten_and_not_reloaded(tmp_path: Path) -> Non
     assert set(reopened.producer_state.producers) == {9}
 
 
-def test_state_manager_refuses_nothing_from_replication_and_keeps_five_batches(tmp_path: Path) -> None:
+def test_state_manager_refuses_nothing_from_replication_and_keeps_five_batches(
+    tmp_path: Path,
+) -> None:
     state = ProducerStateManager(tmp_path, "t-0", 10**9)
     headers = []
     for i in range(8):

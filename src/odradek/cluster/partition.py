@@ -571,6 +571,7 @@ class Partition:
 
     def _on_high_watermark_increased(self) -> None:
         high_watermark = self.high_watermark
+        self.log.on_high_watermark_updated(high_watermark)
         if self._hw_waiters:
             remaining = []
             for required_offset, future in self._hw_waiters:
@@ -588,6 +589,7 @@ class Partition:
         new_high_watermark = min(leader_high_watermark, self.log_end_offset)
         if new_high_watermark > self.high_watermark:
             self.high_watermark = new_high_watermark
+            self.log.on_high_watermark_updated(new_high_watermark)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)

@@ -34,8 +34,7 @@ import os
 import shutil
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -45,6 +44,7 @@ from odradek.errors import (
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
 )
+from odradek.log.append_info import LogAppendInfo, append_info
 from odradek.log.checkpoints import fsync_dir
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import LeaderEpochCache
@@ -56,15 +56,15 @@ from odradek.log.producer_state import (
     last_sequence,
 )
 from odradek.log.producer_state_loading import markers_in, rebuild_producer_state
-from odradek.log.transaction_index import AbortedTxn, TransactionIndexes
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
+from odradek.log.timestamp_search import offset_for_timestamp, offset_of_largest_timestamp
+from odradek.log.transaction_index import AbortedTxn, TransactionIndexes
 from odradek.log.validator import ValidatedRecords, validate_produce_records
 from odradek.protocol.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
     assign_offsets,
-    find_timestamp_in_batch,
     set_create_time,
     validate_replicated_batches,
 )
@@ -99,46 +99,6 @@ def _storage_errors(method: Callable[P, R]) -> Callable[P, R]:
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
-    """What an append did. Offsets are -1 when there was nothing to append."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time: int
-    """The broker's timestamp when the topic uses LogAppendTime, else -1."""
-    batch_count: int
-    size: int
-    log_start_offset: int
-
-    @property
-    def record_count(self) -> int:
-        return 0 if self.batch_count == 0 else self.last_offset - self.first_offset + 1
-
-
-def _append_info(
-    headers: Sequence[BatchHeader], size: int, log_append_time: int, log_start_offset: int
-) -> LogAppendInfo:
-    max_timestamp, offset_of_max = NO_TIMESTAMP, -1
-    for header in headers:
-        if header.max_timestamp > max_timestamp:
-            max_timestamp = header.max_timestamp
-            offset_of_max = header.base_offset + header.last_offset_delta
-    first, last = headers[0], headers[-1]
-    return LogAppendInfo(
-        first_offset=first.base_offset,
-        last_offset=last.base_offset + last.last_offset_delta,
-        max_timestamp=max_timestamp,
-        offset_of_max_timestamp=offset_of_max,
-        log_append_time=log_append_time,
-        batch_count=len(headers),
-        size=size,
-        log_start_offset=log_start_offset,
-    )
 
 
 class Log:
@@ -303,6 +263,10 @@ class Log:
     def producer_state(self) -> ProducerStateManager:
         return self._producer_state
 
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """The partition's HW moved up: transactions completed below it are no longer unstable."""
+        self._producer_state.on_high_watermark_updated(high_watermark)
+
     @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
@@ -366,7 +330,7 @@ class Log:
             headers = [set_create_time(data, validated.header, validated.max_timestamp)]
         append_time = now_ms if self._config.uses_log_append_time else None
         headers = assign_offsets(data, headers, self._log_end_offset, leader_epoch, append_time)
-        info = _append_info(
+        info = append_info(
             headers, size, NO_TIMESTAMP if append_time is None else now_ms, self._log_start_offset
         )
         if headers[0].producer_id >= 0:
@@ -418,7 +382,7 @@ class Log:
         self._check_open()
         headers = validate_replicated_batches(records)
         if not headers:
-            return self._empty_append_info()
+            return self._emptyappend_info()
         previous_last = self._log_end_offset - 1
         for header in headers:
             if header.base_offset <= previous_last:
@@ -429,7 +393,7 @@ class Log:
             previous_last = header.base_offset + header.last_offset_delta
         size = len(records)
         self._check_fits_segment(size)
-        info = _append_info(headers, size, NO_TIMESTAMP, self._log_start_offset)
+        info = append_info(headers, size, NO_TIMESTAMP, self._log_start_offset)
         state = self._producer_state
         infos, completed = state.apply_batches(
             headers, AppendOrigin.REPLICATION, markers_in(records, headers)
@@ -476,7 +440,7 @@ class Log:
         """The aborted transactions a read_committed read of [fetch_offset, upper_bound) needs."""
         return self._txn_index.collect(fetch_offset, upper_bound)
 
-    def _empty_append_info(self) -> LogAppendInfo:
+    def _emptyappend_info(self) -> LogAppendInfo:
         return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0, self._log_start_offset)
 
     def _check_fits_segment(self, size: int) -> None:
@@ -618,53 +582,16 @@ class Log:
             return self._log_start_offset, NO_TIMESTAMP
         if timestamp == LATEST_TIMESTAMP:
             return self._log_end_offset, NO_TIMESTAMP
+        segments = self._segments_from(self._log_start_offset)
+        limit = self._config.decompressed_limit
         if timestamp == MAX_TIMESTAMP:
-            return self._offset_of_largest_timestamp()
-        start = self._log_start_offset
-        segments = self._segments_from(start)
-        for i, segment in enumerate(segments):
-            if segment.largest_timestamp() < timestamp:
-                continue
-            end = segments[i + 1].base_offset if i + 1 < len(segments) else self._log_end_offset
-            offset = segment.time_index_floor_offset(timestamp, end)
-            header = segment.find_batch(max(offset, start))
-            if header is None:
-                continue
-            for candidate in segment.scan_headers(header.position):
-                if candidate.max_timestamp >= timestamp and candidate.last_offset >= start:
-                    found = self._search_batch(segment, candidate, timestamp)
-                    if found is not None:
-                        return found
-        return None
+            return offset_of_largest_timestamp(segments, self._log_start_offset, limit)
+        return offset_for_timestamp(
+            segments, timestamp, self._log_start_offset, self._log_end_offset, limit
+        )
 
     def _segments_from(self, offset: int) -> list[LogSegment]:
         return self._segments[max(bisect_right(self._base_offsets, offset) - 1, 0) :]
-
-    def _search_batch(
-        self, segment: LogSegment, header: BatchHeader, timestamp: int
-    ) -> tuple[int, int] | None:
-        batch = segment.read_at(header.position, header.size)
-        return find_timestamp_in_batch(
-            batch, timestamp, self._log_start_offset, self._config.decompressed_limit
-        )
-
-    def _offset_of_largest_timestamp(self) -> tuple[int, int] | None:
-        best: tuple[int, LogSegment] | None = None
-        for segment in self._segments_from(self._log_start_offset):
-            if segment.size == 0:
-                continue
-            largest = segment.largest_timestamp()
-            if best is None or largest > best[0]:
-                best = (largest, segment)
-        if best is None:
-            return None
-        largest, segment = best
-        for header in segment.scan_headers(0):
-            if header.max_timestamp >= largest and header.last_offset >= self._log_start_offset:
-                found = self._search_batch(segment, header, largest)
-                if found is not None:
-                    return found
-        return None
 
     # -- truncation ----------------------------------------------------------------------------
 

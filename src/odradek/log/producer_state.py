@@ -609,7 +609,7 @@ class ProducerStateManager:
             )
             for pid, e in self.producers.items()
         ]
-        path = write_snapshot(self._dir, offset, entries)
+        path = write_snapshot(self._dir, offset, entries, sync=bool(entries))
         self._snapshots[offset] = path
         self._last_snap_offset = offset
         log.debug(

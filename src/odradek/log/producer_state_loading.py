@@ -20,6 +20,8 @@ without snapshots, the whole log is replayed.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 
 from odradek.log.producer_state import (
@@ -31,6 +33,8 @@ from odradek.log.producer_state import (
 )
 from odradek.log.segment import LogSegment
 from odradek.protocol.record_batch import BatchHeader, read_header
+
+log = logging.getLogger(__name__)
 
 Marker = tuple[EndTransactionMarker, int] | None
 OnCompleted = Callable[[list[CompletedTxn]], None]
@@ -58,10 +62,12 @@ def _replay_segment(
     segment: LogSegment,
     start_offset: int,
     on_completed: OnCompleted | None = None,
-) -> None:
+) -> int:
+    """Apply the batches of `segment` from `start_offset`; returns how many were read."""
     first = segment.find_batch(start_offset)
     if first is None:
-        return
+        return 0
+    replayed = 0
     chunk: list[BatchHeader] = []
     markers: dict[int, Marker] = {}
     for header in segment.scan_headers(first.position):
@@ -73,9 +79,12 @@ def _replay_segment(
             markers[header.base_offset] = read_end_txn_marker(batch, read_header(batch))
         if len(chunk) >= _REPLAY_CHUNK:
             _apply(state, chunk, markers, on_completed)
+            replayed += len(chunk)
             chunk, markers = [], {}
     if chunk:
         _apply(state, chunk, markers, on_completed)
+        replayed += len(chunk)
+    return replayed
 
 
 def _apply(
@@ -125,8 +134,12 @@ def rebuild_producer_state(
             state.update_map_end_offset(offset)
             state.take_snapshot()
         return
+    started = time.monotonic()
     was_empty = state.is_empty and state.map_end_offset >= log_end_offset
     state.truncate_and_reload(log_start_offset, log_end_offset, now_ms)
+    snapshot_offset = state.map_end_offset
+    loaded = time.monotonic()
+    replayed = 0
     if log_end_offset > state.map_end_offset and not was_empty:
         for segment, next_base in zip(segments, [*bases[1:], None], strict=True):
             if next_base is not None and next_base <= state.map_end_offset:
@@ -135,6 +148,18 @@ def rebuild_producer_state(
             state.update_map_end_offset(start)
             if segment.base_offset in offsets_to_snapshot:
                 state.take_snapshot()
-            _replay_segment(state, segment, start, on_completed)
+            replayed += _replay_segment(state, segment, start, on_completed)
     state.update_map_end_offset(log_end_offset)
     state.take_snapshot()
+    if state.producers or replayed:
+        log.info(
+            "%s: producer state of %d producers loaded from offset %d in %.1f ms, then %d "
+            "batches replayed up to offset %d in %.1f ms",
+            state.where,
+            len(state.producers),
+            snapshot_offset,
+            (loaded - started) * 1000,
+            replayed,
+            log_end_offset,
+            (time.monotonic() - loaded) * 1000,
+        )
