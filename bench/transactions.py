@@ -32,7 +32,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, replication: int, min_isr: int) -> None:
+def create_topic(
+    bootstrap: str, topic: str, partitions: int, replication: int, min_isr: int
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
         [NewTopic(topic, partitions, replication, config={"min.insync.replicas": str(min_isr)})],
@@ -154,7 +156,9 @@ def main() -> None:
             create_topic(bootstrap, topic, args.partitions, replication, min_isr)
         plain_result = plain(bootstrap, topics["plain"], args.seconds, payload)
         txn_result = transactional(bootstrap, topics["txn"], args.seconds, payload, args.txn_ms)
-        read_back = read_committed_count(bootstrap, topics["txn"], args.partitions, txn_result["records"])
+        read_back = read_committed_count(
+            bootstrap, topics["txn"], args.partitions, txn_result["records"]
+        )
         plain_rate = plain_result["records"] / plain_result["seconds"]
         txn_rate = txn_result["records"] / txn_result["seconds"]
         print(

@@ -77,7 +77,9 @@ def read_all(
         consumer.close()
 
 
-def end_offsets(bootstrap: str, topic: str, partitions: int, read_committed: bool) -> dict[int, int]:
+def end_offsets(
+    bootstrap: str, topic: str, partitions: int, read_committed: bool
+) -> dict[int, int]:
     """ListOffsets (latest) for each partition: the HW, or with read_committed the LSO."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     isolation = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED

@@ -157,7 +157,15 @@ HANGING_PRODUCER = textwrap.dedent(
 def _leave_hanging(bootstrap: str, topic: str, transactional_id: str, timeout_ms: int) -> None:
     """A producer writes 5 records in a transaction to partition 0 and is SIGKILLed."""
     process = subprocess.Popen(
-        [sys.executable, "-c", HANGING_PRODUCER, bootstrap, topic, transactional_id, str(timeout_ms)],
+        [
+            sys.executable,
+            "-c",
+            HANGING_PRODUCER,
+            bootstrap,
+            topic,
+            transactional_id,
+            str(timeout_ms),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -250,7 +258,15 @@ def test_kafkajs_transactional_producer(cluster3: LocalCluster) -> None:
 
 def _cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "odradek.cli.main", "transactions", "--bootstrap-server", bootstrap, *args],
+        [
+            sys.executable,
+            "-m",
+            "odradek.cli.main",
+            "transactions",
+            "--bootstrap-server",
+            bootstrap,
+            *args,
+        ],
         capture_output=True,
         text=True,
         timeout=120,

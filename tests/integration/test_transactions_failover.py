@@ -160,7 +160,9 @@ class Loop(threading.Thread):
         deadline = time.monotonic() + 120
         while True:
             try:
-                return txn_producer(self.bootstrap, self.txn_id, **{"transaction.timeout.ms": 20000})
+                return txn_producer(
+                    self.bootstrap, self.txn_id, **{"transaction.timeout.ms": 20000}
+                )
             except KafkaException:
                 if time.monotonic() > deadline:
                     raise
@@ -176,10 +178,20 @@ def _kill_and_restart(cluster: LocalCluster, broker_id: int) -> None:
 def test_exactly_once_through_leader_and_coordinator_kills(txn_cluster: LocalCluster) -> None:
     bootstrap = txn_cluster.bootstrap_servers
     source, sink = unique_topic("eos-in"), unique_topic("eos-out")
-    create_topic(bootstrap, source, partitions=PARTITIONS, replication_factor=3,
-                 configs={"min.insync.replicas": "2"})
-    create_topic(bootstrap, sink, partitions=PARTITIONS, replication_factor=3,
-                 configs={"min.insync.replicas": "2"})
+    create_topic(
+        bootstrap,
+        source,
+        partitions=PARTITIONS,
+        replication_factor=3,
+        configs={"min.insync.replicas": "2"},
+    )
+    create_topic(
+        bootstrap,
+        sink,
+        partitions=PARTITIONS,
+        replication_factor=3,
+        configs={"min.insync.replicas": "2"},
+    )
     _produce_inputs(bootstrap, source)
     group = unique_id("eos")
     # Bring both internal topics into existence (FindCoordinator creates them) and wait for
@@ -202,7 +214,11 @@ def test_exactly_once_through_leader_and_coordinator_kills(txn_cluster: LocalClu
         wait_until(lambda: loop.committed_inputs >= INPUTS // 4 or loop.error, 120, "no progress")
         leader = _leader(bootstrap, sink, 0)
         _kill_and_restart(txn_cluster, leader)
-        wait_until(lambda: loop.committed_inputs >= INPUTS // 2 or loop.error, 180, "stuck after leader kill")
+        wait_until(
+            lambda: loop.committed_inputs >= INPUTS // 2 or loop.error,
+            180,
+            "stuck after leader kill",
+        )
         _kill_and_restart(txn_cluster, txn_coordinator)
         wait_until(
             lambda: loop.committed_inputs >= INPUTS or loop.error,

@@ -112,11 +112,21 @@ class FakeMarkers:
         on_written: Callable[[PendingMarkers], Awaitable[None]],
     ) -> None:
         self.sent.append(
-            (metadata.transactional_id, commit, metadata.producer_epoch, frozenset(metadata.partitions))
+            (
+                metadata.transactional_id,
+                commit,
+                metadata.producer_epoch,
+                frozenset(metadata.partitions),
+            )
         )
         pending = PendingMarkers(
-            metadata.transactional_id, txn_partition, coordinator_epoch, metadata.producer_id,
-            metadata.producer_epoch, commit, set(),
+            metadata.transactional_id,
+            txn_partition,
+            coordinator_epoch,
+            metadata.producer_id,
+            metadata.producer_epoch,
+            commit,
+            set(),
         )
         if self.hold:
             self.held.append(lambda: on_written(pending))
@@ -199,7 +209,10 @@ def test_commit_abort_and_end_txn_errors() -> None:
         pid, epoch = init.producer_id, init.producer_epoch
         assert await c.add_partitions("t", pid, epoch, [("a", 0), ("b", 1)]) is ErrorCode.none
         assert await c.add_partitions("t", pid, epoch + 1, [("a", 0)]) is ErrorCode.producer_fenced
-        assert await c.add_partitions("t", pid + 1, epoch, [("a", 0)]) is ErrorCode.invalid_producer_id_mapping
+        assert (
+            await c.add_partitions("t", pid + 1, epoch, [("a", 0)])
+            is ErrorCode.invalid_producer_id_mapping
+        )
         assert await c.end_transaction("t", pid, epoch, True) is ErrorCode.none
         await _settle()
         assert markers.sent == [("t", True, epoch, frozenset({("a", 0), ("b", 1)}))]
@@ -226,7 +239,9 @@ def test_markers_in_flight_make_others_wait() -> None:
         markers.hold = True
         assert await c.end_transaction("t", pid, epoch, True) is ErrorCode.none
         assert (await c.init_producer_id("t", 60000)).error is ErrorCode.concurrent_transactions
-        assert await c.add_partitions("t", pid, epoch, [("a", 1)]) is ErrorCode.concurrent_transactions
+        assert (
+            await c.add_partitions("t", pid, epoch, [("a", 1)]) is ErrorCode.concurrent_transactions
+        )
         await markers.held.pop()()
         assert (await c.init_producer_id("t", 60000)).producer_epoch == epoch + 1
 
@@ -311,7 +326,7 @@ def test_reload_resends_markers_of_prepared_transactions() -> None:
 def test_expiry_tombstones_idle_ids() -> None:
     async def scenario() -> None:
         clock = [1_000_000]
-        c, log, _m = make(clock)
+        c, _log, _m = make(clock)
         await _elect(c)
         await c.init_producer_id("t", 60000)
         assert await c.manager.expire_transactional_ids() == 0

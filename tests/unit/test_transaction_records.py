@@ -87,7 +87,9 @@ def test_value_fields_follow_the_schema() -> None:
     assert schema["validVersions"] == "0-1" and schema["flexibleVersions"] == "1+"
 
 
-@pytest.mark.parametrize(("commit", "name", "epoch"), [(True, "MarkerValueCommit", 42), (False, "MarkerValueAbort", 7)])
+@pytest.mark.parametrize(
+    ("commit", "name", "epoch"), [(True, "MarkerValueCommit", 42), (False, "MarkerValueAbort", 7)]
+)
 def test_marker_batch_is_a_control_batch_kafka_would_write(
     commit: bool, name: str, epoch: int
 ) -> None:
@@ -109,7 +111,9 @@ def test_marker_batch_is_a_control_batch_kafka_would_write(
 
 
 def test_replay_keeps_the_last_record_and_honours_tombstones() -> None:
-    def transit(state: TransactionState, epoch: int, partitions: frozenset[tuple[str, int]]) -> TxnTransitMetadata:
+    def transit(
+        state: TransactionState, epoch: int, partitions: frozenset[tuple[str, int]]
+    ) -> TxnTransitMetadata:
         start = -1 if state is TransactionState.EMPTY else 10
         return TxnTransitMetadata(5, -1, epoch, -1, 60000, state, partitions, start, 20)
 

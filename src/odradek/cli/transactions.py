@@ -52,10 +52,12 @@ FIND_COORDINATOR_VERSION = 3
 TRANSACTION_KEY_TYPE = 1
 
 
-def _table(header: Sequence[str], rows: list[Sequence[Any]]) -> list[str]:
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
     cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return ["\t".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return [
+        "\t".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
 
 
 class TransactionsAdmin:
@@ -82,7 +84,7 @@ class TransactionsAdmin:
                 raise KafkaResponseError(code, answer.error_message)
             await asyncio.sleep(0.2)
 
-    async def list(self) -> list[tuple[str, int, int, str]]:
+    async def list_transactions(self) -> list[tuple[str, int, int, str]]:
         found = []
         for broker_id in sorted(await self.client.brokers()):
             answer = await self.client.to_broker(
@@ -96,7 +98,12 @@ class TransactionsAdmin:
                 raise KafkaResponseError(code, f"ListTransactions on broker {broker_id}")
             for state in answer.transaction_states:
                 found.append(
-                    (state.transactional_id, broker_id, int(state.producer_id), state.transaction_state)
+                    (
+                        state.transactional_id,
+                        broker_id,
+                        int(state.producer_id),
+                        state.transaction_state,
+                    )
                 )
         return sorted(found)
 
@@ -124,7 +131,7 @@ class TransactionsAdmin:
                     return int(p.leader_id)
         raise OperatorError(f"{topic}-{partition} does not exist")
 
-    async def producers(self, topic: str, partition: int) -> list[Any]:
+    async def producers(self, topic: str, partition: int) -> Sequence[Any]:
         leader = await self.leader(topic, partition)
         answer = await self.client.to_broker(
             leader,
@@ -165,40 +172,53 @@ class TransactionsAdmin:
 
 async def _run(args: argparse.Namespace, out: list[str]) -> None:
     client = await GroupAdminClient.connect(parse_bootstrap(args.bootstrap_server), args.timeout)
-    admin = TransactionsAdmin(client)  # type: ignore[arg-type]
+    admin = TransactionsAdmin(client)
     try:
         if args.action == "list":
-            rows = [(t, c, p, s) for t, c, p, s in await admin.list()]
-            out.extend(_table(("TransactionalId", "Coordinator", "ProducerId", "TransactionState"), rows))
+            listed = await admin.list_transactions()
+            out.extend(
+                _table(("TransactionalId", "Coordinator", "ProducerId", "TransactionState"), listed)
+            )
         elif args.action == "describe":
             coordinator, state = await admin.describe(args.transactional_id)
             start = _ms(state.transaction_start_time)
             now = int(time.time() * 1000)
-            partitions = ",".join(
-                f"{t.topic}-{p}" for t in state.topics for p in t.partitions
-            )
+            partitions = ",".join(f"{t.topic}-{p}" for t in state.topics for p in t.partitions)
             out.extend(
                 _table(
                     (
-                        "CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
-                        "TransactionState", "TransactionTimeoutMs",
-                        "CurrentTransactionStartTimeMs", "TransactionDurationMs",
+                        "CoordinatorId",
+                        "TransactionalId",
+                        "ProducerId",
+                        "ProducerEpoch",
+                        "TransactionState",
+                        "TransactionTimeoutMs",
+                        "CurrentTransactionStartTimeMs",
+                        "TransactionDurationMs",
                         "TopicPartitions",
                     ),
-                    [(
-                        coordinator, state.transactional_id, state.producer_id,
-                        state.producer_epoch, state.transaction_state,
-                        _ms(state.transaction_timeout),
-                        start if start >= 0 else "None",
-                        now - start if start >= 0 else "None",
-                        partitions,
-                    )],
+                    [
+                        (
+                            coordinator,
+                            state.transactional_id,
+                            state.producer_id,
+                            state.producer_epoch,
+                            state.transaction_state,
+                            _ms(state.transaction_timeout),
+                            start if start >= 0 else "None",
+                            now - start if start >= 0 else "None",
+                            partitions,
+                        )
+                    ],
                 )
             )
         elif args.action == "describe-producers":
             rows = [
                 (
-                    p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+                    p.producer_id,
+                    p.producer_epoch,
+                    p.coordinator_epoch,
+                    p.last_sequence,
                     p.last_timestamp,
                     p.current_txn_start_offset if p.current_txn_start_offset >= 0 else "None",
                 )
@@ -207,8 +227,12 @@ async def _run(args: argparse.Namespace, out: list[str]) -> None:
             out.extend(
                 _table(
                     (
-                        "ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
-                        "LastTimestamp", "CurrentTransactionStartOffset",
+                        "ProducerId",
+                        "ProducerEpoch",
+                        "LatestCoordinatorEpoch",
+                        "LastSequence",
+                        "LastTimestamp",
+                        "CurrentTransactionStartOffset",
                     ),
                     rows,
                 )

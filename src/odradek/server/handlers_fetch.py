@@ -261,9 +261,7 @@ def handle_list_offsets(broker: BrokerServices, context: RequestContext, request
                     if from_follower:
                         entry["offset"] = partition.log_end_offset
                     elif read_committed:
-                        entry["offset"] = partition.log.last_stable_offset(
-                            partition.high_watermark
-                        )
+                        entry["offset"] = partition.log.last_stable_offset(partition.high_watermark)
                     else:
                         entry["offset"] = partition.high_watermark
                 else:

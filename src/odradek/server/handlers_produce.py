@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.group.placement import OFFSETS_TOPIC
+from odradek.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from odradek.errors import KafkaError
 from odradek.network.server import NO_RESPONSE
 from odradek.protocol.build import build_response
 from odradek.protocol.record_batch import iter_batches
-from odradek.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from odradek.server.authorization import (
     TOPIC,
     TOPIC_AUTHORIZATION_FAILED,

@@ -72,8 +72,11 @@ def handle_add_partitions_to_txn(
         if not broker.authorizer.cluster(context, CLUSTER_ACTION):
             return build_response(
                 header,
-                {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed,
-                 "results_by_transaction": []},
+                {
+                    "throttle_time": 0,
+                    "error_code": ErrorCode.cluster_authorization_failed,
+                    "results_by_transaction": [],
+                },
             )
         return txn_handlers.handle_add_partitions_to_txn(broker, context, request)
     topics = txn_handlers.v3_topics(request)
@@ -127,12 +130,16 @@ def handle_describe_transactions(
 
     states = []
     for state in response.transaction_states:
-        if not broker.authorizer.allowed(context, DESCRIBE, TRANSACTIONAL_ID, state.transactional_id):
+        if not broker.authorizer.allowed(
+            context, DESCRIBE, TRANSACTIONAL_ID, state.transactional_id
+        ):
             state = dataclasses.replace(
                 state, error_code=TRANSACTIONAL_ID_AUTHORIZATION_FAILED, topics=()
             )
         else:
-            visible = broker.authorizer.filter(context, DESCRIBE, TOPIC, [t.topic for t in state.topics])
+            visible = broker.authorizer.filter(
+                context, DESCRIBE, TOPIC, [t.topic for t in state.topics]
+            )
             state = dataclasses.replace(
                 state, topics=tuple(t for t in state.topics if t.topic in visible)
             )
@@ -147,7 +154,10 @@ def handle_list_transactions(broker: BrokerServices, context: RequestContext, re
     import dataclasses
 
     visible = broker.authorizer.filter(
-        context, DESCRIBE, TRANSACTIONAL_ID, [s.transactional_id for s in response.transaction_states]
+        context,
+        DESCRIBE,
+        TRANSACTIONAL_ID,
+        [s.transactional_id for s in response.transaction_states],
     )
     return dataclasses.replace(
         response,
@@ -178,9 +188,7 @@ def handle_write_txn_markers(broker: BrokerServices, context: RequestContext, re
                     result["error_code"] = ErrorCode.cluster_authorization_failed
                     continue
                 try:
-                    wait = _append_marker(
-                        broker, topic.name, int(index), marker, now_ms
-                    )
+                    wait = _append_marker(broker, topic.name, int(index), marker, now_ms)
                 except KafkaError as e:
                     result["error_code"] = ErrorCode(e.code)
                     continue
@@ -227,9 +235,7 @@ def _append_marker(
         int(marker.coordinator_epoch),
         now_ms,
     )
-    info = partition.append_records_to_leader(
-        batch, -1, now_ms, origin=AppendOrigin.COORDINATOR
-    )
+    info = partition.append_records_to_leader(batch, -1, now_ms, origin=AppendOrigin.COORDINATOR)
     if topic == OFFSETS_TOPIC:
         broker.txn_offsets.complete(
             partition_index, int(marker.producer_id), bool(marker.transaction_result)

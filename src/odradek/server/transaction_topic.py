@@ -158,8 +158,11 @@ class TransactionTopicCreator:
         except TopicAlreadyExistsError:
             pass
         except (KafkaError, ZkError) as e:
-            log.warning("creating %s failed (%s); the next FindCoordinator retries",
-                        TRANSACTION_STATE_TOPIC, e)
+            log.warning(
+                "creating %s failed (%s); the next FindCoordinator retries",
+                TRANSACTION_STATE_TOPIC,
+                e,
+            )
 
 
 def on_leadership_change(

@@ -53,7 +53,11 @@ from odradek.coordinator.transaction.metadata import (
     TxnTransitMetadata,
     is_epoch_exhausted,
 )
-from odradek.coordinator.transaction.state_manager import TransactionStateManager
+from odradek.coordinator.transaction.state_manager import (
+    TransactionConfig,
+    TransactionStateManager,
+)
+from odradek.errors import InvariantError
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +93,7 @@ class TransactionCoordinator:
         state_manager.on_loaded = self._on_partition_loaded
 
     @property
-    def config(self):  # type: ignore[no-untyped-def]
+    def config(self) -> TransactionConfig:
         return self.manager.config
 
     # -- life cycle --------------------------------------------------------------------------------
@@ -184,9 +188,11 @@ class TransactionCoordinator:
                 error if error is not ErrorCode.none else ErrorCode.concurrent_transactions
             )
         if state not in (S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT):
-            raise AssertionError(f"{transactional_id} in {state.kafka_name}")  # pragma: no cover
+            raise InvariantError(f"{transactional_id} in {state.kafka_name}")
         now = self.manager.now_ms()
-        if metadata.epoch_exhausted and (expected is None or expected[1] == metadata.producer_epoch):
+        if metadata.epoch_exhausted and (
+            expected is None or expected[1] == metadata.producer_epoch
+        ):
             try:
                 producer_id = await self.producer_ids.generate_producer_id()
             except Exception as e:
@@ -311,7 +317,7 @@ class TransactionCoordinator:
             next_state = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
             if fencing:
                 if next_state is not S.PREPARE_ABORT:
-                    raise AssertionError("an epoch fence always aborts")  # pragma: no cover
+                    raise InvariantError("an epoch fence always aborts")
                 # The fence's bumped epoch is the one the abort (and its markers) carry.
                 metadata.pending_state = None
                 metadata.producer_epoch = producer_epoch
@@ -341,7 +347,9 @@ class TransactionCoordinator:
         if metadata.state is not target.state:
             return ErrorCode.invalid_txn_state
         complete = metadata.prepare_complete(self.manager.now_ms())
-        self._send_markers(self.manager.partition_of(transactional_id), coordinator_epoch, metadata, complete)
+        self._send_markers(
+            self.manager.partition_of(transactional_id), coordinator_epoch, metadata, complete
+        )
         return ErrorCode.none
 
     def _send_markers(
@@ -413,7 +421,9 @@ class TransactionCoordinator:
                     fence.producer_epoch,
                 )
             else:
-                log.info("aborting %s's timed-out transaction: %s", metadata.transactional_id, error.name)
+                log.info(
+                    "aborting %s's timed-out transaction: %s", metadata.transactional_id, error.name
+                )
                 if metadata.pending_state is S.PREPARE_EPOCH_FENCE:
                     metadata.abort_transition()
         return aborted

@@ -81,7 +81,9 @@ def handle_find_coordinator(services: Any, context: RequestContext, request: Any
             services.ensure_transaction_topic()
             found["error_message"] = f"{TRANSACTION_STATE_TOPIC} is being created"
             return found
-        partition = cache.get_partition(TRANSACTION_STATE_TOPIC, coordinator.manager.partition_of(key))
+        partition = cache.get_partition(
+            TRANSACTION_STATE_TOPIC, coordinator.manager.partition_of(key)
+        )
         leader = partition.leader if partition is not None else -1
         endpoint = cache.get_broker(leader) if leader >= 0 else None
         if endpoint is None:
@@ -116,8 +118,12 @@ async def init_transactional_producer(
             # Kafka: both or neither (InitProducerIdRequest's validation)
             return build_response(
                 header,
-                {"throttle_time": 0, "error_code": ErrorCode.invalid_request,
-                 "producer_id": -1, "producer_epoch": -1},
+                {
+                    "throttle_time": 0,
+                    "error_code": ErrorCode.invalid_request,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                },
             )
         expected = (producer_id, producer_epoch)
     result = await services.transaction_coordinator.init_producer_id(
@@ -217,7 +223,10 @@ async def handle_add_partitions_to_txn(
             header.api_version,
         )
         results.append(
-            {"transactional_id": txn.transactional_id, "topic_results": _partition_results(topics, errors)}
+            {
+                "transactional_id": txn.transactional_id,
+                "topic_results": _partition_results(topics, errors),
+            }
         )
     return build_response(
         header,

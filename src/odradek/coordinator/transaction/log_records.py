@@ -271,9 +271,7 @@ def transit_from_value(value: TransactionLogValue) -> TxnTransitMetadata:
     try:
         state = TransactionState(value.transaction_status)
     except ValueError:
-        raise CorruptRecordError(
-            f"unknown transaction state {value.transaction_status}"
-        ) from None
+        raise CorruptRecordError(f"unknown transaction state {value.transaction_status}") from None
     partitions: set[TopicPartition] = set()
     if state is not TransactionState.EMPTY:
         for topic, ids in value.transaction_partitions or ():
@@ -291,7 +289,9 @@ def transit_from_value(value: TransactionLogValue) -> TxnTransitMetadata:
     )
 
 
-def transaction_record(transactional_id: str, target: TxnTransitMetadata | None, now_ms: int) -> bytes:
+def transaction_record(
+    transactional_id: str, target: TxnTransitMetadata | None, now_ms: int
+) -> bytes:
     """One uncompressed batch (Kafka enforces compression none) holding the id's record; a
     tombstone when `target` is None."""
     value = None if target is None else value_for(target)

@@ -180,14 +180,20 @@ class TransactionMarkerChannelManager:
         if connection is not None:
             connection.close()
         connection = await BrokerConnection.connect(
-            host, port, timeout=REQUEST_TIMEOUT_S, client_id="txn-marker-sender",
+            host,
+            port,
+            timeout=REQUEST_TIMEOUT_S,
+            client_id="txn-marker-sender",
             security=self.security,
         )
         self._connections[broker_id] = connection
         return connection
 
     async def _send(
-        self, pending: PendingMarkers, leader: tuple[int, str, int], partitions: list[TopicPartition]
+        self,
+        pending: PendingMarkers,
+        leader: tuple[int, str, int],
+        partitions: list[TopicPartition],
     ) -> None:
         from kio.schema.write_txn_markers.v1.request import WriteTxnMarkersRequest
 

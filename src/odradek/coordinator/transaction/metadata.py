@@ -238,9 +238,7 @@ class TransactionMetadata:
             now_ms,
         )
 
-    def prepare_add_partitions(
-        self, added: set[TopicPartition], now_ms: int
-    ) -> TxnTransitMetadata:
+    def prepare_add_partitions(self, added: set[TopicPartition], now_ms: int) -> TxnTransitMetadata:
         start = (
             now_ms
             if self.state in (S.EMPTY, S.COMPLETE_ABORT, S.COMPLETE_COMMIT)
@@ -305,10 +303,12 @@ class TransactionMetadata:
         """Install `target`, whose record is now committed in the log (Kafka's four checks)."""
         to_state = self.pending_state
         if to_state is None or to_state is not target.state:
-            self._fail(target, "it is not the pending transition")
+            raise InvariantError(
+                f"{self.transactional_id}: cannot install {target}: it is not the pending "
+                f"transition ({self.pending_state})"
+            )
         same_producer = (
-            target.producer_epoch == self.producer_epoch
-            and target.producer_id == self.producer_id
+            target.producer_epoch == self.producer_epoch and target.producer_id == self.producer_id
         )
         if to_state is S.EMPTY:
             bumped = target.producer_epoch == self.producer_epoch + 1 or (

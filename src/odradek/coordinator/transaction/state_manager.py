@@ -267,7 +267,9 @@ class TransactionStateManager:
             return ErrorCode.none, None
         return ErrorCode.none, CoordinatorEpochAndMetadata(owned.epoch, metadata)
 
-    def put_if_not_exists(self, metadata: TransactionMetadata) -> tuple[ErrorCode, CoordinatorEpochAndMetadata | None]:
+    def put_if_not_exists(
+        self, metadata: TransactionMetadata
+    ) -> tuple[ErrorCode, CoordinatorEpochAndMetadata | None]:
         error, existing = self.get_state(metadata.transactional_id)
         if error is not ErrorCode.none or existing is not None:
             return error, existing
