@@ -9,9 +9,10 @@ errors abort the transaction and rewind the consumer to its committed offsets; a
 producer is replaced by a new one (whose InitProducerId fences the old epoch). At the end a
 read_committed reader finds every input exactly once in the output.
 
-Known gap (README, Transactions): transactional offset commits wait in the group coordinator's
-memory until their marker, so a group coordinator that dies inside a transaction loses them. The
-test therefore picks a transactional id whose coordinator is not the group's coordinator.
+The loop's transactional id is chosen so that its transaction coordinator is also the group's
+coordinator: the kill then also tests that transactional offset commits survive a group
+coordinator failover (they are in `__consumer_offsets` as transactional batches, replayed with
+their markers by the next leader).
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def test_exactly_once_through_leader_and_coordinator_kills(txn_cluster: LocalClu
         candidate
         for candidate in (unique_id("eos-txn") for _ in range(200))
         if _leader(bootstrap, TRANSACTION_STATE_TOPIC, partition_for(candidate, 50))
-        != group_coordinator
+        == group_coordinator
     )
     txn_coordinator = _leader(bootstrap, TRANSACTION_STATE_TOPIC, partition_for(txn_id, 50))
     loop = Loop(bootstrap, source, sink, group, txn_id)

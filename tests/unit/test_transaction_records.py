@@ -161,3 +161,31 @@ def test_values_round_trip(
     assert decode_key(encode_key(transactional_id)) == transactional_id
     back = log_records.transit_from_value(decode_value(log_records.value_for(target)))
     assert back == target
+
+
+def test_offsets_replay_applies_transactional_commits_at_their_marker() -> None:
+    """`__consumer_offsets`: a TxnOffsetCommit batch counts only once its producer's COMMIT
+    marker follows; an aborted one never; one without a marker yet stays pending."""
+    from odradek.coordinator.group import log_records as group_records
+    from odradek.coordinator.group.offsets import OffsetAndMetadata
+
+    def commit(producer: int, offset: int) -> bytes:
+        entry = group_records.offset_commit_entry("g", ("t", 0), OffsetAndMetadata(offset))
+        return group_records.build_records([entry], 1, producer=(producer, 0))
+
+    def marker(producer: int, commit_: bool) -> bytes:
+        return log_records.build_marker_batch(producer, 0, commit_, 0, 1)
+
+    plain = group_records.build_records(
+        [group_records.offset_commit_entry("g", ("t", 0), OffsetAndMetadata(1))], 1
+    )
+    pieces = [plain, commit(7, 5), commit(8, 9), marker(8, False), marker(7, True), commit(9, 11)]
+    data = bytearray()
+    for offset, piece in enumerate(pieces):
+        patched = bytearray(piece)
+        patched[0:8] = offset.to_bytes(8, "big")
+        data += patched
+    replay = group_records.PartitionReplay()
+    replay.feed(bytes(data))
+    assert replay.groups["g"].offsets[("t", 0)][0].offset == 5
+    assert replay.pending_offsets() == {9: {"g": {("t", 0): OffsetAndMetadata(11)}}}

@@ -364,6 +364,7 @@ class ReplicaManager:
         entries: dict[TopicPartition, bytes],
         required_acks: int,
         timeout_ms: int,
+        origin: Any = None,
     ) -> dict[TopicPartition, ProduceResult] | Awaitable[dict[TopicPartition, ProduceResult]]:
         """Append each partition's records; with acks=all, return an awaitable of the results.
 
@@ -379,15 +380,15 @@ class ReplicaManager:
         queue = self.append_queue
         for key, records in entries.items():
             if queue.busy(key):
-                deferred[key] = self._defer_append(key, records, required_acks, now_ms)
+                deferred[key] = self._defer_append(key, records, required_acks, now_ms, origin)
                 continue
             try:
                 partition = self.leader_partition(*key)
                 info = partition.append_records_to_leader(
-                    records, required_acks, now_ms, budget=queue.inline_budget
+                    records, required_acks, now_ms, budget=queue.inline_budget, origin=origin
                 )
             except NeedsWorkerThread:
-                deferred[key] = self._defer_append(key, records, required_acks, now_ms)
+                deferred[key] = self._defer_append(key, records, required_acks, now_ms, origin)
                 continue
             except KafkaError as e:
                 results[key] = ProduceResult(error=e)
@@ -417,7 +418,12 @@ class ReplicaManager:
         return result, partition.wait_for_high_watermark(info.last_offset + 1)
 
     def _defer_append(
-        self, key: TopicPartition, records: bytes, required_acks: int, now_ms: int
+        self,
+        key: TopicPartition,
+        records: bytes,
+        required_acks: int,
+        now_ms: int,
+        origin: Any = None,
     ) -> asyncio.Future[tuple[ProduceResult, Any]]:
         async def append(previous: asyncio.Future[Any] | None) -> tuple[ProduceResult, Any]:
             try:
@@ -426,7 +432,7 @@ class ReplicaManager:
                 await self.append_queue.after(previous)
                 partition = self.leader_partition(*key)
                 info = partition.append_records_to_leader(
-                    records, required_acks, now_ms, validated=validated
+                    records, required_acks, now_ms, validated=validated, origin=origin
                 )
             except KafkaError as e:
                 return ProduceResult(error=e), None

@@ -289,17 +289,28 @@ def handle_txn_offset_commit(broker: BrokerServices, context: RequestContext, re
         if name not in denied
         for p in partitions
     }
-    error = broker.txn_offsets.commit(
+    outcome = broker.txn_offsets.commit(
         request.group_id,
         int(request.producer_id),
+        int(request.producer_epoch),
         getattr(request, "member_id", "") or "",
         getattr(request, "group_instance_id", None),
         int(getattr(request, "generation_id", -1)),
         offsets,
     )
-    if error is ErrorCode.producer_fenced and header.api_version < 3:
-        error = ErrorCode.invalid_producer_epoch
-    return answer(lambda name: TOPIC_AUTHORIZATION_FAILED if name in denied else error)
+
+    def finish(error: ErrorCode) -> Any:
+        if error is ErrorCode.producer_fenced and header.api_version < 3:
+            error = ErrorCode.invalid_producer_epoch
+        return answer(lambda name: TOPIC_AUTHORIZATION_FAILED if name in denied else error)
+
+    if isinstance(outcome, ErrorCode):
+        return finish(outcome)
+
+    async def wait() -> Any:
+        return finish(await outcome)
+
+    return wait()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 from odradek.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from odradek.coordinator.transaction.state_manager import AppendResult
 from odradek.errors import KafkaError, NotLeaderOrFollowerError, TopicAlreadyExistsError
+from odradek.log.producer_state import AppendOrigin
 from odradek.zk.errors import ZkError
 
 if TYPE_CHECKING:
@@ -63,7 +64,9 @@ class ReplicaManagerTransactionLog:
         self, partition: int, records: bytes, required_acks: int, timeout_ms: int
     ) -> AppendResult | Awaitable[AppendResult]:
         key = (TRANSACTION_STATE_TOPIC, partition)
-        results = self._replica_manager().append_records({key: records}, required_acks, timeout_ms)
+        results = self._replica_manager().append_records(
+            {key: records}, required_acks, timeout_ms, origin=AppendOrigin.COORDINATOR
+        )
         if isinstance(results, dict):
             return _append_result(results[key])
 
