@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from odradek.errors import OperatorError
 from odradek.testing import LocalCluster
 from odradek.testing.processes import free_ports
 from odradek.zk.server import port_is_free
@@ -33,34 +34,44 @@ from tests.integration.test_idempotent_producer import check_exactly_once, end_o
 SESSION_TIMEOUT_MS = 6000
 
 
-@contextlib.contextmanager
-def proxied_broker(directory: Path) -> Iterator[tuple[LocalCluster, DroppingProxy]]:
-    """One broker advertising a `DroppingProxy` in front of it as its address."""
+def _three_free_ports() -> int:
     for _attempt in range(20):
         (base,) = free_ports(1, "127.0.0.1")
         if base + 2 < 65535 and all(port_is_free(base + i, "127.0.0.1") for i in (1, 2)):
-            break
-    else:
-        pytest.skip("no three consecutive free ports")
-    proxy = DroppingProxy(base + 2)
-    proxy.target = ("127.0.0.1", base + 1)  # broker 1 listens on base + 1
-    cluster = None
+            return base
+    pytest.skip("no three consecutive free ports")
+
+
+@contextlib.contextmanager
+def proxied_broker(directory: Path) -> Iterator[tuple[LocalCluster, DroppingProxy]]:
+    """One broker advertising a `DroppingProxy` in front of it as its address. The ports are
+    chosen here (ZooKeeper, broker, proxy: consecutive); another process on the machine may take
+    one between the choice and the start, so a start that finds its port taken is tried again."""
+    for attempt in range(3):
+        base = _three_free_ports()
+        proxy = DroppingProxy(base + 2)
+        proxy.target = ("127.0.0.1", base + 1)  # broker 1 listens on base + 1
+        try:
+            cluster = LocalCluster.up(
+                directory / f"attempt-{attempt}",
+                1,
+                base_port=base,
+                overrides={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"},
+                timeout=120,
+            )
+        except OperatorError as e:
+            proxy.close()
+            if "in use" in str(e) and attempt < 2:
+                continue
+            raise
+        break
     try:
-        cluster = LocalCluster.up(
-            directory,
-            1,
-            base_port=base,
-            overrides={"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"},
-            timeout=120,
-        )
         yield cluster, proxy
     finally:
         try:
-            if cluster is not None:
-                cluster.down(timeout=30)
+            cluster.down(timeout=30)
         finally:
-            if cluster is not None:
-                cluster.kill_all()
+            cluster.kill_all()
             proxy.close()
 
 

@@ -369,3 +369,31 @@ def _serving(cluster: LocalCluster, topic: str) -> bool:
         return _wire.log_end_offset(cluster.bootstrap_servers, topic, 0) >= 0
     except (OSError, _wire.ConnectionClosed, _wire.NoAnswer, AssertionError):
         return False
+
+
+def test_idle_producers_expire(make_cluster: Any) -> None:
+    cluster = make_cluster(
+        brokers=1,
+        shared_zookeeper=True,
+        producer_id_expiration_ms=3000,
+        producer_id_expiration_check_interval_ms=500,
+    )
+    topic = unique_topic("idem-expire")
+    create_topic(cluster.bootstrap_servers, topic, 1, 1)
+    error, producer_id, _ = init_producer_id(cluster.brokers[0])
+    assert error == ErrorCode.none
+    with _wire.WireConnection.to(cluster.bootstrap_servers) as connection:
+        written_ms = time.time() * 1000  # at most the first batch's timestamp
+        first = _wire.produce(connection, topic, 0, _batch(producer_id, 0), acks=-1)
+        assert first.error_code == ErrorCode.none
+        gap = _wire.produce(connection, topic, 0, _batch(producer_id, 10), acks=-1)
+        assert gap.error_code == ErrorCode.out_of_order_sequence_number  # still known
+
+        def accepted_once_forgotten() -> bool:
+            answer = _wire.produce(connection, topic, 0, _batch(producer_id, 10), acks=-1)
+            assert answer.error_code in (ErrorCode.none, ErrorCode.out_of_order_sequence_number)
+            return answer.error_code == ErrorCode.none
+
+        wait_until(accepted_once_forgotten, 30, "the idle producer to be forgotten", interval=0.25)
+        # Not before producer.id.expiration.ms (3 s) after its last write.
+        assert time.time() * 1000 - written_ms >= 3000
