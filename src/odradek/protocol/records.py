@@ -6,7 +6,8 @@ section obeys are documented in the C source, `_records.c`. The short version: e
 `recordsCount` records and no trailing byte; varints of at most 5 bytes and varlongs of at most 10,
 whose value fits; each record's length equal to the bytes its fields take; key, value and header
 value lengths >= -1 (-1 is null), header key lengths >= 0 and header keys UTF-8; record i has
-offsetDelta i.
+offsetDelta i (in a producer's batch; a batch read back from a compacted log may miss records, so
+there deltas need only increase: `stored=True`).
 
 Two implementations of the same rules:
 
@@ -112,10 +113,12 @@ def _to_int64(value: int) -> int:
 class _Walker:
     """The reference walk: one record at a time, every rule spelled out."""
 
-    def __init__(self, buf: Buffer) -> None:
+    def __init__(self, buf: Buffer, consecutive: bool = True) -> None:
         self.buf = buf
         self.position = 0
         self.index = -1
+        self.consecutive = consecutive
+        self.previous_delta = -1
 
     def fail(self, message: str) -> _Malformed:
         return _Malformed(f"record {self.index}{message}", self.index, self.position)
@@ -151,10 +154,14 @@ class _Walker:
         self.position += 1
         timestamp = _to_int64(base_timestamp + self.read(end, "timestampDelta", long=True))
         offset_delta = self.read(end, "offsetDelta")
-        if offset_delta != self.index:
-            raise self.fail(
-                f" has offsetDelta {offset_delta} (records must have consecutive offset deltas)"
-            )
+        if (
+            offset_delta != self.index
+            if self.consecutive
+            else offset_delta < 0 or offset_delta <= self.previous_delta
+        ):
+            rule = "consecutive" if self.consecutive else "increasing"
+            raise self.fail(f" has offsetDelta {offset_delta} (records must have {rule} offset deltas)")
+        self.previous_delta = offset_delta
         key_position, key_length = self.field(end, "key")
         value_position, value_length = self.field(end, "value")
         header_count = self.read(end, "header count")
@@ -219,13 +226,14 @@ def _walk(
     base_timestamp: int,
     visit: Callable[[int, RecordLayout], None],
     prefix: bool = False,
+    consecutive: bool = True,
 ) -> None:
     n = len(buf)
     if count < 0:
         raise _Malformed(f"recordsCount {count} is negative", -1, 0)
     if not prefix and count > n // MIN_RECORD_SIZE:
         raise _Malformed(f"recordsCount {count} cannot fit in {n} bytes of records", -1, 0)
-    walker = _Walker(buf)
+    walker = _Walker(buf, consecutive)
     for index in range(count):
         walker.index = index
         if prefix and walker.record_is_cut(n):
@@ -269,11 +277,19 @@ def reference_scan(
     return ScanResult(min(timestamps), max(timestamps), tuple(outside))
 
 
-def reference_index(records: Buffer, records_count: int, base_timestamp: int) -> list[RecordLayout]:
+def reference_index(
+    records: Buffer, records_count: int, base_timestamp: int, stored: bool = False
+) -> list[RecordLayout]:
     """`index_records` in plain Python."""
     layouts: list[RecordLayout] = []
     try:
-        _walk(records, records_count, base_timestamp, lambda _i, r: layouts.append(r))
+        _walk(
+            records,
+            records_count,
+            base_timestamp,
+            lambda _i, r: layouts.append(r),
+            consecutive=not stored,
+        )
     except _Malformed as e:
         raise InvalidRecordError(e.message) from None
     return layouts
@@ -329,12 +345,17 @@ def scan_records(
         raise InvalidRecordError(e.args[0]) from None
 
 
-def index_records(records: Buffer, records_count: int, base_timestamp: int) -> list[RecordLayout]:
-    """Validate a records section and return every record's layout."""
+def index_records(
+    records: Buffer, records_count: int, base_timestamp: int, stored: bool = False
+) -> list[RecordLayout]:
+    """Validate a records section and return every record's layout.
+
+    `stored`: the records were read from the log, where compaction may have removed some, so
+    offset deltas need only increase (a producer's batch has deltas 0, 1, 2, ...)."""
     if _native is None:  # pragma: no cover
-        return reference_index(records, records_count, base_timestamp)
+        return reference_index(records, records_count, base_timestamp, stored)
     try:
-        rows = _native.index(records, records_count, base_timestamp)
+        rows = _native.index(records, records_count, base_timestamp, stored)
     except _native.InvalidRecordsError as e:
         raise InvalidRecordError(e.args[0]) from None
     return [RecordLayout._make(row) for row in _ROW.iter_unpack(rows)]
@@ -344,7 +365,8 @@ def find_timestamp(
     records: Buffer, records_count: int, base_timestamp: int, target: int, min_delta: int
 ) -> tuple[int, int] | None:
     """The first record with timestamp >= `target` and offset delta >= `min_delta`, as
-    (offset delta, timestamp); None when there is none. The walk stops at that record."""
+    (offset delta, timestamp); None when there is none. The walk stops at that record. The
+    records are stored ones (see `index_records`)."""
     if _native is None:  # pragma: no cover
         return reference_find_timestamp(records, records_count, base_timestamp, target, min_delta)
     try:
@@ -358,7 +380,7 @@ def reference_find_timestamp(
     records: Buffer, records_count: int, base_timestamp: int, target: int, min_delta: int
 ) -> tuple[int, int] | None:
     """`find_timestamp` in plain Python (it validates the whole section first)."""
-    for layout in reference_index(records, records_count, base_timestamp):
+    for layout in reference_index(records, records_count, base_timestamp, stored=True):
         if layout.timestamp >= target and layout.offset_delta >= min_delta:
             return layout.offset_delta, layout.timestamp
     return None
