@@ -286,7 +286,8 @@ def test_stored_records_may_have_gaps_in_their_offset_deltas(
     gaps = data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
     deltas = [sum(gaps[: i + 1]) + i for i in range(count)]
     thinned = [
-        dataclasses.replace(raw, offset_delta=delta) for raw, delta in zip(raws, deltas, strict=True)
+        dataclasses.replace(raw, offset_delta=delta)
+        for raw, delta in zip(raws, deltas, strict=True)
     ]
     payload = records_section(thinned)
     layouts = index_records(payload, count, base, stored=True)

@@ -447,9 +447,7 @@ def decode_records(batch: Buffer, limit: int = TOOLS_DECOMPRESSED_LIMIT) -> list
         payload = decompress(header.compression, bytes(payload), limit)
     log_append_time = header.timestamp_type == TimestampType.LOG_APPEND_TIME
     records: list[Record] = []
-    for layout in index_records(
-        payload, header.records_count, header.base_timestamp, stored=True
-    ):
+    for layout in index_records(payload, header.records_count, header.base_timestamp, stored=True):
         headers: list[tuple[str, bytes | None]] = []
         position = layout.headers_position
         for _ in range(layout.header_count):

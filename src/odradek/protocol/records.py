@@ -160,7 +160,9 @@ class _Walker:
             else offset_delta < 0 or offset_delta <= self.previous_delta
         ):
             rule = "consecutive" if self.consecutive else "increasing"
-            raise self.fail(f" has offsetDelta {offset_delta} (records must have {rule} offset deltas)")
+            raise self.fail(
+                f" has offsetDelta {offset_delta} (records must have {rule} offset deltas)"
+            )
         self.previous_delta = offset_delta
         key_position, key_length = self.field(end, "key")
         value_position, value_length = self.field(end, "value")
