@@ -81,7 +81,7 @@ def clean(
     offset_map = OffsetMap(1 << 16)
     map_buffer(offset_map, data, start, LIMIT, decisions)
     out = bytearray(len(data) * 2 + 1024)
-    builder = IndexBuilder(0, 40, 1000)
+    builder = IndexBuilder(0, 40, 1000, 1000)
     result = filter_buffer(
         offset_map, data, out, 0, builder, now_ms, retention_ms, LIMIT, decisions
     )
@@ -163,7 +163,7 @@ def test_index_entries_are_those_a_segment_computes(
     offset_map = OffsetMap(1 << 16)
     map_buffer(offset_map, data, 0, LIMIT)
     out = bytearray(len(data) * 2)
-    builder = IndexBuilder(0, interval, 1000)
+    builder = IndexBuilder(0, interval, 1000, 666)
     result = filter_buffer(offset_map, data, out, 0, builder, 0, 0, LIMIT)
     offsets, times = builder.finish()
     directory = tmp_path_factory.mktemp("segment")
@@ -227,7 +227,7 @@ def test_keyless_records_are_removed_but_unmapped_ones_stay() -> None:
     offset_map = OffsetMap(1 << 12)
     map_buffer(offset_map, data[: read_header(data).size], 0, LIMIT)
     out = bytearray(1024)
-    result = filter_buffer(offset_map, data, out, 0, IndexBuilder(0, 0, 10), 0, 0, LIMIT)
+    result = filter_buffer(offset_map, data, out, 0, IndexBuilder(0, 0, 10, 10), 0, 0, LIMIT)
     kept = [r.offset for r, _ in decode_all(bytes(out[: result.written]))]
     assert kept == [1, 2]  # offset 2 lies past the map's latest offset (1)
 
@@ -236,7 +236,7 @@ def test_an_output_buffer_too_small_is_reported() -> None:
     data = build_batch([(b"a", b"1" * 100, [], 0)], 0)
     offset_map = OffsetMap(1 << 12)
     map_buffer(offset_map, data, 0, LIMIT)
-    result = filter_buffer(offset_map, data, bytearray(50), 0, IndexBuilder(0, 0, 10), 0, 0, LIMIT)
+    result = filter_buffer(offset_map, data, bytearray(50), 0, IndexBuilder(0, 0, 10, 10), 0, 0, LIMIT)
     assert result.output_full and result.consumed == 0 and result.needed >= len(data)
 
 

@@ -51,6 +51,7 @@ from odradek.log.leader_epoch import LeaderEpochCache
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
+from odradek.log.segment_swap import delete_cleaned_files, swap_in
 from odradek.log.validator import ValidatedRecords, validate_produce_records
 from odradek.protocol.record_batch import (
     NO_TIMESTAMP,
@@ -167,6 +168,9 @@ class Log:
         self._size = sum(segment.size for segment in segments)
         self._leader_epoch_cache = leader_epoch_cache
         self._closed = False
+        self.on_truncate: Callable[[Log, int], None] | None = None
+        """Called before a truncation with the new end offset (the log cleaner aborts a cleaning
+        of this log and lowers its checkpoint); set by the log manager."""
 
     @classmethod
     @_storage_errors
@@ -399,7 +403,7 @@ class Log:
             time_waited = now_ms - active.created_ms
         if (
             active.size + info.size > config.segment_bytes
-            or time_waited > config.segment_ms
+            or time_waited > config.max_segment_ms
             or active.offset_index.is_full
             or active.time_index.is_full
             or not offsets_fit
@@ -563,6 +567,8 @@ class Log:
             raise OffsetOutOfRangeError(f"{self}: cannot truncate to negative offset {offset}")
         if offset >= self._log_end_offset:
             return False
+        if self.on_truncate is not None:
+            self.on_truncate(self, offset)
         now_ms = _wall_clock_ms() if now_ms is None else now_ms
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, now_ms)
@@ -586,6 +592,8 @@ class Log:
         """Delete everything and restart the log empty at `offset` (a follower whose fetch
         offset fell below the leader's log start)."""
         self._check_open()
+        if self.on_truncate is not None:
+            self.on_truncate(self, offset)
         for segment in self._segments:
             segment.delete()
         segment = LogSegment.create(
@@ -602,6 +610,56 @@ class Log:
         self._log_start_offset = self._log_end_offset = self._recovery_point = offset
         self._leader_epoch_cache.clear_and_flush()
 
+    # -- compaction ----------------------------------------------------------------------------
+
+    @_storage_errors
+    def replace_segments(
+        self, old: Sequence[LogSegment], sizes: Sequence[int], cleaned_size: int, now_ms: int
+    ) -> bool:
+        """Swap the segment the log cleaner wrote (`<base>.*.cleaned`, base = old[0]'s) in for
+        the consecutive sealed segments `old` (see segment_swap for the crash-safe steps).
+
+        Refused (False, the cleaned files deleted) when the log is closed or the old segments are
+        no longer exactly what the cleaner read: the same objects, consecutive, not the active
+        segment, with the `sizes` it read (retention, a truncation or a deletion got there
+        first). On success the old segments' files carry the `.deleted` suffix: the caller
+        removes them after file.delete.delay.ms.
+        """
+        base_offset = old[0].base_offset
+        if not self._can_replace(old, sizes):
+            delete_cleaned_files(self._dir, base_offset)
+            return False
+        first = self._segments.index(old[0])
+        for segment in old:
+            segment.release()
+        swap_in(self._dir, base_offset, list(old))
+        cleaned = LogSegment(
+            self._dir,
+            base_offset,
+            max_index_bytes=self._config.segment_index_bytes,
+            index_interval_bytes=self._config.index_interval_bytes,
+            size=cleaned_size,
+            created_ms=now_ms,
+        )
+        self._segments[first : first + len(old)] = [cleaned]
+        self._base_offsets[first : first + len(old)] = [base_offset]
+        self._size += cleaned_size - sum(sizes)
+        return True
+
+    def _can_replace(self, old: Sequence[LogSegment], sizes: Sequence[int]) -> bool:
+        if self._closed or not old or len(old) != len(sizes):
+            return False
+        try:
+            first = self._segments.index(old[0])
+        except ValueError:
+            return False
+        if first + len(old) >= len(self._segments):  # would include the active segment
+            return False
+        current = self._segments[first : first + len(old)]
+        return all(a is b for a, b in zip(current, old, strict=True)) and all(
+            segment.size == size for segment, size in zip(old, sizes, strict=True)
+        )
+
     # -- retention -----------------------------------------------------------------------------
 
     @_storage_errors
@@ -610,20 +668,21 @@ class Log:
 
         A segment goes when its largest timestamp is more than retention.ms old, when the log
         is larger than retention.bytes even without it (oldest first), or when it lies wholly
-        below the log start offset. The active segment is never deleted, and with
-        `high_watermark` neither is any segment holding offsets at or above it (data not yet
-        replicated everywhere). Moves the log start offset up to the first remaining segment.
-        Returns the number of segments deleted.
+        below the log start offset. Retention by time and size applies only when cleanup.policy
+        holds "delete" (a compacted topic keeps its segments for the cleaner). The active
+        segment is never deleted, and with `high_watermark` neither is any segment holding
+        offsets at or above it (data not yet replicated everywhere). Moves the log start offset
+        up to the first remaining segment. Returns the number of segments deleted.
         """
         self._check_open()
         config = self._config
         deleted = 0
-        if config.retention_ms >= 0:
+        if config.delete and config.retention_ms >= 0:
             deleted += self._delete_oldest_while(
                 high_watermark,
                 lambda segment, _next: now_ms - segment.largest_timestamp() > config.retention_ms,
             )
-        if config.retention_bytes >= 0:
+        if config.delete and config.retention_bytes >= 0:
             excess = self._size - config.retention_bytes
 
             def over_size(segment: LogSegment, _next: LogSegment) -> bool:

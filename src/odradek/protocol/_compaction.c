@@ -566,7 +566,8 @@ typedef struct {
     PyObject_HEAD
     int64_t base_offset;
     int64_t index_interval;
-    int64_t max_entries;
+    int64_t max_offset_entries;
+    int64_t max_time_entries;
     int64_t position;        /* bytes of the segment so far */
     int64_t bytes_since;     /* since the last index entry */
     int64_t max_timestamp;
@@ -598,7 +599,7 @@ static int grow(uint8_t **buf, size_t *cap, size_t need) {
 static void time_entry(IndexBuilder *b, int force) {
     if (b->max_timestamp < 0 || (b->last_time_entry >= 0 && b->max_timestamp <= b->last_time_entry))
         return;
-    if (!force && (int64_t)(b->times_len / 12) >= b->max_entries)
+    if (!force && (int64_t)(b->times_len / 12) >= b->max_time_entries)
         return;
     if (grow(&b->times, &b->times_cap, b->times_len + 12) < 0) {
         b->failed = 1;
@@ -617,7 +618,7 @@ static void index_add(IndexBuilder *b, int64_t last_offset, int64_t size, int64_
         b->offset_of_max = last_offset;
     }
     if (b->bytes_since > b->index_interval) {
-        if ((int64_t)(b->offsets_len / 8) < b->max_entries) {
+        if ((int64_t)(b->offsets_len / 8) < b->max_offset_entries) {
             if (grow(&b->offsets, &b->offsets_cap, b->offsets_len + 8) < 0) {
                 b->failed = 1;
                 return;
@@ -635,17 +636,19 @@ static void index_add(IndexBuilder *b, int64_t last_offset, int64_t size, int64_
 }
 
 static PyObject *IndexBuilder_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"base_offset", "index_interval_bytes", "max_entries", NULL};
-    long long base_offset, interval, max_entries;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "LLL:IndexBuilder", kwlist, &base_offset,
-                                     &interval, &max_entries))
+    static char *kwlist[] = {"base_offset", "index_interval_bytes", "max_offset_entries",
+                             "max_time_entries", NULL};
+    long long base_offset, interval, max_offset_entries, max_time_entries;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "LLLL:IndexBuilder", kwlist, &base_offset,
+                                     &interval, &max_offset_entries, &max_time_entries))
         return NULL;
     IndexBuilder *b = (IndexBuilder *)type->tp_alloc(type, 0);
     if (b == NULL)
         return NULL;
     b->base_offset = base_offset;
     b->index_interval = interval;
-    b->max_entries = max_entries;
+    b->max_offset_entries = max_offset_entries;
+    b->max_time_entries = max_time_entries;
     b->max_timestamp = -1;
     b->offset_of_max = base_offset;
     b->next_offset = base_offset;
@@ -726,8 +729,8 @@ static PyTypeObject IndexBuilderType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "odradek.protocol._compaction.IndexBuilder",
     .tp_basicsize = sizeof(IndexBuilder),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "IndexBuilder(base_offset, index_interval_bytes, max_entries): a segment's "
-              "sparse index entries as they are written.",
+    .tp_doc = "IndexBuilder(base_offset, index_interval_bytes, max_offset_entries, "
+              "max_time_entries): a segment's sparse index entries as they are written.",
     .tp_new = IndexBuilder_new,
     .tp_dealloc = (destructor)IndexBuilder_dealloc,
     .tp_methods = IndexBuilder_methods,
@@ -846,6 +849,7 @@ typedef struct {
     int status;
     int64_t records_read;
     int64_t records_kept;
+    int64_t tombstones_kept;
     int64_t needed; /* bytes the next batch needs when a buffer is too small */
     walk_error_t err;
     int error;
@@ -948,6 +952,7 @@ typedef struct {
     Py_ssize_t kept_count;
     Py_ssize_t kept_cap;
     int tombstone;
+    int64_t tombstones; /* kept tombstones, over every batch */
     int64_t max_timestamp;
 } filter_ctx_t;
 
@@ -973,8 +978,10 @@ static int filter_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_err
     k->after_timestamp = skip_varint(ctx->records, k->attributes + 1);
     k->end = rec->end;
     k->timestamp = rec->timestamp;
-    if (rec->value_len < 0 && !ctx->control)
+    if (rec->value_len < 0 && !ctx->control) {
         ctx->tombstone = 1;
+        ctx->tombstones++;
+    }
     if (rec->timestamp > ctx->max_timestamp)
         ctx->max_timestamp = rec->timestamp;
     return 0;
@@ -1222,7 +1229,7 @@ static PyObject *map_records(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(filter_batches_doc,
 "filter_batches(map, batches, out, out_offset, now_ms, horizon_ms, decisions, builder)\n"
-"    -> (consumed, written, status, records_read, records_kept, needed)\n\n"
+"    -> (consumed, written, status, records_read, records_kept, tombstones_kept, needed)\n\n"
 "Copy the batches of `batches` into the writable buffer `out` from `out_offset`, keeping the\n"
 "records the cleaner keeps (module comment); each batch written is added to the IndexBuilder\n"
 "`builder`. `horizon_ms` is the delete horizon given to batches that get one now (now_ms +\n"
@@ -1274,9 +1281,9 @@ static PyObject *filter_batches(PyObject *self, PyObject *args) {
     if (pass.error)
         raise_pass_error(&pass);
     else
-        result = Py_BuildValue("(nniLLL)", pass.consumed, o.written, pass.status,
+        result = Py_BuildValue("(nniLLLL)", pass.consumed, o.written, pass.status,
                                (long long)pass.records_read, (long long)pass.records_kept,
-                               (long long)pass.needed);
+                               (long long)ctx.tombstones, (long long)pass.needed);
 release_decisions:
     if (decisions_view.buf != NULL)
         PyBuffer_Release(&decisions_view);
@@ -1288,7 +1295,8 @@ release:
 
 PyDoc_STRVAR(filter_records_doc,
 "filter_records(map, records, records_count, base_offset, base_timestamp, attributes, now_ms,\n"
-"               horizon_ms, action) -> (kept, max_timestamp, set_horizon, records_or_None)\n\n"
+"               horizon_ms, action)\n"
+"    -> (kept, max_timestamp, set_horizon, records_or_None, tombstones_kept)\n\n"
 "The filter of filter_batches for one (decompressed) records section: how many records stay,\n"
 "their largest timestamp, whether the batch gets its delete horizon now, and the new records\n"
 "section (deltas rewritten against horizon_ms when set_horizon), or None when the batch stays\n"
@@ -1344,8 +1352,8 @@ static PyObject *filter_records(PyObject *self, PyObject *args) {
     int set_horizon = ctx.kept_count > 0 && !(attributes & ATTR_DELETE_HORIZON) &&
                       (ctx.tombstone || (action & SET_HORIZON));
     if (ctx.kept_count == count && !set_horizon) {
-        result = Py_BuildValue("(nLOO)", ctx.kept_count, (long long)ctx.max_timestamp, Py_False,
-                               Py_None);
+        result = Py_BuildValue("(nLOOL)", ctx.kept_count, (long long)ctx.max_timestamp, Py_False,
+                               Py_None, (long long)ctx.tombstones);
         goto done;
     }
     PyObject *section = PyBytes_FromStringAndSize(
@@ -1359,8 +1367,8 @@ static PyObject *filter_records(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     if (_PyBytes_Resize(&section, length) < 0)
         goto done;
-    result = Py_BuildValue("(nLON)", ctx.kept_count, (long long)ctx.max_timestamp,
-                           set_horizon ? Py_True : Py_False, section);
+    result = Py_BuildValue("(nLONL)", ctx.kept_count, (long long)ctx.max_timestamp,
+                           set_horizon ? Py_True : Py_False, section, (long long)ctx.tombstones);
 done:
     free(ctx.kept);
     PyBuffer_Release(&view);

@@ -111,6 +111,8 @@ class PassResult:
     written: int = 0
     """filter_buffer: the end of the data in `out`."""
     records_kept: int = 0
+    tombstones_kept: int = 0
+    """filter_buffer: tombstones among the records kept (they go at a later cleaning)."""
 
 
 def _corrupt(error: Exception, where: str) -> CorruptRecordError:
@@ -177,50 +179,59 @@ def filter_buffer(
     view = memoryview(buffer)
     packed = decisions.packed() if decisions else None
     horizon_ms = now_ms + delete_retention_ms
-    consumed = records = kept = 0
+    consumed = records = kept = tombstones = 0
     written = out_offset
     try:
         while True:
-            done, written, status, read, kept_now, needed = _compaction.filter_batches(
-                offset_map,
-                view[consumed:],
-                out,
-                written,
-                now_ms,
-                horizon_ms,
-                packed,
-                builder,
+            done, written, status, read, kept_now, tombstones_now, needed = (
+                _compaction.filter_batches(
+                    offset_map,
+                    view[consumed:],
+                    out,
+                    written,
+                    now_ms,
+                    horizon_ms,
+                    packed,
+                    builder,
+                )
             )
             consumed += done
             records += read
             kept += kept_now
-            if status == _compaction.PASS_OUTPUT_FULL:
-                return PassResult(
-                    consumed, records, needed, output_full=True, written=written, records_kept=kept
-                )
+            tombstones += tombstones_now
             if status != _compaction.PASS_COMPRESSED:
-                return PassResult(consumed, records, needed, written=written, records_kept=kept)
+                return PassResult(
+                    consumed,
+                    records,
+                    needed,
+                    output_full=status == _compaction.PASS_OUTPUT_FULL,
+                    written=written,
+                    records_kept=kept,
+                    tombstones_kept=tombstones,
+                )
             header = read_header(view, consumed)
             action = decisions.get(header.base_offset) if decisions else 0
-            batch = _filter_compressed(
+            batch, batch_tombstones = _filter_compressed(
                 offset_map, view, consumed, header, now_ms, horizon_ms, action, decompressed_limit
             )
-            records += header.records_count
             if batch is not None:
                 if len(batch) > len(out) - written:
                     return PassResult(
                         consumed,
-                        records - header.records_count,
+                        records,
                         len(batch),
                         output_full=True,
                         written=written,
                         records_kept=kept,
+                        tombstones_kept=tombstones,
                     )
+                tombstones += batch_tombstones
                 out[written : written + len(batch)] = batch
                 written += len(batch)
                 batch_header = read_header(batch)
                 kept += batch_header.records_count
                 builder.add(batch_header.last_offset, len(batch), batch_header.max_timestamp)
+            records += header.records_count
             consumed += header.size
     except _compaction.InvalidRecordsError as e:
         raise _corrupt(e, "cannot filter a batch") from None
@@ -245,11 +256,11 @@ def _filter_compressed(
     horizon_ms: int,
     action: int,
     limit: int,
-) -> bytes | bytearray | None:
+) -> tuple[bytes | bytearray | None, int]:
     """The batch at `position` as it must be written (the same bytes when it keeps every record),
-    or None when it goes."""
+    or None when it goes; and how many tombstones it keeps."""
     section = _decompress(view, position, header, limit)
-    kept, max_timestamp, set_horizon, records = _compaction.filter_records(
+    kept, max_timestamp, set_horizon, records, tombstones = _compaction.filter_records(
         offset_map,
         section,
         header.records_count,
@@ -262,10 +273,10 @@ def _filter_compressed(
     )
     original = view[position : position + header.size]
     if records is None:
-        return bytes(original)
+        return bytes(original), tombstones
     if kept == 0:
         if not action & RETAIN_EMPTY:
-            return None
+            return None, 0
         batch = bytearray(original[:HEADER_SIZE])
         _compaction.finish_batch(
             batch,
@@ -274,7 +285,7 @@ def _filter_compressed(
             header.max_timestamp,
             0,
         )
-        return batch
+        return batch, 0
     batch = bytearray(original[:HEADER_SIZE])
     batch += compress(header.compression, records)
     log_append_time = header.timestamp_type == TimestampType.LOG_APPEND_TIME
@@ -285,7 +296,7 @@ def _filter_compressed(
         header.max_timestamp if log_append_time else max_timestamp,
         kept,
     )
-    return batch
+    return batch, tombstones
 
 
 def delete_horizon(header: BatchHeader) -> int | None:
