@@ -236,7 +236,9 @@ def test_an_output_buffer_too_small_is_reported() -> None:
     data = build_batch([(b"a", b"1" * 100, [], 0)], 0)
     offset_map = OffsetMap(1 << 12)
     map_buffer(offset_map, data, 0, LIMIT)
-    result = filter_buffer(offset_map, data, bytearray(50), 0, IndexBuilder(0, 0, 10, 10), 0, 0, LIMIT)
+    result = filter_buffer(
+        offset_map, data, bytearray(50), 0, IndexBuilder(0, 0, 10, 10), 0, 0, LIMIT
+    )
     assert result.output_full and result.consumed == 0 and result.needed >= len(data)
 
 

@@ -206,7 +206,9 @@ def group_segments_by_size(
             candidate = segments[i]
             # The candidate's last offset is at most the next one's base (or the uncleanable
             # offset) minus one: cheaper than reading it, and never too small.
-            bound = segments[i + 1].base_offset if i + 1 < len(segments) else first_uncleanable_offset
+            bound = (
+                segments[i + 1].base_offset if i + 1 < len(segments) else first_uncleanable_offset
+            )
             if not (
                 log_size + candidate.size <= max_size
                 and index_size + candidate.index_bytes <= max_index_size
@@ -298,7 +300,12 @@ class Cleaner:
             # Offsets missing at the end of the segment (a gap) are covered too.
             if segment.next_base_offset - 1 > self.offset_map.latest_offset:
                 self.offset_map.latest_offset = segment.next_base_offset - 1
-        return self.offset_map.latest_offset + 1 if self.offset_map.latest_offset >= start else start
+        if not dirty:
+            # Nothing new to map (a cleaning for tombstones whose horizon has passed): the clean
+            # section holds one record per key already, so an empty map covering it keeps each
+            # record but the expired tombstones.
+            self.offset_map.latest_offset = start - 1
+        return max(self.offset_map.latest_offset + 1, start)
 
     def _map_segment(
         self,
@@ -453,7 +460,9 @@ class Cleaner:
         view = memoryview(self._read_buffer)[:wanted]
         got = os.preadv(fd, [view], position)
         if got < wanted:
-            view = view[:got]
+            view.release()
+            # A sealed segment only shrinks when it is truncated: the cleaning is moot.
+            raise CleaningAbortedError(f"a segment shrank below {position + got} bytes")
         return view
 
     def _grow_read_buffer(

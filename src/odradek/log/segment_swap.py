@@ -84,7 +84,11 @@ def crash_point(step: str) -> None:
     """SIGKILL this process if the test environment asks for a crash after `step`."""
     if _crash_at == step:
         logger.error("%s=%s: killing the broker after that step", CRASH_POINT_ENV, step)
-        os.kill(os.getpid(), signal.SIGKILL)
+        _die()
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, Path, Path]:
@@ -97,9 +101,9 @@ def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[
 
 
 def _rename_all(directory: Path, base_offset: int, old: str, new: str, step: str) -> None:
-    for i, (source, target) in enumerate(
-        zip(segment_paths(directory, base_offset, old), segment_paths(directory, base_offset, new))
-    ):
+    sources = segment_paths(directory, base_offset, old)
+    targets = segment_paths(directory, base_offset, new)
+    for i, (source, target) in enumerate(zip(sources, targets, strict=True)):
         os.rename(source, target)
         if i == 0:
             crash_point(step)
@@ -143,9 +147,7 @@ def complete_interrupted_swap(directory: Path) -> bool:
                 swaps.append((parsed[0], Path(entry.path)))
     if not cleaned and not swaps:
         return False
-    min_cleaned = min(
-        (_base_offset(path, CLEANED_SUFFIX) for path in cleaned), default=None
-    )
+    min_cleaned = min((_base_offset(path, CLEANED_SUFFIX) for path in cleaned), default=None)
     valid: list[tuple[int, Path]] = []
     for base_offset, path in swaps:
         if min_cleaned is not None and base_offset >= min_cleaned:
