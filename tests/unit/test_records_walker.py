@@ -74,6 +74,11 @@ def test_well_formed_sections_agree(
     assert native == reference
     bounded = scan_records(payload, count, base, lower, upper)
     assert bounded == reference_scan(payload, count, base, lower, upper)
+    keyed = scan_records(payload, count, base, lower, upper, require_keys=True)
+    assert keyed == reference_scan(payload, count, base, lower, upper, require_keys=True)
+    assert keyed.keyless == tuple(i for i, raw in enumerate(raws) if raw.key is None)
+    assert keyed.keyless_count == len(keyed.keyless)
+    assert not set(keyed.keyless) & {i for i, _ in keyed.outside}
     layouts = index_records(payload, count, base)
     assert layouts == reference_index(payload, count, base)
     for i, (raw, layout) in enumerate(zip(raws, layouts, strict=True)):
@@ -197,7 +202,7 @@ def test_nulls_and_minus_one_timestamps() -> None:
         ]
     )
     # base -1: both records have "no timestamp", which bounds never refuse
-    assert scan_records(payload, 2, -1, 0, 10) == (-1, -1, ())
+    assert scan_records(payload, 2, -1, 0, 10)[:3] == (-1, -1, ())
     assert scan_records(payload, 2, 20, 0, 10).outside == ((0, 20), (1, 20))
     assert scan_records(payload, 2, 5, 0, 10).outside == ()
 

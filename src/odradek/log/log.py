@@ -314,10 +314,15 @@ class Log:
         """
         self._check_open()
         if validated is None:
-            validated = validate_produce_records(records, self._config, now_ms, budget)
+            validated = validate_produce_records(
+                records, self._config, now_ms, budget, f"{self.topic}-{self.partition}"
+            )
         size = validated.size
         self._check_fits_segment(size)
-        data = bytearray(memoryview(records)[:size])
+        if validated.batch is not None:  # recompressed for the topic's compression.type
+            data = bytearray(validated.batch)
+        else:
+            data = bytearray(memoryview(records)[:size])
         headers = [validated.header]
         if validated.fix_create_time:
             headers = [set_create_time(data, validated.header, validated.max_timestamp)]

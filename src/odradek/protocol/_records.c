@@ -73,6 +73,9 @@ typedef struct {
     Py_ssize_t outside_index[OUTSIDE_LIMIT]; /* the first records outside [lower, upper] */
     int64_t outside_timestamp[OUTSIDE_LIMIT];
     Py_ssize_t outside_count;
+    int require_keys;
+    Py_ssize_t keyless_index[OUTSIDE_LIMIT]; /* the first records without a key */
+    Py_ssize_t keyless_count;                /* all of them */
 } scan_ctx_t;
 
 static int scan_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error_t *err) {
@@ -84,6 +87,13 @@ static int scan_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error
         ctx->min_timestamp = ts;
     if (ts > ctx->max_timestamp)
         ctx->max_timestamp = ts;
+    if (ctx->require_keys && rec->key_len < 0) {
+        /* Kafka reports a record's missing key instead of its timestamp. */
+        if (ctx->keyless_count < OUTSIDE_LIMIT)
+            ctx->keyless_index[ctx->keyless_count] = index;
+        ctx->keyless_count++;
+        return 0;
+    }
     /* -1 is "no timestamp": Kafka exempts it from the bounds. */
     if (ctx->check_bounds && ts != -1 && (ts < ctx->lower || ts > ctx->upper) &&
         ctx->outside_count < OUTSIDE_LIMIT) {
@@ -106,26 +116,30 @@ static PyObject *raise_walk_error(const walk_error_t *err) {
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(records, records_count, base_timestamp, lower=None, upper=None, prefix=False)\n"
-"    -> (min_timestamp, max_timestamp, outside)\n\n"
+"scan(records, records_count, base_timestamp, lower=None, upper=None, prefix=False,\n"
+"     require_keys=False) -> (min_timestamp, max_timestamp, outside, keyless, keyless_count)\n\n"
 "Validate the records section `records` (decompressed) of a batch declaring `records_count`\n"
 "records and `base_timestamp`. Returns the smallest and largest record timestamp (-1, -1 when\n"
 "there are no records) and, when `lower`/`upper` are given, the first 1000 records whose\n"
 "timestamp (other than -1) lies outside [lower, upper], as a tuple of (index, timestamp).\n"
 "Raises InvalidRecordsError(message, record index, byte position) on the first malformation.\n"
-"With prefix=True, `records` is only the start of the section (see the module comment).");
+"With prefix=True, `records` is only the start of the section (see the module comment).\n"
+"With require_keys=True (a compacted topic) records without a key are listed instead: the\n"
+"first 1000 indexes in `keyless`, all of them counted in `keyless_count`; their timestamps\n"
+"are not checked against the bounds.");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long count, base_timestamp;
     PyObject *lower_obj = Py_None, *upper_obj = Py_None;
-    int prefix = 0;
+    int prefix = 0, require_keys = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*LL|OOp:scan", &view, &count, &base_timestamp, &lower_obj,
-                          &upper_obj, &prefix))
+    if (!PyArg_ParseTuple(args, "y*LL|OOpp:scan", &view, &count, &base_timestamp, &lower_obj,
+                          &upper_obj, &prefix, &require_keys))
         return NULL;
-    scan_ctx_t ctx; /* 16 KB: on the stack */
+    scan_ctx_t ctx; /* 24 KB: on the stack */
     memset(&ctx, 0, sizeof(ctx));
+    ctx.require_keys = require_keys;
     ctx.min_timestamp = INT64_MAX;
     ctx.max_timestamp = INT64_MIN;
     ctx.lower = INT64_MIN;
@@ -166,8 +180,23 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         ctx.min_timestamp = -1;
         ctx.max_timestamp = -1;
     }
-    return Py_BuildValue("(LLN)", (long long)ctx.min_timestamp, (long long)ctx.max_timestamp,
-                         outside);
+    Py_ssize_t listed = ctx.keyless_count < OUTSIDE_LIMIT ? ctx.keyless_count : OUTSIDE_LIMIT;
+    PyObject *keyless = PyTuple_New(listed);
+    if (keyless == NULL) {
+        Py_DECREF(outside);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < listed; i++) {
+        PyObject *item = PyLong_FromSsize_t(ctx.keyless_index[i]);
+        if (item == NULL) {
+            Py_DECREF(outside);
+            Py_DECREF(keyless);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(keyless, i, item);
+    }
+    return Py_BuildValue("(LLNNn)", (long long)ctx.min_timestamp, (long long)ctx.max_timestamp,
+                         outside, keyless, ctx.keyless_count);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -66,11 +66,14 @@ batch of millions of tiny records must not become millions of error entries in m
 class ScanResult(NamedTuple):
     """What validation learns in its pass: the smallest and largest record timestamp (-1, -1 for
     no records) and the first OUTSIDE_LIMIT records outside the timestamp bounds asked for, as
-    (index, timestamp)."""
+    (index, timestamp); with `require_keys`, the first OUTSIDE_LIMIT records without a key and
+    how many there are (those are not in `outside`: Kafka reports a missing key first)."""
 
     min_timestamp: int
     max_timestamp: int
     outside: tuple[tuple[int, int], ...]
+    keyless: tuple[int, ...] = ()
+    keyless_count: int = 0
 
 
 _INT64_MIN = -(2**63)
@@ -256,6 +259,7 @@ def reference_scan(
     lower: int | None = None,
     upper: int | None = None,
     prefix: bool = False,
+    require_keys: bool = False,
 ) -> ScanResult:
     """`scan_records` in plain Python (see the module docstring)."""
     check = lower is not None or upper is not None
@@ -263,9 +267,13 @@ def reference_scan(
     high = _INT64_MAX if upper is None else upper
     timestamps: list[int] = []
     outside: list[tuple[int, int]] = []
+    keyless: list[int] = []
 
     def visit(index: int, record: RecordLayout) -> None:
         timestamps.append(record.timestamp)
+        if require_keys and record.key_length < 0:
+            keyless.append(index)
+            return
         outside_bounds = check and record.timestamp != -1 and not low <= record.timestamp <= high
         if outside_bounds and len(outside) < OUTSIDE_LIMIT:
             outside.append((index, record.timestamp))
@@ -274,9 +282,10 @@ def reference_scan(
         _walk(records, records_count, base_timestamp, visit, prefix)
     except _Malformed as e:
         raise InvalidRecordError(e.message) from None
+    listed = tuple(keyless[:OUTSIDE_LIMIT])
     if not timestamps:
-        return ScanResult(-1, -1, ())
-    return ScanResult(min(timestamps), max(timestamps), tuple(outside))
+        return ScanResult(-1, -1, (), listed, len(keyless))
+    return ScanResult(min(timestamps), max(timestamps), tuple(outside), listed, len(keyless))
 
 
 def reference_index(
@@ -322,6 +331,7 @@ def scan_records(
     lower: int | None = None,
     upper: int | None = None,
     prefix: bool = False,
+    require_keys: bool = False,
 ) -> ScanResult:
     """Validate a records section in one pass; InvalidRecordError on the first malformation.
 
@@ -329,19 +339,22 @@ def scan_records(
     the first OUTSIDE_LIMIT records with a timestamp other than -1 outside them, with their
     timestamps. With `prefix`, `records`
     is only the start of the section (a decompression stopped at its limit): the walk stops at
-    the first record not wholly there, refusing only malformations in the bytes it has.
+    the first record not wholly there, refusing only malformations in the bytes it has. With
+    `require_keys` (a compacted topic) records without a key are listed (see ScanResult).
     """
     if lower is not None:
         lower = max(lower, _INT64_MIN)
     if upper is not None:
         upper = min(upper, _INT64_MAX)
     if _native is None:  # pragma: no cover
-        return reference_scan(records, records_count, base_timestamp, lower, upper, prefix)
+        return reference_scan(
+            records, records_count, base_timestamp, lower, upper, prefix, require_keys
+        )
     if not _INT64_MIN <= records_count <= _INT64_MAX:
         raise InvalidRecordError(f"recordsCount {records_count} is out of range")
     try:
         return ScanResult._make(
-            _native.scan(records, records_count, base_timestamp, lower, upper, prefix)
+            _native.scan(records, records_count, base_timestamp, lower, upper, prefix, require_keys)
         )
     except _native.InvalidRecordsError as e:
         raise InvalidRecordError(e.args[0]) from None
