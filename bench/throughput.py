@@ -26,11 +26,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+# librdkafka security settings added to every client (bench/security.py sets them per listener).
+CLIENT_SETTINGS: dict[str, str] = {}
+
 
 def create_topic(
     bootstrap: str, topic: str, partitions: int, replication: int, configs: dict[str, str]
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_SETTINGS})
     futures = admin.create_topics(
         [
             NewTopic(
@@ -48,6 +51,7 @@ def produce(
 ) -> dict[str, float]:
     producer = Producer(
         {
+            **CLIENT_SETTINGS,
             "bootstrap.servers": bootstrap,
             "acks": acks,
             "linger.ms": linger_ms,
@@ -90,6 +94,7 @@ def consume(
 ) -> dict[str, float]:
     consumer = Consumer(
         {
+            **CLIENT_SETTINGS,
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-{uuid.uuid4()}",
             "enable.auto.commit": False,

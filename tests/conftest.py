@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.zookeeper",
     "tests.fixtures.cluster",
+    "tests.fixtures.secure",
 ]

@@ -18,6 +18,7 @@ socket timeout (a deadline), never a sleep.
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -59,15 +60,35 @@ class NoAnswer(Exception):
 class WireConnection:
     """One TCP connection to a broker, driven byte by byte (see the module docstring)."""
 
-    def __init__(self, host: str, port: int, timeout: float = DEFAULT_TIMEOUT_S) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """With `ssl_context`, the connection is TLS (the handshake happens here; a refused
+        client certificate may only show on the first read, as TLS 1.3 reports it)."""
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            try:
+                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+            except BaseException:
+                sock.close()
+                raise
+        self.sock = sock
         self._correlation_id = 0
 
     @classmethod
-    def to(cls, bootstrap: str, timeout: float = DEFAULT_TIMEOUT_S) -> WireConnection:
-        host, _, port = bootstrap.rpartition(":")
-        return cls(host, int(port), timeout)
+    def to(
+        cls,
+        bootstrap: str,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> WireConnection:
+        host, _, port = bootstrap.split(",")[0].rpartition(":")
+        return cls(host, int(port), timeout, ssl_context)
 
     def __enter__(self) -> WireConnection:
         return self
@@ -87,7 +108,7 @@ class WireConnection:
         """Write `data`; False if the broker had already closed the connection."""
         try:
             self.sock.sendall(data)
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
             return False
         return True
 
@@ -106,6 +127,8 @@ class WireConnection:
                 ) from None
             except ConnectionResetError:
                 raise ConnectionClosed("connection reset by the broker") from None
+            except ssl.SSLError as e:  # a TLS alert: the broker refused our certificate
+                raise ConnectionClosed(f"TLS error: {e}") from None
             if not chunk:
                 raise ConnectionClosed(f"EOF after {len(chunks)} of {count} bytes")
             chunks += chunk

@@ -420,7 +420,7 @@ def test_local_cluster_fault_drills(make_cluster: Any):
     directory = cluster.directory
 
     document = json.loads((directory / CLUSTER_FILE).read_text())
-    assert set(document) == {"zookeeper", "brokers", "bootstrap"}
+    assert set(document) == {"zookeeper", "brokers", "bootstrap", "client_config"}
     assert document["zookeeper"]["connect"] == cluster.zookeeper_connect
     assert {"connect", "port", "pid", "dir", "log"} <= set(document["zookeeper"])
     assert [b["id"] for b in document["brokers"]] == [1, 2, 3]

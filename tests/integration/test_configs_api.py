@@ -94,6 +94,37 @@ def test_incremental_alter_then_describe_and_the_brokers_apply_it(cluster3) -> N
     assert _describe(admin, name)["retention.ms"].source == 5
 
 
+def test_cleanup_policy_is_a_list_config(cluster3) -> None:  # type: ignore[no-untyped-def]
+    """`compact` and `compact,delete` are accepted at creation; APPEND and SUBTRACT work on the
+    list (starting from the broker default `delete` when the topic has no override)."""
+    admin = _admin(cluster3)
+    compacted = _topic(admin, config={"cleanup.policy": "compact"})
+    assert _describe(admin, compacted)["cleanup.policy"].value == "compact"
+    name = _topic(admin)
+
+    def alter(value: str, operation: AlterConfigOpType) -> str:
+        resource = ConfigResource(
+            "topic",
+            name,
+            incremental_configs=[
+                ConfigEntry("cleanup.policy", value, incremental_operation=operation)
+            ],
+        )
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(30)
+        return str(_describe(admin, name)["cleanup.policy"].value)
+
+    assert alter("compact", AlterConfigOpType.APPEND) == "delete,compact"
+    assert alter("compact", AlterConfigOpType.APPEND) == "delete,compact"
+    assert alter("delete", AlterConfigOpType.SUBTRACT) == "compact"
+    with pytest.raises(KafkaException) as error:
+        alter("shred", AlterConfigOpType.APPEND)
+    assert "INVALID_CONFIG" in str(error.value)
+    with pytest.raises(KafkaException) as error:
+        _topic(admin, config={"cleanup.policy": "compact,shred"})
+    assert "INVALID_CONFIG" in str(error.value)
+
+
 def test_unknown_config_is_refused(cluster3) -> None:  # type: ignore[no-untyped-def]
     admin = _admin(cluster3)
     name = _topic(admin)

@@ -1,13 +1,12 @@
 """Consumer groups end to end: real clients subscribe, split partitions, commit and resume.
 
-Group membership is the broker's group coordinator; committed offsets are znodes under
-`/consumers/<group>/offsets/<topic>/<partition>` (see `odradek.coordinator.group.offset_store`). The tests use
+Group membership is the broker's group coordinator; committed offsets and group metadata are
+records of `__consumer_offsets` (see `odradek.coordinator.group.metadata_manager`). The tests use
 confluent-kafka (librdkafka), kafka-python, aiokafka and KafkaJS as users run them, plus raw
-protocol requests (`_wire`) where the exact error code matters. Every test but the coordinator
-kill runs on the shared `cluster3` with its own topic and group names.
-
-Consumers heartbeat every 500 ms (instead of 3 s) so that rebalances take a second, not ten; the
-brokers' `group.initial.rebalance.delay.ms` is 0 in local clusters. Waits are deadlines.
+protocol requests (`_wire`) where the exact error code matters, and Kafka's own
+`DumpLogSegments --offsets-decoder` to read what the coordinator wrote (when Kafka's jars are in
+the cache `./dev kafka` fills). Every test runs on the shared `cluster3` with its own topic and
+group names; coordinator failures are in `test_offsets_failover`.
 """
 
 from __future__ import annotations
@@ -17,125 +16,36 @@ import json
 import shutil
 import subprocess
 import time
-import uuid
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, Producer, TopicPartition
+from confluent_kafka import ConsumerGroupState, TopicPartition
 from confluent_kafka.admin import AdminClient
-from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
+from odradek.coordinator.group import schemas
+from odradek.coordinator.group.placement import OFFSETS_TOPIC, partition_for
 from odradek.protocol.codec import ApiKey
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
 from tests.integration._clients import create_topic, unique_topic
-
-CLIENT_TIMEOUT_S = 60.0
-FAST_GROUP = {"heartbeat.interval.ms": 500, "session.timeout.ms": 6000}
-
-Position = tuple[int, int]  # (partition, offset)
-
-
-def unique_group(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def produce(bootstrap: str, topic: str, per_partition: dict[int, int], tag: str) -> None:
-    """Write `count` records to each partition (acks=all), values "<tag>-<partition>-<i>"."""
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False}
-    )
-    failures: list[Any] = []
-
-    def on_delivery(error: Any, _message: Any) -> None:
-        if error is not None:
-            failures.append(error)
-
-    for partition, count in per_partition.items():
-        for i in range(count):
-            producer.produce(
-                topic,
-                value=f"{tag}-{partition}-{i}".encode(),
-                partition=partition,
-                on_delivery=on_delivery,
-            )
-            producer.poll(0)
-    assert producer.flush(CLIENT_TIMEOUT_S) == 0, "records left undelivered"
-    assert not failures, f"delivery failures: {failures}"
-
-
-def group_consumer(bootstrap: str, group: str, topic: str, **overrides: Any) -> Consumer:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            **FAST_GROUP,
-            **overrides,
-        }
-    )
-    consumer.subscribe([topic])
-    return consumer
-
-
-def assigned(consumer: Consumer) -> set[int]:
-    return {tp.partition for tp in consumer.assignment()}
-
-
-def poll_all(consumers: Iterable[Consumer], wanted: int, got: dict[int, list[Position]]) -> None:
-    """Poll `consumers` in turn until `wanted` records arrived between them (into `got`, keyed by
-    the consumer's index)."""
-    consumers = list(consumers)
-    deadline = time.monotonic() + CLIENT_TIMEOUT_S
-    while sum(len(v) for v in got.values()) < wanted:
-        assert time.monotonic() < deadline, f"only {got} of {wanted} records arrived"
-        for index, consumer in enumerate(consumers):
-            message = consumer.poll(0.1)
-            if message is None:
-                continue
-            assert message.error() is None, f"consumer error: {message.error()}"
-            got.setdefault(index, []).append((message.partition(), message.offset()))
-
-
-def poll_until(consumers: Iterable[Consumer], condition: Any, message: str) -> None:
-    """Keep the consumers polling (it drives their group protocol) until `condition()` holds."""
-    consumers = list(consumers)
-
-    def step() -> bool:
-        for consumer in consumers:
-            polled = consumer.poll(0.1)
-            assert polled is None, (
-                f"unexpected record or error: {polled.error() or polled.offset()}"
-            )
-        return bool(condition())
-
-    wait_until(step, CLIENT_TIMEOUT_S, message)
-
-
-def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offsets as confluent-kafka's OffsetFetch reads them (-1001: none)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        found = consumer.committed(
-            [TopicPartition(topic, p) for p in range(partitions)], timeout=CLIENT_TIMEOUT_S
-        )
-        return {tp.partition: tp.offset for tp in found}
-    finally:
-        consumer.close()
-
-
-def find_coordinator(bootstrap: str, group: str) -> int:
-    """The group's coordinator as the first broker of `bootstrap` answers FindCoordinator v3."""
-    with _wire.WireConnection.to(bootstrap.split(",")[0]) as connection:
-        answer = connection.request(ApiKey.FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
-    assert answer.error_code == ErrorCode.none, answer
-    return int(answer.node_id)
-
+from tests.integration._groups import (
+    CLIENT_TIMEOUT_S,
+    OFFSETS_PARTITIONS,
+    Position,
+    assigned,
+    committed,
+    find_coordinator,
+    group_consumer,
+    offsets_leader,
+    poll_all,
+    poll_until,
+    produce,
+    unique_group,
+)
+from tests.integration._kafka import kafka_available, kafka_libs
 
 # ---------------------------------------------------------------------------------------------
 # confluent-kafka: split, exactly once, commit, leave, resume
@@ -349,7 +259,7 @@ def test_kafkajs_consumer_group(cluster3: LocalCluster, kafkajs: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Error codes, storage format, admin APIs (raw protocol)
+# Error codes, the store, admin APIs (raw protocol)
 
 
 def join_and_sync(connection: _wire.WireConnection, group: str) -> tuple[str, int]:
@@ -390,6 +300,8 @@ def commit_error(
     generation: int,
     topic: str,
     offset: int,
+    metadata: str = "",
+    epoch: int = -1,
 ) -> ErrorCode:
     answer = connection.request(
         ApiKey.OFFSET_COMMIT,
@@ -406,8 +318,8 @@ def commit_error(
                         {
                             "partition_index": 0,
                             "committed_offset": offset,
-                            "committed_leader_epoch": -1,
-                            "committed_metadata": "",
+                            "committed_leader_epoch": epoch,
+                            "committed_metadata": metadata,
                         }
                     ],
                 }
@@ -419,21 +331,68 @@ def commit_error(
 
 def fetch_offsets(
     connection: _wire.WireConnection, group: str, topic: str, partitions: list[int]
-) -> tuple[ErrorCode, dict[int, int]]:
+) -> tuple[ErrorCode, dict[int, tuple[int, int, str]]]:
+    """OffsetFetch v5: (group error, partition -> (offset, leader epoch, metadata))."""
     answer = connection.request(
         ApiKey.OFFSET_FETCH,
         5,
         {"group_id": group, "topics": [{"name": topic, "partition_indexes": partitions}]},
     )
-    offsets = {p.partition_index: p.committed_offset for t in answer.topics for p in t.partitions}
+    offsets = {
+        p.partition_index: (p.committed_offset, p.committed_leader_epoch, p.metadata)
+        for t in answer.topics
+        for p in t.partitions
+    }
     return ErrorCode(answer.error_code), offsets
 
 
-def test_commit_errors_storage_and_group_admin(cluster3: LocalCluster) -> None:
+def stored_records(bootstrap: str, group: str) -> list[tuple[Any, Any]]:
+    """The group's records in its `__consumer_offsets` partition, decoded (key, value or None)."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_group("reader"),
+            "enable.auto.commit": False,
+        }
+    )
+    partition = partition_for(group, OFFSETS_PARTITIONS)
+    consumer.assign([TopicPartition(OFFSETS_TOPIC, partition, 0)])
+    _low, high = consumer.get_watermark_offsets(
+        TopicPartition(OFFSETS_TOPIC, partition), timeout=CLIENT_TIMEOUT_S
+    )
+    records = []
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    try:
+        while True:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                key = schemas.decode_key(message.key())
+                if key is not None and key.group == group:
+                    value_type = (
+                        schemas.OffsetCommitValue
+                        if isinstance(key, schemas.OffsetCommitKey)
+                        else schemas.GroupMetadataValue
+                    )
+                    value = message.value()
+                    records.append(
+                        (key, None if value is None else schemas.decode(value_type, value))
+                    )
+                if message.offset() >= high - 1:
+                    return records
+            assert time.monotonic() < deadline, f"read only {records} of {OFFSETS_TOPIC}"
+    finally:
+        consumer.close()
+
+
+def test_the_store_its_errors_and_group_admin(cluster3: LocalCluster) -> None:
     bootstrap = cluster3.bootstrap_servers
     topic, group = unique_topic("groups-wire"), unique_group("wire")
     create_topic(bootstrap, topic, partitions=1)
     coordinator_id = find_coordinator(bootstrap, group)
+    # The coordinator is the leader of the group's offsets partition, as in Kafka.
+    assert coordinator_id == offsets_leader(bootstrap, group)
     other_id = next(b for b in cluster3.broker_ids if b != coordinator_id)
     with _wire.WireConnection.to(cluster3.broker(other_id).bootstrap) as elsewhere:
         # v4 batches keys (KIP-699); any broker answers; there are no transaction coordinators.
@@ -442,17 +401,19 @@ def test_commit_errors_storage_and_group_admin(cluster3: LocalCluster) -> None:
         )
         assert [(c.key, c.error_code, c.node_id) for c in batched.coordinators] == [
             (group, ErrorCode.none, coordinator_id),
-            ("other", ErrorCode.none, find_coordinator(bootstrap, "other")),
+            ("other", ErrorCode.none, offsets_leader(bootstrap, "other")),
         ]
         transactional = elsewhere.request(
             ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["txn"]}
         )
         assert transactional.coordinators[0].error_code == ErrorCode.invalid_request
-    with _wire.WireConnection.to(cluster3.broker(other_id).bootstrap) as elsewhere:
         assert fetch_offsets(elsewhere, group, topic, [0])[0] == ErrorCode.not_coordinator
+        # Clients may not write to the internal topic.
+        refused = _wire.produce(elsewhere, OFFSETS_TOPIC, 0, _wire_batch(), acks=1)
+        assert refused.error_code == ErrorCode.invalid_topic_exception
     with _wire.WireConnection.to(cluster3.broker(coordinator_id).bootstrap) as connection:
         # Never committed: -1.
-        assert fetch_offsets(connection, group, topic, [0]) == (ErrorCode.none, {0: -1})
+        assert fetch_offsets(connection, group, topic, [0]) == (ErrorCode.none, {0: (-1, -1, "")})
         # A generation of a group this coordinator does not have.
         assert commit_error(connection, group, "m", 3, topic, 5) == ErrorCode.illegal_generation
         member, generation = join_and_sync(connection, group)
@@ -465,20 +426,18 @@ def test_commit_errors_storage_and_group_admin(cluster3: LocalCluster) -> None:
         assert commit_error(connection, group, member, generation, "no-such-topic", 5) == (
             ErrorCode.unknown_topic_or_partition
         )
-        assert commit_error(connection, group, member, generation, topic, 42) == ErrorCode.none
+        assert commit_error(connection, group, member, generation, topic, 0, "x" * 5000) == (
+            ErrorCode.offset_metadata_too_large
+        )
+        assert (
+            commit_error(connection, group, member, generation, topic, 42, "checkpoint", 3)
+            == ErrorCode.none
+        )
+        # OffsetFetch returns the committed metadata and leader epoch.
         assert fetch_offsets(connection, group, topic, [0, 7]) == (
             ErrorCode.none,
-            {0: 42, 7: -1},
+            {0: (42, 3, "checkpoint"), 7: (-1, -1, "")},
         )
-        # Stored as Kafka 0.8 did: the offset as text in /consumers/<group>/offsets/<topic>/<p>.
-        zk = KazooClient(hosts=cluster3.zookeeper_connect)
-        zk.start(timeout=15)
-        try:
-            data, _ = zk.get(f"/consumers/{group}/offsets/{topic}/0")
-        finally:
-            zk.stop()
-            zk.close()
-        assert data == b"42"
         described = connection.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group]})
         (state,) = described.groups
         assert (state.group_state, state.protocol_data) == ("Stable", "range")
@@ -493,45 +452,147 @@ def test_commit_errors_storage_and_group_admin(cluster3: LocalCluster) -> None:
         assert (left.error_code, left.members[0].error_code) == (ErrorCode.none, ErrorCode.none)
         listed = connection.request(ApiKey.LIST_GROUPS, 4, {"states_filter": ["Empty"]})
         assert (group, "Empty") in {(g.group_id, g.group_state) for g in listed.groups}
+
+        # What the log holds: Kafka's records, in Kafka's order (metadata of generation 1, the
+        # commit, the Empty generation 2).
+        # (The Empty generation is stored after LeaveGroup answered: wait until it is replicated.)
+        def three_records() -> list[tuple[Any, Any]] | None:
+            found = stored_records(bootstrap, group)
+            return found if len(found) >= 3 else None
+
+        records = wait_until(three_records, CLIENT_TIMEOUT_S, "three records of the group")
+        kinds = [(type(k).__name__, type(v).__name__) for k, v in records]
+        assert kinds == [
+            ("GroupMetadataKey", "GroupMetadataValue"),
+            ("OffsetCommitKey", "OffsetCommitValue"),
+            ("GroupMetadataKey", "GroupMetadataValue"),
+        ]
+        generation_one, commit, emptied = (v for _k, v in records)
+        assert (generation_one.generation, generation_one.protocol, generation_one.leader) == (
+            1,
+            "range",
+            member,
+        )
+        assert [m.assignment for m in generation_one.members] == [b"mine"]
+        assert records[1][0] == schemas.OffsetCommitKey(group, topic, 0)
+        assert (commit.offset, commit.leader_epoch, commit.metadata) == (42, 3, "checkpoint")
+        assert (emptied.generation, emptied.members) == (2, ())
+        # OffsetDelete, then DeleteGroups: tombstones.
+        removed = connection.request(
+            ApiKey.OFFSET_DELETE,
+            0,
+            {
+                "group_id": group,
+                "topics": [{"name": topic, "partitions": [{"partition_index": 0}]}],
+            },
+        )
+        assert (removed.error_code, removed.topics[0].partitions[0].error_code) == (
+            ErrorCode.none,
+            ErrorCode.none,
+        )
+        assert fetch_offsets(connection, group, topic, [0])[1] == {0: (-1, -1, "")}
         deleted = connection.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": [group]})
         assert deleted.results[0].error_code == ErrorCode.none
-        assert fetch_offsets(connection, group, topic, [0]) == (ErrorCode.none, {0: -1})
+        # Tombstones are appended with acks=1 (as Kafka does): readers see them once replicated.
+        tombstones = [
+            (schemas.OffsetCommitKey(group, topic, 0), None),
+            (schemas.GroupMetadataKey(group), None),
+        ]
+        wait_until(
+            lambda: stored_records(bootstrap, group)[-2:] == tombstones,
+            CLIENT_TIMEOUT_S,
+            "the tombstones in the offsets topic",
+        )
+        described = connection.request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": [group]})
+        assert described.groups[0].group_state == "Dead"
 
 
-# ---------------------------------------------------------------------------------------------
-# The coordinator dies
+def _wire_batch() -> bytes:
+    from odradek.protocol.record_batch import build_batch
+
+    return build_batch([(b"k", b"v", (), int(time.time() * 1000))])
 
 
-def test_group_moves_when_its_coordinator_dies(make_cluster: Any) -> None:
-    cluster = make_cluster(3)
-    topic, group = "moving", unique_group("moving")
-    create_topic(cluster.bootstrap_servers, topic, partitions=3, replication_factor=3)
-    coordinator_id = find_coordinator(cluster.bootstrap_servers, group)
-    survivors = ",".join(
-        cluster.broker(b).bootstrap for b in cluster.broker_ids if b != coordinator_id
+def test_pipelined_async_commits_leave_the_last_one(cluster3: LocalCluster) -> None:
+    """librdkafka pipelines asynchronous OffsetCommits on one connection; the last one acknowledged
+    must be what OffsetFetch returns afterwards (a defect of the ZooKeeper store: later commits
+    were overtaken by earlier ones)."""
+    from confluent_kafka import Consumer
+
+    bootstrap = cluster3.bootstrap_servers
+    topic, group = unique_topic("groups-async"), unique_group("async")
+    create_topic(bootstrap, topic, partitions=1)
+    find_coordinator(bootstrap, group)
+    acknowledged: list[int] = []
+
+    def on_commit(error: Any, partitions: list[TopicPartition]) -> None:
+        assert error is None, error
+        acknowledged.extend(p.offset for p in partitions)
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "on_commit": on_commit,
+        }
     )
-    produce(cluster.bootstrap_servers, topic, dict.fromkeys(range(3), 10), "before")
-    consumer = group_consumer(survivors, group, topic)
     try:
-        got: dict[int, list[Position]] = {}
-        poll_all((consumer,), 30, got)
-        assert sorted(got[0]) == [(p, o) for p in range(3) for o in range(10)]
-        consumer.commit(asynchronous=False)
-        cluster.kill(coordinator_id)
-
-        def moved() -> bool:
-            try:
-                return find_coordinator(survivors, group) != coordinator_id
-            except (OSError, _wire.ConnectionClosed, _wire.NoAnswer):
-                return False
-
-        wait_until(moved, CLIENT_TIMEOUT_S, "the group to move to a live coordinator")
-        # Consumption continues from the committed offsets, through the new coordinator.
-        produce(survivors, topic, dict.fromkeys(range(3), 5), "after")
-        got = {}
-        poll_all((consumer,), 15, got)
-        assert sorted(got[0]) == [(p, o) for p in range(3) for o in range(10, 15)]
-        consumer.commit(asynchronous=False)
+        for offset in range(1, 301):
+            consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=True)
+        wait_until_polled(consumer, lambda: len(acknowledged) == 300)
+        assert acknowledged[-1] == 300 or max(acknowledged) == 300
+        found = consumer.committed([TopicPartition(topic, 0)], timeout=CLIENT_TIMEOUT_S)
+        assert found[0].offset == 300
     finally:
         consumer.close()
-    assert committed(survivors, group, topic, 3) == dict.fromkeys(range(3), 15)
+    assert committed(bootstrap, group, topic, 1) == {0: 300}
+
+
+def wait_until_polled(consumer: Any, condition: Any) -> None:
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, "commit callbacks did not all arrive"
+        consumer.poll(0.1)
+
+
+def test_kafkas_dump_log_segments_reads_the_offsets_topic(cluster3: LocalCluster) -> None:
+    """Kafka's own tool (`kafka-dump-log.sh --offsets-decoder`) decodes the segment the
+    coordinator wrote: the same keys, offsets, metadata and group generation."""
+    libs = kafka_libs()
+    if not kafka_available() or shutil.which("java") is None:
+        pytest.skip(f"Apache Kafka's jars are not in {libs} (./dev kafka fetches them)")
+    bootstrap = cluster3.bootstrap_servers
+    topic, group = unique_topic("groups-dump"), unique_group("dump")
+    create_topic(bootstrap, topic, partitions=1)
+    coordinator_id = find_coordinator(bootstrap, group)
+    with _wire.WireConnection.to(cluster3.broker(coordinator_id).bootstrap) as connection:
+        member, generation = join_and_sync(connection, group)
+        assert commit_error(connection, group, member, generation, topic, 17, "m-17", 2) == (
+            ErrorCode.none
+        )
+    partition = partition_for(group, OFFSETS_PARTITIONS)
+    directory = cluster3.broker(coordinator_id).data_dir / f"{OFFSETS_TOPIC}-{partition}"
+    segments = sorted(str(p) for p in directory.glob("*.log"))
+    run = subprocess.run(
+        [
+            "java",
+            "-cp",
+            f"{libs}/*",
+            "kafka.tools.DumpLogSegments",
+            "--offsets-decoder",
+            "--print-data-log",
+            "--files",
+            ",".join(segments),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [line for line in run.stdout.splitlines() if group in line]
+    offset_line = next(line for line in lines if '"type":"1"' in line or "offset_commit" in line)
+    assert f'"topic":"{topic}"' in offset_line and '"offset":17' in offset_line, offset_line
+    assert '"metadata":"m-17"' in offset_line and '"leaderEpoch":2' in offset_line, offset_line
+    group_line = next(line for line in lines if '"generation":1' in line)
+    assert '"protocol":"range"' in group_line and member in group_line, group_line

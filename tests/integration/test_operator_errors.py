@@ -89,7 +89,8 @@ def server_properties(directory: Path, **properties: str | None) -> Path:
         ({"broker.id": None}, "broker.id"),
         ({"broker.id": "-5"}, "broker.id"),
         ({"listeners": "FOO://127.0.0.1:9092"}, "FOO://127.0.0.1:9092"),
-        ({"listeners": "SSL://127.0.0.1:9093"}, "not supported"),
+        # An SSL listener alone leaves no PLAINTEXT listener for the inter-broker default.
+        ({"listeners": "SSL://127.0.0.1:9093"}, "inter-broker listener PLAINTEXT"),
         ({"listeners": "PLAINTEXT://127.0.0.1:99999"}, "port out of range"),
         ({"listeners": "127.0.0.1:9092"}, "listeners"),
         ({"zookeeper.connect": None}, "zookeeper.connect"),

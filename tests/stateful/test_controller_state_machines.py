@@ -184,7 +184,9 @@ class ControllerMachine(RuleBasedStateMachine):
 
     # plumbing
 
-    def _new_channel(self, controller_id: int, request_timeout: float) -> RecordingChannelManager:
+    def _new_channel(
+        self, controller_id: int, request_timeout: float, *_listener_and_security: Any
+    ) -> RecordingChannelManager:
         channel = RecordingChannelManager(controller_id, request_timeout)
         owner = next(c for c in self.candidates if c.broker_id == controller_id)
         self.channels.append(ChannelRecord(controller_id, owner.controller.context.epoch, channel))

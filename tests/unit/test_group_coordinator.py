@@ -2,7 +2,9 @@
 
 Each test plays clients against `GroupCoordinator` the way Kafka's consumers do (JoinGroup with
 MEMBER_ID_REQUIRED first, SyncGroup, heartbeats) and moves time only through `Clock.advance` and
-`expire_timers()`, so session and rebalance timeouts are exact and instantaneous.
+`expire_timers()`, so session and rebalance timeouts are exact and instantaneous. The store is a
+real `GroupMetadataManager` over an in-memory offsets log whose appends answer at once; which
+broker leads the group's partition is the harness's `owner`.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from odradek.coordinator.group.coordinator import (
     JoinResult,
     LeavingMember,
     SyncResult,
-    coordinator_for,
 )
+from odradek.coordinator.group.metadata_manager import GroupMetadataManager, OffsetConfig
+from odradek.coordinator.group.offsets import OffsetAndMetadata
 from odradek.errors import GroupStateError
+from tests.fakes.offsets_log import FakeOffsetsLog
 
 GROUP = "group-a"
 SESSION_MS = 10_000
@@ -60,13 +64,24 @@ class Answers:
         return self.results[0]
 
 
+class OwnedManager(GroupMetadataManager):
+    """The store, with partition ownership decided by the harness rather than LeaderAndIsr."""
+
+    owner: Any = BROKER_ID
+
+    def status(self, group_id: str) -> ErrorCode | None:
+        if self.owner is None:
+            return ErrorCode.coordinator_load_in_progress
+        return None if self.owner == BROKER_ID else ErrorCode.not_coordinator
+
+
 class Harness:
-    """A coordinator, its clock, and client-side helpers."""
+    """A coordinator, its clock, its store, and client-side helpers."""
 
     def __init__(self, initial_delay_ms: int = 0, max_size: int = 2**31 - 1) -> None:
         self.clock = Clock()
-        self.owner = BROKER_ID
-        self.unloaded: list[str] = []
+        self.log = FakeOffsetsLog()
+        self.manager = OwnedManager(OffsetConfig(), self.log, clock_ms=self.clock)
         self.coordinator = GroupCoordinator(
             BROKER_ID,
             GroupConfig(
@@ -75,10 +90,25 @@ class Harness:
                 initial_rebalance_delay_ms=initial_delay_ms,
                 max_size=max_size,
             ),
-            lambda group_id: self.owner,
+            self.manager,
             clock_ms=self.clock,
-            on_group_unloaded=self.unloaded.append,
         )
+        self.coordinator.active = True
+
+    @property
+    def owner(self) -> Any:
+        return self.manager.owner
+
+    @owner.setter
+    def owner(self, value: Any) -> None:
+        self.manager.owner = value
+
+    def commit(self, group_id: str, member_id: str, generation: int, offset: int = 5) -> ErrorCode:
+        results = self.coordinator.commit_offsets(
+            group_id, member_id, None, generation, {("t", 0): OffsetAndMetadata(offset)}
+        )
+        assert isinstance(results, dict)
+        return results[("t", 0)]
 
     def advance(self, ms: int) -> None:
         self.clock.now += ms
@@ -176,26 +206,13 @@ class Harness:
 # Placement
 
 
-def test_placement_is_crc32_of_the_group_id_mod_the_sorted_live_brokers() -> None:
-    import zlib
-
-    brokers = [3, 1, 2]
-    for group_id in ("a", "orders", "payments-consumer", ""):
-        expected = sorted(brokers)[zlib.crc32(group_id.encode()) % 3]
-        assert coordinator_for(group_id, brokers) == expected
-        assert coordinator_for(group_id, reversed(brokers)) == expected
-    assert coordinator_for("a", []) is None
-    spread = {coordinator_for(f"group-{i}", brokers) for i in range(50)}
-    assert spread == {1, 2, 3}
-
-
 def test_a_broker_that_does_not_coordinate_the_group_answers_not_coordinator() -> None:
     h = Harness()
     h.owner = 2
     assert h.join().result.error is ErrorCode.not_coordinator
     assert h.heartbeat("m", 1) is ErrorCode.not_coordinator
-    h.owner = None  # type: ignore[assignment]
-    assert h.join().result.error is ErrorCode.coordinator_not_available
+    h.owner = None
+    assert h.join().result.error is ErrorCode.coordinator_load_in_progress
     assert GROUP not in h.coordinator.groups
 
 
@@ -518,22 +535,24 @@ def test_static_member_is_removed_by_instance_id_or_by_its_session() -> None:
 
 def test_offset_commit_validation_follows_kafka() -> None:
     h = Harness()
-    validate = h.coordinator.validate_offset_commit
-    # A group this coordinator does not know: a simple consumer may commit, a member may not.
-    assert validate("unknown-group", "", None, -1) is ErrorCode.none
-    assert validate("unknown-group", "m", None, 3) is ErrorCode.illegal_generation
+    # A group this coordinator does not know: a simple consumer may commit (the group appears,
+    # Empty, with its offsets), a member of an unknown generation may not.
+    assert h.commit("simple-group", "", -1) is ErrorCode.none
+    assert h.coordinator.groups["simple-group"].state is GroupState.EMPTY
+    assert h.commit("unknown-group", "m", 3) is ErrorCode.illegal_generation
+    assert "unknown-group" not in h.coordinator.groups
     a, b, generation = h.stable_group_of_two()
-    assert validate(GROUP, a, None, generation) is ErrorCode.none
-    assert validate(GROUP, a, None, generation - 1) is ErrorCode.illegal_generation
-    assert validate(GROUP, "stranger", None, generation) is ErrorCode.unknown_member_id
-    assert validate(GROUP, "", None, -1) is ErrorCode.unknown_member_id
+    assert h.commit(GROUP, a, generation) is ErrorCode.none
+    assert h.commit(GROUP, a, generation - 1) is ErrorCode.illegal_generation
+    assert h.commit(GROUP, "stranger", generation) is ErrorCode.unknown_member_id
+    assert h.commit(GROUP, "", -1) is ErrorCode.unknown_member_id
     # Between JoinGroup and SyncGroup the member must finish the rebalance first.
     h.join(a, protocols=(("range", b"A"),))
-    assert validate(GROUP, a, None, generation) is ErrorCode.none  # PreparingRebalance: allowed
+    assert h.commit(GROUP, a, generation) is ErrorCode.none  # PreparingRebalance: allowed
     h.join(b, protocols=(("range", b"B"),))
-    assert validate(GROUP, a, None, generation + 1) is ErrorCode.rebalance_in_progress
+    assert h.commit(GROUP, a, generation + 1) is ErrorCode.rebalance_in_progress
     h.owner = 2
-    assert validate(GROUP, a, None, generation + 1) is ErrorCode.not_coordinator
+    assert h.commit(GROUP, a, generation + 1) is ErrorCode.not_coordinator
 
 
 def test_a_valid_commit_counts_as_a_heartbeat() -> None:
@@ -542,22 +561,21 @@ def test_a_valid_commit_counts_as_a_heartbeat() -> None:
     for _ in range(3):
         h.advance(SESSION_MS // 2)
         h.heartbeat(a, generation)
-        assert h.coordinator.validate_offset_commit(GROUP, b, None, generation) is ErrorCode.none
+        assert h.commit(GROUP, b, generation) is ErrorCode.none
     assert set(h.group().members) == {a, b}
 
 
-def test_moving_the_group_away_answers_parked_requests_not_coordinator() -> None:
+def test_losing_the_partition_answers_parked_requests_not_coordinator() -> None:
     h = Harness()
     a, _b, generation = h.stable_group_of_two()
     parked = h.join(a, protocols=(("range", b"A"),))
     h.owner = 2
-    h.coordinator.on_placement_changed()
+    h.manager.on_resigned(h.manager.partition_of(GROUP))
     assert parked.result.error is ErrorCode.not_coordinator
     assert GROUP not in h.coordinator.groups
-    assert h.unloaded == [GROUP]
     h.advance(REBALANCE_MS + SESSION_MS)  # the unloaded group's timers do nothing
     assert h.coordinator.next_deadline_ms() is None
-    # Back here later: the members start over.
+    # Back here later, without a load: the members start over.
     h.owner = BROKER_ID
     assert h.heartbeat(a, generation) is ErrorCode.unknown_member_id
 
@@ -566,16 +584,20 @@ def test_describe_list_and_delete_groups() -> None:
     h = Harness()
     a, b, _generation = h.stable_group_of_two()
     error, summary = h.coordinator.describe_group(GROUP)
-    assert error is ErrorCode.none and summary is not None
+    assert error is ErrorCode.none
     assert (summary.state, summary.protocol_type, summary.protocol) == (
         "Stable",
         "consumer",
         "range",
     )
     assert {m.member_id: m.assignment for m in summary.members} == {a: b"assign-A", b: b"assign-B"}
-    assert [(g.group_id, g.state) for g in h.coordinator.list_groups()] == [(GROUP, "Stable")]
-    assert h.coordinator.list_groups(["empty"]) == []
-    assert h.coordinator.describe_group("other") == (ErrorCode.none, None)
+    listed = h.coordinator.list_groups()
+    assert (listed[0], [(g.group_id, g.state) for g in listed[1]]) == (
+        ErrorCode.none,
+        [(GROUP, "Stable")],
+    )
+    assert h.coordinator.list_groups(["empty"]) == (ErrorCode.none, [])
+    assert h.coordinator.describe_group("other")[1].state == "Dead"
     assert h.coordinator.delete_groups([GROUP, "other"]) == {
         GROUP: ErrorCode.non_empty_group,
         "other": ErrorCode.group_id_not_found,
@@ -583,7 +605,7 @@ def test_describe_list_and_delete_groups() -> None:
     h.coordinator.leave_group(GROUP, [LeavingMember(a), LeavingMember(b)])
     assert h.group().state is GroupState.EMPTY
     assert h.coordinator.delete_groups([GROUP]) == {GROUP: ErrorCode.none}
-    assert GROUP not in h.coordinator.groups and h.unloaded == [GROUP]
+    assert GROUP not in h.coordinator.groups
 
 
 def test_group_max_size() -> None:

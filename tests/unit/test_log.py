@@ -354,6 +354,21 @@ def test_retention_by_time(tmp_path: Path) -> None:
     assert log.log_start_offset == 9
 
 
+def test_a_compacted_log_keeps_old_segments_but_honours_the_log_start_offset(
+    tmp_path: Path,
+) -> None:
+    one = len(records(3))
+    config = LogConfig(
+        segment_bytes=one, retention_ms=0, retention_bytes=0, cleanup_policy=("compact",)
+    )
+    log = open_log(tmp_path, config)
+    fill(log, 4)
+    assert log.delete_retention_segments(now_ms=10**9) == 0
+    log.maybe_increment_log_start_offset(6)
+    assert log.delete_retention_segments(now_ms=10**9) == 2
+    assert log.log_start_offset == 6
+
+
 def test_retention_stops_at_the_high_watermark(tmp_path: Path) -> None:
     one = len(records(3))
     log = open_log(tmp_path, LogConfig(segment_bytes=one, retention_ms=0))

@@ -29,7 +29,7 @@ def test_from_properties_overrides_defaults() -> None:
             "message.timestamp.type": "LogAppendTime",
             "unclean.leader.election.enable": "TRUE",
             "min.insync.replicas": "2",
-            "cleanup.policy": "delete",  # not a log setting: ignored here
+            "cleanup.policy": "compact, delete,compact",
         },
         defaults,
     )
@@ -39,6 +39,8 @@ def test_from_properties_overrides_defaults() -> None:
     assert config.uses_log_append_time
     assert config.unclean_leader_election_enable
     assert config.min_insync_replicas == 2
+    assert config.cleanup_policy == ("compact", "delete")
+    assert config.compact and config.delete
     assert LogConfig.from_properties(config.to_properties()) == config
     assert set(config.to_properties()) == TOPIC_CONFIG_NAMES
 

@@ -153,6 +153,8 @@ def format_status(status: dict[str, Any]) -> str:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.secure:
+        return _up_secure(args)
     cluster = LocalCluster.up(
         Path(args.dir),
         args.brokers,
@@ -162,6 +164,41 @@ def cmd_up(args: argparse.Namespace) -> int:
         zookeeper=args.zookeeper,
     )
     print(cluster.bootstrap_servers)
+    return 0
+
+
+def _up_secure(args: argparse.Namespace) -> int:
+    from odradek.testing.secure import ADMIN, CLIENT, start_secure_cluster
+
+    if args.zookeeper:
+        raise OperatorError("--secure starts its own ZooKeeper: drop --zookeeper")
+    cluster, setup = start_secure_cluster(
+        Path(args.dir),
+        args.brokers,
+        overrides=_parse_overrides(args.override),
+        timeout=args.timeout,
+        base_port=args.base_port,
+    )
+    client = setup.client_properties_file(CLIENT)
+    admin = setup.client_properties_file(ADMIN)
+    print(cluster.bootstrap_servers)
+    print(
+        f"\nSASL_SSL with SCRAM-SHA-512 on {cluster.bootstrap_servers} (brokers talk to each other"
+        " on their INTERNAL SASL_SSL listener; no PLAINTEXT listener).\n"
+        f"Client settings for user '{CLIENT}' (allowed everything on every topic and group), "
+        f"written to {client}:\n",
+        file=sys.stderr,
+    )
+    for key, value in setup.client_properties(CLIENT).items():
+        print(f"  {key}={value}", file=sys.stderr)
+    print(
+        f"\nThe super user '{ADMIN}' (ACLs, SCRAM users): {admin}\n"
+        f"  odradek acls --bootstrap-server {cluster.brokers[0].bootstrap} "
+        f"--command-config {admin} --list\n"
+        f"  kcat -b {cluster.brokers[0].bootstrap} -F "
+        f"{setup.librdkafka_properties_file(CLIENT)} -L   (librdkafka's key names)",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -253,6 +290,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--override", action="append", metavar="K=V", help="a broker property for every broker"
     )
     up.add_argument("--zookeeper", metavar="CONNECT", help="use this ZooKeeper instead of our own")
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS certificates, SCRAM users, SASL_SSL listeners only, and ACLs",
+    )
     up.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for the brokers (default 60)"
     )

@@ -32,8 +32,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.cli.client_config import add_command_config_argument, load_command_config
 from odradek.cli.topics import AdminClient, KafkaResponseError, parse_bootstrap
 from odradek.errors import OperatorError
+from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
 from odradek.protocol.codec import ApiKey
 
 ELECT_LEADERS_VERSION = 2
@@ -51,6 +53,7 @@ class LeaderElectionCommand:
     election_type: str
     partitions: list[TopicPartition] | None
     timeout: float
+    security: ClientSecurity = PLAINTEXT_CLIENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +140,7 @@ def validate(args: argparse.Namespace) -> LeaderElectionCommand:
         election_type=election_type,
         partitions=partitions,
         timeout=args.timeout,
+        security=load_command_config(getattr(args, "command_config", None)),
     )
 
 
@@ -218,7 +222,7 @@ class LeaderElectionClient(AdminClient):
 
 
 async def run(command: LeaderElectionCommand) -> ElectionSummary:
-    client = await LeaderElectionClient.connect(command.servers, command.timeout)
+    client = await LeaderElectionClient.connect(command.servers, command.timeout, command.security)
     try:
         response = await client.elect_leaders(
             ELECTION_TYPES[command.election_type], command.partitions
@@ -254,6 +258,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "replica) as leader (like kafka-leader-election.sh).",
     )
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]")
+    add_command_config_argument(parser)
     parser.add_argument(
         "--election-type",
         required=True,

@@ -8,6 +8,14 @@
                               (--execute|--verify|--cancel) | --list)
   odradek leader-election --bootstrap-server H:P --election-type preferred|unclean
                           (--topic T --partition P | --all-topic-partitions | --path-to-json-file F)
+  odradek consumer-groups --bootstrap-server H:P --list|--describe|--reset-offsets|--delete|
+                          --delete-offsets ...
+  odradek delete-records --bootstrap-server H:P --offset-json-file F
+  odradek log-dirs --bootstrap-server H:P --describe [--topic-list T,..] [--broker-list 1,..]
+  odradek acls --bootstrap-server H:P --add|--remove|--list ...   (like kafka-acls.sh)
+  odradek configs --bootstrap-server H:P --entity-type users ...  (like kafka-configs.sh)
+
+Every tool that talks to brokers takes --command-config FILE (Kafka client security properties).
 
 Operator mistakes (bad config, unreachable ZooKeeper, port in use) print one line and exit 1; only a
 bug prints a traceback.
@@ -123,8 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Every subcommand's module is imported here, unguarded: one that fails to import is a bug
     # to report with its traceback, not a command to leave out of --help silently.
+    from odradek.cli import acls as acls_cli
     from odradek.cli import cluster as cluster_cli
+    from odradek.cli import configs as configs_cli
+    from odradek.cli import consumer_groups as consumer_groups_cli
     from odradek.cli import leader_election as leader_election_cli
+    from odradek.cli import log_admin as log_admin_cli
     from odradek.cli import reassign as reassign_cli
     from odradek.cli import topics as topics_cli
 
@@ -132,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     topics_cli.add_parser(sub)
     reassign_cli.add_parser(sub)
     leader_election_cli.add_parser(sub)
+    consumer_groups_cli.add_parser(sub)
+    log_admin_cli.add_parsers(sub)
+    acls_cli.add_parser(sub)
+    configs_cli.add_parser(sub)
     return parser
 
 

@@ -35,8 +35,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.cli.client_config import add_command_config_argument, load_command_config
 from odradek.cli.topics import AdminClient, KafkaResponseError, parse_bootstrap
 from odradek.errors import OperatorError, require
+from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
 from odradek.protocol.codec import ApiKey
 
 ALTER_VERSION = 0
@@ -54,6 +56,7 @@ class ReassignCommand:
     servers: list[tuple[str, int]]
     targets: dict[TopicPartition, list[int]]
     timeout: float
+    security: ClientSecurity = PLAINTEXT_CLIENT
 
 
 def parse_reassignment_json(text: str, where: str) -> dict[TopicPartition, list[int]]:
@@ -214,7 +217,7 @@ def _raise_refusals(results: dict[TopicPartition, tuple[ErrorCode, str | None]])
 
 async def run(command: ReassignCommand) -> tuple[list[str], int]:
     """Carry out `command`: the lines to print and the exit code."""
-    client = await ReassignClient.connect(command.servers, command.timeout)
+    client = await ReassignClient.connect(command.servers, command.timeout, command.security)
     try:
         if command.action == "list":
             moving = await client.list_reassignments(None)
@@ -289,7 +292,13 @@ def validate(args: argparse.Namespace) -> ReassignCommand:
         except OSError as e:
             raise OperatorError(f"cannot read {path}: {e.strerror or e}") from None
         targets = parse_reassignment_json(text, str(path))
-    return ReassignCommand(action, parse_bootstrap(args.bootstrap_server), targets, args.timeout)
+    return ReassignCommand(
+        action,
+        parse_bootstrap(args.bootstrap_server),
+        targets,
+        args.timeout,
+        load_command_config(getattr(args, "command_config", None)),
+    )
 
 
 def cmd_reassign_partitions(args: argparse.Namespace) -> int:
@@ -310,6 +319,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Move partition replicas between brokers (like kafka-reassign-partitions.sh).",
     )
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]")
+    add_command_config_argument(parser)
     parser.add_argument(
         "--reassignment-json-file", metavar="FILE", help="the partitions and their target replicas"
     )

@@ -37,8 +37,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.cli.client_config import add_command_config_argument, load_command_config
 from odradek.errors import NetworkError, OperatorError
-from odradek.network.client import BrokerConnection
+from odradek.network.client import PLAINTEXT_CLIENT, BrokerConnection, ClientSecurity
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey, request_class
 
@@ -128,20 +129,27 @@ class AdminClient:
 
     bootstrap: BrokerConnection
     timeout: float
+    security: ClientSecurity = PLAINTEXT_CLIENT
 
     @classmethod
-    async def connect(cls, servers: Sequence[tuple[str, int]], timeout: float) -> AdminClient:
-        """Connect to the first bootstrap server that answers."""
+    async def connect(
+        cls,
+        servers: Sequence[tuple[str, int]],
+        timeout: float,
+        security: ClientSecurity = PLAINTEXT_CLIENT,
+    ) -> AdminClient:
+        """Connect to the first bootstrap server that answers (and authenticate, with the
+        `--command-config` security settings)."""
         problems = []
         for host, port in servers:
             try:
                 connection = await BrokerConnection.connect(
-                    host, port, timeout=timeout, client_id="odradek-topics"
+                    host, port, timeout=timeout, client_id="odradek-admin", security=security
                 )
             except NetworkError as e:
                 problems.append(str(e))
                 continue
-            return cls(connection, timeout)
+            return cls(connection, timeout, security)
         raise OperatorError("; ".join(problems))
 
     def close(self) -> None:
@@ -179,7 +187,11 @@ class AdminClient:
             return self.bootstrap
         try:
             return await BrokerConnection.connect(
-                controller.host, controller.port, timeout=self.timeout, client_id="odradek-topics"
+                controller.host,
+                controller.port,
+                timeout=self.timeout,
+                client_id="odradek-admin",
+                security=self.security,
             )
         except NetworkError:
             return self.bootstrap
@@ -331,6 +343,7 @@ class TopicsCommand:
     if_exists: bool
     if_not_exists: bool
     timeout: float
+    security: ClientSecurity = PLAINTEXT_CLIENT
 
 
 def validate(args: argparse.Namespace) -> TopicsCommand:
@@ -372,12 +385,13 @@ def validate(args: argparse.Namespace) -> TopicsCommand:
         if_exists=args.if_exists,
         if_not_exists=args.if_not_exists,
         timeout=args.timeout,
+        security=load_command_config(getattr(args, "command_config", None)),
     )
 
 
 async def run(command: TopicsCommand) -> list[str]:
     """Carry out `command`; the lines to print."""
-    client = await AdminClient.connect(command.servers, command.timeout)
+    client = await AdminClient.connect(command.servers, command.timeout, command.security)
     try:
         if command.action == "create":
             try:
@@ -435,6 +449,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Create, list, describe or delete topics (like kafka-topics.sh).",
     )
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]")
+    add_command_config_argument(parser)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--create", action="store_true", help="create a topic")
     action.add_argument("--list", action="store_true", help="list the topics")

@@ -12,7 +12,11 @@ the fetch offsets). A partition enters a fetcher in the *truncating* state:
    our previous epoch when we do not have the leader's epoch at all. Only the HW is not enough: a
    follower that truncates to a stale HW and then becomes leader loses acknowledged records, and two
    replicas that crash together can keep different records at one offset.
-2. Fetching from our LEO. Returned batches are appended as they are (CRC-checked, never re-encoded);
+2. Fetching from our LEO, with Fetch v15: partitions are named by topic id (v13+) and the request
+   carries our `ReplicaState` — broker id and broker epoch (the czxid of our registration), which
+   the leader checks against ZooKeeper before it lets our fetch move the ISR or the high watermark
+   (KIP-903; `odradek.security.controller_requests.validate_follower_fetch`). A partition whose
+   topic id we do not know yet waits for LeaderAndIsr or UpdateMetadata to tell us. Returned batches are appended as they are (CRC-checked, never re-encoded);
    our HW becomes min(leader HW, our LEO); a leader log start offset above ours moves ours up.
 
 Errors back a partition off for `replica.fetch.backoff.ms` (NOT_LEADER_OR_FOLLOWER and friends: the
@@ -32,6 +36,7 @@ import contextlib
 import datetime
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,7 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from odradek.errors import KafkaError, NetworkError
-from odradek.network.client import BrokerConnection
+from odradek.network.client import PLAINTEXT_CLIENT, BrokerConnection, ClientSecurity
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey, request_class
 
@@ -48,7 +53,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FETCH_VERSION = 12
+FETCH_VERSION = 15
 OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 LIST_OFFSETS_VERSION = 6
 EARLIEST_TIMESTAMP = -2
@@ -169,6 +174,7 @@ class ReplicaFetcher:
                 port,
                 timeout=self.manager.config["replica.socket.timeout.ms"] / 1000,
                 client_id=f"replica-fetcher-{self.manager.broker_id}",
+                security=self.manager.security,
             )
         return self._connection
 
@@ -294,11 +300,20 @@ class ReplicaFetcher:
 
     async def _fetch(self, connection: BrokerConnection, states: list[FetchState]) -> None:
         config = self.manager.config
-        by_topic: dict[str, list[dict[str, Any]]] = {}
+        by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        topic_names: dict[uuid.UUID, str] = {}
+        sendable = []
         for state in states:
+            topic_id = self.manager.topic_id_for(state.partition.topic)
+            if topic_id is None:
+                log.info("%s: topic id not known yet; not fetching", state.partition)
+                self._delay(state)
+                continue
+            sendable.append(state)
+            topic_names[topic_id] = state.partition.topic
             log_ = state.partition.log
             latest = log_.leader_epoch_cache.latest_epoch
-            by_topic.setdefault(state.partition.topic, []).append(
+            by_topic.setdefault(topic_id, []).append(
                 {
                     "partition": state.partition.partition,
                     "current_leader_epoch": state.leader_epoch,
@@ -312,18 +327,24 @@ class ReplicaFetcher:
             request_class(ApiKey.FETCH, FETCH_VERSION),
             {
                 "cluster_id": None,
-                "replica_id": self.manager.broker_id,
+                "replica_state": {
+                    "replica_id": self.manager.broker_id,
+                    "replica_epoch": self.manager.broker_epoch(),
+                },
                 "max_wait": datetime.timedelta(milliseconds=config["replica.fetch.wait.max.ms"]),
                 "min_bytes": config["replica.fetch.min.bytes"],
                 "max_bytes": config["replica.fetch.response.max.bytes"],
                 "isolation_level": 0,
                 "session_id": 0,
                 "session_epoch": -1,
-                "topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()],
+                "topics": [{"topic_id": t, "partitions": p} for t, p in by_topic.items()],
                 "forgotten_topics_data": (),
                 "rack_id": "",
             },
         )
+        if not sendable:
+            return
+        states = sendable
         sent = {s.key: s for s in states}
         response = await connection.send(
             ApiKey.FETCH,
@@ -338,8 +359,9 @@ class ReplicaFetcher:
                 self._delay(state)
             return
         for topic in response.responses:
+            name = topic_names.get(topic.topic_id)
             for data in topic.partitions:
-                state = sent.get((topic.topic, data.partition_index))
+                state = sent.get((name, data.partition_index)) if name is not None else None
                 if state is None or not self._current(state):
                     continue
                 self._process_partition(state, data)
@@ -361,9 +383,13 @@ class ReplicaFetcher:
             partition.update_follower_high_watermark(int(data.high_watermark))
             leader_log_start = int(data.log_start_offset)
             if leader_log_start > partition.log.log_start_offset:
-                partition.log.maybe_increment_log_start_offset(
+                moved = partition.log.maybe_increment_log_start_offset(
                     min(leader_log_start, partition.log.log_end_offset)
                 )
+                # Persisted before the next fetch reports it to the leader (DeleteRecords waits
+                # for that report).
+                if moved and self.manager.on_log_start_offset_moved is not None:
+                    self.manager.on_log_start_offset_moved()
             return
         if error == ErrorCode.offset_out_of_range:
             state.truncating = True
@@ -378,11 +404,24 @@ class ReplicaFetcher:
 class ReplicaFetcherManager:
     """Creates fetchers as leadership moves and removes idle ones. Broker event loop only."""
 
-    def __init__(self, leader_address: LeaderAddress, config: FetcherConfig) -> None:
+    def __init__(
+        self,
+        leader_address: LeaderAddress,
+        config: FetcherConfig,
+        *,
+        security: ClientSecurity = PLAINTEXT_CLIENT,
+        topic_id_for: Callable[[str], uuid.UUID | None] = lambda _topic: None,
+        broker_epoch: Callable[[], int] = lambda: -1,
+    ) -> None:
         self.leader_address = leader_address
         self.config = config
+        self.security = security
+        self.topic_id_for = topic_id_for
+        self.broker_epoch = broker_epoch
         self.broker_id = config.broker_id
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self.on_log_start_offset_moved: Callable[[], None] | None = None
+        """Set by the replica manager: persists log start offsets (DeleteRecords)."""
 
     def _fetcher_index(self, key: TopicPartition) -> int:
         return hash(key) % self.config["num.replica.fetchers"]

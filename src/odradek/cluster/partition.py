@@ -15,7 +15,12 @@ calling). As leader the partition:
   (the controller has moved on): it stops accepting writes for the partition (`fenced`) until the next
   LeaderAndIsr tells it its role;
 - keeps the high watermark (see `odradek.cluster.isr`) and wakes delayed produce requests waiting for
-  acks=all and delayed fetches waiting for data.
+  acks=all and delayed fetches waiting for data;
+- moves its log start offset for DeleteRecords (`delete_records_on_leader`, at most to the HW) and
+  tracks each follower's log start offset from its fetches, so that DeleteRecords can wait until
+  the *low watermark* -- the smallest log start offset of the leader and its ISR followers -- has
+  reached the new start (Kafka's DelayedDeleteRecords; Kafka counts every live replica, Odradek
+  the ISR: a replica outside it learns the new start from its next fetch response).
 
 As follower it only holds its log; the replica fetcher appends what the leader sends and moves the
 follower's HW to min(leader HW, own LEO).
@@ -57,6 +62,7 @@ class FollowerState:
     last_caught_up_time: float = 0.0
     last_fetch_leader_log_end_offset: int = -1
     last_fetch_time: float = 0.0
+    log_start_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +137,7 @@ class Partition:
         self.high_watermark = 0
         self.fenced = False
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._low_watermark_waiters: list[tuple[int, asyncio.Future[int]]] = []
         self._data_waiters: set[asyncio.Future[None]] = set()
         self._isr_task: asyncio.Task[None] | None = None
 
@@ -294,10 +301,66 @@ class Partition:
 
     def _fail_hw_waiters(self, error: Exception) -> None:
         waiters, self._hw_waiters = self._hw_waiters, []
-        for _offset, future in waiters:
+        low, self._low_watermark_waiters = self._low_watermark_waiters, []
+        futures: list[asyncio.Future[Any]] = [f for _o, f in waiters] + [f for _o, f in low]
+        for future in futures:
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # its producer may have gone: don't report it as unretrieved
+
+    # leader: DeleteRecords
+
+    def delete_records_on_leader(self, offset: int) -> int:
+        """Move the log start offset to `offset` (-1: the high watermark); returns the new log
+        start offset. OFFSET_OUT_OF_RANGE for a negative offset or one past the HW (records that
+        are not committed cannot be deleted)."""
+        if not self.is_leader or self.fenced:
+            raise NotLeaderOrFollowerError(
+                f"broker {self.local_broker_id} is not the leader of {self}"
+            )
+        target = self.high_watermark if offset == -1 else offset
+        if target < 0 or target > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{self}: cannot delete records before offset {offset}: the high watermark is "
+                f"{self.high_watermark}"
+            )
+        if self.log.maybe_increment_log_start_offset(target):
+            log.info("%s: log start offset moved to %d (DeleteRecords)", self, target)
+        self._maybe_complete_low_watermark_waiters()
+        return self.log_start_offset
+
+    @property
+    def low_watermark(self) -> int:
+        """The smallest log start offset of the leader and its ISR followers (-1 if unknown)."""
+        starts = [self.log_start_offset]
+        for replica in self.isr:
+            if replica == self.local_broker_id:
+                continue
+            follower = self.followers.get(replica)
+            starts.append(follower.log_start_offset if follower is not None else -1)
+        return min(starts)
+
+    def wait_for_low_watermark(self, required_offset: int) -> asyncio.Future[int]:
+        """A future of the low watermark once it reaches `required_offset`; it fails with
+        NOT_LEADER_OR_FOLLOWER if leadership is lost first."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._low_watermark_waiters.append((required_offset, future))
+        self._maybe_complete_low_watermark_waiters()
+        return future
+
+    def _maybe_complete_low_watermark_waiters(self) -> None:
+        if not self._low_watermark_waiters:
+            return
+        low = self.low_watermark
+        remaining = []
+        for required, future in self._low_watermark_waiters:
+            if future.done():
+                continue
+            if low >= required:
+                future.set_result(low)
+            else:
+                remaining.append((required, future))
+        self._low_watermark_waiters = remaining
 
     # reads
 
@@ -342,8 +405,11 @@ class Partition:
 
     # leader: followers, ISR and HW
 
-    def update_follower_fetch_state(self, follower_id: int, fetch_offset: int, now: float) -> None:
-        """Record a follower's fetch: its LEO is the offset it asks for.
+    def update_follower_fetch_state(
+        self, follower_id: int, fetch_offset: int, now: float, log_start_offset: int = -1
+    ) -> None:
+        """Record a follower's fetch: its LEO is the offset it asks for (and its log start offset
+        the one it reports).
 
         A follower is caught up at time t if it has fetched everything the leader had at t: either this
         fetch reaches the leader's current LEO, or it reaches the LEO the leader had at the follower's
@@ -362,8 +428,11 @@ class Partition:
         follower.log_end_offset = fetch_offset
         follower.last_fetch_leader_log_end_offset = leader_log_end_offset
         follower.last_fetch_time = now
+        if log_start_offset >= 0:
+            follower.log_start_offset = log_start_offset
         self._maybe_expand_isr(follower_id, follower)
         self._maybe_increment_high_watermark()
+        self._maybe_complete_low_watermark_waiters()
 
     def _maybe_expand_isr(self, follower_id: int, follower: FollowerState) -> None:
         if self.isr_state.is_pending or self.fenced or follower_id in self.isr:

@@ -6,6 +6,11 @@ each partition's high watermark), serves fetches from consumers and followers (l
 delayed-fetch purgatory: futures woken by appends and HW moves, never by polling), moves partitions
 between replica fetchers when leadership moves, and runs the periodic work Kafka's ReplicaManager does:
 ISR shrink checks, ISR change notifications for the controller, and the high watermark checkpoint.
+DeleteRecords moves a leader's log start offset and waits (up to the request's timeout) until the
+ISR followers report the new start in their fetches; every move of a log start offset, on the
+leader or on a follower, is written to the log directory's `log-start-offset-checkpoint` at once
+(`on_log_start_offset_moved`), so that a broker killed right after does not serve deleted records
+again when it restarts.
 
 Concurrency: every method runs on the broker's event loop thread.
 """
@@ -22,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.cluster.append_queue import AppendQueue
+from odradek.cluster.delete_records import delete_records
 from odradek.cluster.partition import IsrWriter, Partition, PartitionStateInfo, ReadResult
 from odradek.errors import (
     KafkaError,
@@ -58,6 +64,15 @@ class FetchPartitionRequest:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int | None = None
+    log_start_offset: int = -1
+    """A follower's own log start offset, as its fetch reports it (-1 from consumers)."""
+    last_fetched_epoch: int = -1
+
+
+FollowerStateUpdate = Callable[[TopicPartition, int, int, int, bool], bool]
+"""(partition, fetch offset, log start offset, leader LEO, diverging epoch) -> may this follower
+fetch update the follower's state (LEO, ISR, HW)? Asked after the read succeeded; the server passes
+the broker-epoch and offset checks of `odradek.security.controller_requests`."""
 
 
 @dataclass(slots=True)
@@ -132,11 +147,16 @@ class ReplicaManager:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetcher_manager = fetcher_manager
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Topic ids as LeaderAndIsr states them (ZooKeeper's base64 form): followers name
+        # partitions by topic id in Fetch v13+.
+        self.topic_ids: dict[str, str] = {}
         self.controller_epoch = -1
         self._isr_changes = _IsrChanges()
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.append_queue = AppendQueue()
+        if fetcher_manager is not None:
+            fetcher_manager.on_log_start_offset_moved = self.on_log_start_offset_moved
 
     # start-up and shutdown
 
@@ -266,6 +286,8 @@ class ReplicaManager:
             except KafkaError as e:
                 results[key] = e
                 continue
+            if item.topic_id:
+                self.topic_ids[item.topic] = item.topic_id
             if item.topic_id and existing is None:
                 log_dir = Path(partition.log.dir)
                 if read_partition_topic_id(log_dir) != item.topic_id:
@@ -447,6 +469,21 @@ class ReplicaManager:
                 )
         return results
 
+    # DeleteRecords
+
+    def on_log_start_offset_moved(self) -> None:
+        """Persist the log start offsets now (DeleteRecords moved one, here or on the leader)."""
+        try:
+            self.log_manager.checkpoint_recovery_points_and_start_offsets()
+        except (OSError, KafkaError) as e:
+            log.error("cannot write the log start offset checkpoint: %s", e)
+
+    def delete_records(
+        self, offsets: dict[TopicPartition, int], timeout_ms: int
+    ) -> Awaitable[dict[TopicPartition, tuple[int, KafkaError | None]]]:
+        """DeleteRecords: per partition, (low watermark, error); see `delete_records`."""
+        return delete_records(self, offsets, timeout_ms)
+
     # fetch
 
     def _read_all(
@@ -455,6 +492,7 @@ class ReplicaManager:
         replica_id: int,
         max_bytes: int,
         now: float,
+        follower_update: FollowerStateUpdate | None = None,
     ) -> tuple[dict[TopicPartition, FetchPartitionResult], int]:
         from_follower = replica_id >= 0
         results: dict[TopicPartition, FetchPartitionResult] = {}
@@ -464,8 +502,6 @@ class ReplicaManager:
             key = (request.topic, request.partition)
             try:
                 partition = self.leader_partition(request.topic, request.partition)
-                if from_follower:
-                    partition.update_follower_fetch_state(replica_id, request.fetch_offset, now)
                 read = partition.read_records(
                     request.fetch_offset,
                     min(request.max_bytes, remaining),
@@ -473,6 +509,22 @@ class ReplicaManager:
                     current_leader_epoch=request.current_leader_epoch,
                     min_one_batch=total == 0,
                 )
+                # The follower's LEO is its fetch offset only once the read there succeeded (so
+                # the offset is within [log start, LEO]) and no diverging epoch says it must
+                # truncate first; before, a fetch at any offset counted (issue 14).
+                if from_follower and (
+                    follower_update is None
+                    or follower_update(
+                        key,
+                        request.fetch_offset,
+                        read.log_start_offset,
+                        read.log_end_offset,
+                        self._diverging(partition, request),
+                    )
+                ):
+                    partition.update_follower_fetch_state(
+                        replica_id, request.fetch_offset, now, request.log_start_offset
+                    )
             except KafkaError as e:
                 results[key] = FetchPartitionResult(error=e)
                 continue
@@ -482,6 +534,20 @@ class ReplicaManager:
             results[key] = FetchPartitionResult(read=read)
         return results, total
 
+    @staticmethod
+    def _diverging(partition: Partition, request: FetchPartitionRequest) -> bool:
+        """Does the follower's last fetched epoch end before its fetch offset in our log?
+        (An epoch we do not know is not taken as divergence: the follower truncates by
+        OffsetForLeaderEpoch before fetching.)"""
+        if request.last_fetched_epoch < 0:
+            return False
+        epoch, end_offset = partition.log.leader_epoch_cache.end_offset_for(
+            request.last_fetched_epoch, partition.log_end_offset
+        )
+        if epoch < 0:
+            return False
+        return epoch < request.last_fetched_epoch or end_offset < request.fetch_offset
+
     def fetch_messages(
         self,
         requests: list[FetchPartitionRequest],
@@ -489,16 +555,21 @@ class ReplicaManager:
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
+        follower_update: FollowerStateUpdate | None = None,
     ) -> (
         dict[TopicPartition, FetchPartitionResult]
         | Awaitable[dict[TopicPartition, FetchPartitionResult]]
     ):
         """Read from the leaders' logs; long-poll (delayed fetch) until min_bytes or max_wait."""
-        results, total = self._read_all(requests, replica_id, max_bytes, time.monotonic())
+        results, total = self._read_all(
+            requests, replica_id, max_bytes, time.monotonic(), follower_update
+        )
         errors = any(r.error is not None for r in results.values())
         if max_wait_ms <= 0 or total >= min_bytes or errors or not requests:
             return results
-        return self._delayed_fetch(requests, replica_id, max_wait_ms / 1000, min_bytes, max_bytes)
+        return self._delayed_fetch(
+            requests, replica_id, max_wait_ms / 1000, min_bytes, max_bytes, follower_update
+        )
 
     async def _delayed_fetch(
         self,
@@ -507,6 +578,7 @@ class ReplicaManager:
         max_wait: float,
         min_bytes: int,
         max_bytes: int,
+        follower_update: FollowerStateUpdate | None = None,
     ) -> dict[TopicPartition, FetchPartitionResult]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
@@ -527,7 +599,9 @@ class ReplicaManager:
             finally:
                 for partition in watched:
                     partition.unregister_data_waiter(waiter)
-            results, total = self._read_all(requests, replica_id, max_bytes, time.monotonic())
+            results, total = self._read_all(
+                requests, replica_id, max_bytes, time.monotonic(), follower_update
+            )
             errors = any(r.error is not None for r in results.values())
             if total >= min_bytes or errors or loop.time() >= deadline:
                 return results

@@ -29,7 +29,7 @@ from typing import Any
 
 from odradek.controller.context import ControllerContext, LeaderAndIsr, TopicPartition
 from odradek.errors import NetworkError
-from odradek.network.client import BrokerConnection
+from odradek.network.client import PLAINTEXT_CLIENT, BrokerConnection, ClientSecurity
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey
 from odradek.protocol.messages import (
@@ -52,7 +52,8 @@ UPDATE_METADATA_VERSION = 7
 STOP_REPLICA_VERSION = 3
 LEADER_DURING_DELETE = -2
 RECONNECT_BACKOFF = 0.1
-PLAINTEXT = 0  # security protocol id
+# Kafka's security protocol ids, as UpdateMetadata carries them.
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 ResponseCallback = Callable[[int, int, Any], None]  # (broker id, api key, response)
 
@@ -68,18 +69,33 @@ class _QueueItem:
 class _BrokerSender:
     """Sends one broker's queued requests in order; retries across reconnects while it lives."""
 
-    def __init__(self, broker: BrokerInfo, controller_id: int, timeout: float) -> None:
+    def __init__(
+        self,
+        broker: BrokerInfo,
+        controller_id: int,
+        timeout: float,
+        listener: str,
+        security: ClientSecurity,
+    ) -> None:
         self.broker = broker
         self.queue: asyncio.Queue[_QueueItem] = asyncio.Queue()
         self._controller_id = controller_id
         self._timeout = timeout
+        self._listener = listener
+        self._security = security
         self._connection: BrokerConnection | None = None
         self.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"controller-sender-{broker.id}"
         )
 
     def _address(self) -> tuple[str, int]:
-        endpoint = self.broker.endpoints[0]
+        """The broker's control-plane (or inter-broker) listener."""
+        endpoint = self.broker.endpoint(self._listener)
+        if endpoint is None:
+            raise NetworkError(
+                f"broker {self.broker.id} registered no {self._listener} listener "
+                f"({', '.join(e.listener_name for e in self.broker.endpoints)})"
+            )
         return endpoint.host, endpoint.port
 
     async def _run(self) -> None:
@@ -106,6 +122,7 @@ class _BrokerSender:
                         port,
                         timeout=self._timeout,
                         client_id=f"controller-{self._controller_id}",
+                        security=self._security,
                     )
                 return await self._connection.send(
                     item.api_key, item.version, item.request, timeout=self._timeout
@@ -121,9 +138,17 @@ class _BrokerSender:
 class ControllerChannelManager:
     """One sender per live broker. Controller event task only."""
 
-    def __init__(self, controller_id: int, request_timeout: float) -> None:
+    def __init__(
+        self,
+        controller_id: int,
+        request_timeout: float,
+        listener: str = "PLAINTEXT",
+        security: ClientSecurity = PLAINTEXT_CLIENT,
+    ) -> None:
         self.controller_id = controller_id
         self.request_timeout = request_timeout
+        self.listener = listener
+        self.security = security
         self._senders: dict[int, _BrokerSender] = {}
 
     def add_broker(self, broker: BrokerInfo) -> None:
@@ -132,7 +157,9 @@ class ControllerChannelManager:
             return
         if existing is not None:
             existing.task.cancel()
-        self._senders[broker.id] = _BrokerSender(broker, self.controller_id, self.request_timeout)
+        self._senders[broker.id] = _BrokerSender(
+            broker, self.controller_id, self.request_timeout, self.listener, self.security
+        )
 
     def remove_broker(self, broker_id: int) -> None:
         sender = self._senders.pop(broker_id, None)
@@ -195,6 +222,7 @@ class ControllerBrokerRequestBatch:
     channel: ControllerChannelManager
     controller_id: int
     on_response: ResponseCallback
+    inter_broker_listener: str = "PLAINTEXT"
     leader_and_isr: dict[int, dict[TopicPartition, _LeaderAndIsrEntry]] = field(
         default_factory=dict
     )
@@ -291,8 +319,8 @@ class ControllerBrokerRequestBatch:
             live_leaders = []
             for leader in sorted(leaders):
                 info = context.live_brokers.get(leader)
-                if info is not None:
-                    endpoint = info.endpoints[0]
+                endpoint = info.endpoint(self.inter_broker_listener) if info else None
+                if endpoint is not None:
                     live_leaders.append(
                         {"broker_id": leader, "host_name": endpoint.host, "port": endpoint.port}
                     )
@@ -371,7 +399,9 @@ class ControllerBrokerRequestBatch:
                         "port": endpoint.port,
                         "host": endpoint.host,
                         "listener": endpoint.listener_name,
-                        "security_protocol": PLAINTEXT,
+                        "security_protocol": SECURITY_PROTOCOL_IDS.get(
+                            endpoint.security_protocol, 0
+                        ),
                     }
                     for endpoint in info.endpoints
                 ],

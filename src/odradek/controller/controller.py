@@ -56,6 +56,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from odradek.controller import events as ev
 from odradek.controller.channel_manager import (
     ControllerBrokerRequestBatch,
@@ -87,8 +89,10 @@ from odradek.errors import (
     StaleBrokerEpochError,
     require,
 )
+from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
 from odradek.protocol.codec import ApiKey
 from odradek.protocol.topic_ids import uuid_to_topic_id
+from odradek.security.controller_requests import validate_controlled_shutdown
 from odradek.zk.client import SessionState, WatchEvent, WatchEventKind, ZkClient
 from odradek.zk.errors import (
     BadVersionError,
@@ -121,6 +125,10 @@ class KafkaController:
         delete_topic_enable: bool,
         register_broker: Callable[[], Awaitable[None]],
         auto_rebalance: AutoRebalanceConfig | None = None,
+        controller_listener: str = "PLAINTEXT",
+        inter_broker_listener: str = "PLAINTEXT",
+        channel_security: ClientSecurity = PLAINTEXT_CLIENT,
+        on_elected: Callable[[int, int], None] | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.zk_client = zk
@@ -131,6 +139,12 @@ class KafkaController:
         self.unclean_leader_election_default = unclean_leader_election_default
         self.delete_topic_enable = delete_topic_enable
         self._register_broker = register_broker
+        # How the controller reaches brokers (KIP-291 control plane, or the inter-broker
+        # listener) and which listener followers fetch from (LeaderAndIsr's live leaders).
+        self.controller_listener = controller_listener
+        self.inter_broker_listener = inter_broker_listener
+        self.channel_security = channel_security
+        self._on_elected = on_elected
         self.active_controller_id = -1
         self._generation = 0
         self.channel: ControllerChannelManager | None = None
@@ -451,6 +465,8 @@ class KafkaController:
         self.context.epoch = epoch
         self.context.epoch_zk_version = epoch_zk_version
         log.info("broker %d is the controller now, epoch %d", self.broker_id, epoch)
+        if self._on_elected is not None:
+            self._on_elected(self.broker_id, epoch)
         await self._on_controller_failover()
 
     async def _maybe_resign(self) -> None:
@@ -499,9 +515,15 @@ class KafkaController:
         started = asyncio.get_running_loop().time()
         self._generation += 1
         context = self.context
-        self.channel = ControllerChannelManager(self.broker_id, self.request_timeout)
+        self.channel = ControllerChannelManager(
+            self.broker_id, self.request_timeout, self.controller_listener, self.channel_security
+        )
         self.batch = ControllerBrokerRequestBatch(
-            context, self.channel, self.broker_id, self._on_broker_response
+            context,
+            self.channel,
+            self.broker_id,
+            self._on_broker_response,
+            inter_broker_listener=self.inter_broker_listener,
         )
         self.replica_state_machine = ReplicaStateMachine(
             context, self.zk, self.batch, self.state_change_logger
@@ -817,17 +839,21 @@ class KafkaController:
             )
             return
         context = self.context
-        if event.broker_id not in context.live_brokers:
-            event.result.set_exception(
-                BrokerNotAvailableError(f"broker {event.broker_id} is not live")
+        # Only that incarnation of the broker knows its epoch exactly (issue 14: the old check
+        # accepted -1 and any epoch not below the current one).
+        verdict = validate_controlled_shutdown(
+            event.broker_id,
+            event.broker_epoch,
+            {b: info.broker_epoch for b, info in context.live_brokers.items()},
+        )
+        if not verdict.accepted:
+            log.warning("refused ControlledShutdown: %s", verdict.reason)
+            error_class = (
+                StaleBrokerEpochError
+                if verdict.error == ErrorCode.stale_broker_epoch
+                else BrokerNotAvailableError
             )
-            return
-        if 0 <= event.broker_epoch < context.broker_epoch(event.broker_id):
-            event.result.set_exception(
-                StaleBrokerEpochError(
-                    f"broker epoch {event.broker_epoch} of {event.broker_id} is stale"
-                )
-            )
+            event.result.set_exception(error_class(verdict.reason))
             return
         context.shutting_down_broker_ids.add(event.broker_id)
         log.info("controlled shutdown of broker %d", event.broker_id)

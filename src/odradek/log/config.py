@@ -17,16 +17,11 @@ override the broker's defaults (`log.segment.bytes`, ...), which `from_broker_pr
 | file_delete_delay_ms           | file.delete.delay.ms            | log.segment.delete.delay.ms    |
 | min_insync_replicas            | min.insync.replicas             | min.insync.replicas            |
 | unclean_leader_election_enable | unclean.leader.election.enable  | unclean.leader.election.enable |
-| cleanup_policy                 | cleanup.policy                  | log.cleanup.policy             |
-
-`cleanup_policy` is a tuple of "delete" and "compact" (Kafka's LIST config): retention by time
-and size (`Log.delete_retention_segments`) applies only when it holds "delete"; "compact" is the
-log cleaner's business. A log whose policy is compact only keeps every segment until the cleaner
-rewrites it, as in Kafka; the log start offset (DeleteRecords) still removes segments below it.
 | message_timestamp_before_max_ms | message.timestamp.before.max.ms | log.message.timestamp.before.max.ms |
 | message_timestamp_after_max_ms | message.timestamp.after.max.ms  | log.message.timestamp.after.max.ms |
 | message_timestamp_difference_max_ms | message.timestamp.difference.max.ms | log.message.timestamp.difference.max.ms |
 | decompressed_limit             | (none)                          | socket.request.max.bytes       |
+| cleanup_policy                 | cleanup.policy                  | log.cleanup.policy             |
 | min_cleanable_dirty_ratio      | min.cleanable.dirty.ratio       | log.cleaner.min.cleanable.ratio |
 | min_compaction_lag_ms          | min.compaction.lag.ms           | log.cleaner.min.compaction.lag.ms |
 | max_compaction_lag_ms          | max.compaction.lag.ms           | log.cleaner.max.compaction.lag.ms |
@@ -57,6 +52,11 @@ without a bound; Odradek decompresses a batch into one buffer to validate it, so
 buffer by the largest request it reads at all (`socket.request.max.bytes`, 100 MB by default): a
 producer could not have sent more records than that uncompressed either, while a decompression
 bomb (1 MB of zstd can hold 30 GB of zeros) is stopped there.
+
+`cleanup_policy` is a tuple of "delete" and "compact" (Kafka's LIST config): retention by time
+and size (`Log.delete_retention_segments`) applies only when it holds "delete"; "compact" is the
+log cleaner's business. A log whose policy is compact only keeps every segment until the cleaner
+rewrites it, as in Kafka; the log start offset (DeleteRecords) still removes segments below it.
 
 min.insync.replicas and unclean.leader.election.enable are not used by the log itself; they live
 here because Kafka keeps them in its LogConfig too, so the partition and the controller read every

@@ -5,6 +5,12 @@ One TCP connection, many requests in flight; Kafka answers a connection's reques
 pending requests are a FIFO matched by correlation id. Any connection failure fails every pending
 request with `NetworkError` and the connection is unusable afterwards (callers reconnect).
 
+Security (`ClientSecurity`): on a TLS listener the connection is wrapped in the given SSL context
+(the server name checked against the broker's certificate is the host connected to); on a SASL
+listener `authenticate(connection)` runs the SASL exchange (SaslHandshake, SaslAuthenticate) right
+after connecting, before `connect` returns. `odradek.security.client_config` builds both from Kafka's
+client properties (`security.protocol`, `ssl.*`, `sasl.mechanism`, `sasl.jaas.config`).
+
 Concurrency: owned by one event loop; `send` may be called by many tasks of that loop at once.
 """
 
@@ -12,7 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from odradek.errors import NetworkError, require
@@ -20,6 +29,18 @@ from odradek.protocol.codec import ProtocolError, decode_response, encode_reques
 from odradek.protocol.framing import FrameDecoder, FrameError
 
 MAX_RESPONSE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """How to secure an outgoing connection: TLS context and SASL exchange (both optional)."""
+
+    ssl_context: ssl.SSLContext | None = None
+    authenticate: Callable[[BrokerConnection], Awaitable[None]] | None = None
+    security_protocol: str = "PLAINTEXT"
+
+
+PLAINTEXT_CLIENT = ClientSecurity()
 
 
 class _ClientProtocol(asyncio.Protocol):
@@ -57,18 +78,38 @@ class BrokerConnection:
 
     @classmethod
     async def connect(
-        cls, host: str, port: int, timeout: float = 10.0, client_id: str = "odradek"
+        cls,
+        host: str,
+        port: int,
+        timeout: float = 10.0,
+        client_id: str = "odradek",
+        security: ClientSecurity = PLAINTEXT_CLIENT,
     ) -> BrokerConnection:
         connection = cls(host, port, client_id)
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):  # not wait_for: it can lose cancellations on 3.11
-                transport, _ = await loop.create_connection(
-                    lambda: _ClientProtocol(connection), host, port
-                )
-        except (TimeoutError, OSError) as e:
+                if security.ssl_context is None:
+                    transport, _ = await loop.create_connection(
+                        lambda: _ClientProtocol(connection), host, port
+                    )
+                else:
+                    transport, _ = await loop.create_connection(
+                        lambda: _ClientProtocol(connection),
+                        host,
+                        port,
+                        ssl=security.ssl_context,
+                        server_hostname=host,
+                    )
+                connection._transport = transport
+                if security.authenticate is not None:
+                    await security.authenticate(connection)
+        except (TimeoutError, OSError, ssl.SSLError) as e:
+            connection._fail(NetworkError(f"cannot connect to {host}:{port}: {e!r}"))
             raise NetworkError(f"cannot connect to {host}:{port}: {e!r}") from None
-        connection._transport = transport
+        except BaseException:
+            connection._fail(NetworkError(f"cannot connect to {host}:{port}"))
+            raise
         return connection
 
     @property

@@ -5,8 +5,9 @@ travels with the request: a handler that awaits (a parked JoinGroup, a delayed p
 its own request's client, not whatever request the connection read next. Nothing here is shared
 between requests.
 
-`principal` is Kafka's `User:ANONYMOUS` until listeners authenticate clients; an authenticator will
-set it on the connection, and every request of that connection then carries it here.
+`principal` is what the connection authenticated as (`User:alice` after SASL, the mapped
+certificate DN after mutual TLS, Kafka's `User:ANONYMOUS` otherwise); `listener` is the name of the
+listener the connection came in on (Metadata answers with that listener's addresses).
 """
 
 from __future__ import annotations
@@ -28,3 +29,5 @@ class RequestContext:
     client_host: str
     """The client's address alone ("127.0.0.1"); "?" when the socket did not say."""
     principal: str = ANONYMOUS
+    listener: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"

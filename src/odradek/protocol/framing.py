@@ -70,6 +70,21 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buffer)
 
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max_frame_bytes
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        """Change the bound for frames whose size is read from now on (a SASL connection is
+        capped at `sasl.server.max.receive.size` until it has authenticated)."""
+        self._max_frame_bytes = value
+
+    @property
+    def pending_frame_size(self) -> int:
+        """The size of the frame being assembled (its size prefix has been read), or -1."""
+        return self._needed
+
 
 def frame(payload: bytes) -> bytes:
     """Prefix a payload with its size."""

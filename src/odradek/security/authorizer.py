@@ -88,6 +88,8 @@ class AclCache:
     """
 
     def __init__(self) -> None:
+        # Incremented by every update: answers memoised per principal (Metadata) are keyed by it.
+        self.version = 0
         self._by_pattern: dict[ResourcePattern, VersionedAcls] = {}
         self._literal: dict[ResourceType, dict[str, frozenset[AccessControlEntry]]] = {}
         self._prefixed: dict[ResourceType, dict[str, frozenset[AccessControlEntry]]] = {}
@@ -100,6 +102,7 @@ class AclCache:
     def update(self, pattern: ResourcePattern, acls: VersionedAcls) -> None:
         """Store what ZooKeeper holds for `pattern` (an empty set removes it)."""
         index = self._index(pattern.pattern_type).setdefault(pattern.resource_type, {})
+        self.version += 1
         if acls.acls:
             self._by_pattern[pattern] = acls
             index[pattern.name] = acls.acls

@@ -272,3 +272,19 @@ def server_jaas_property(
     caller reads with `parse_jaas_file`. Clients (and the broker as a client of another broker)
     use the plain `sasl.jaas.config`."""
     return properties.get(f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config")
+
+
+def zookeeper_credentials(
+    sections: Mapping[str, list[JaasEntry]], section: str = "Client"
+) -> tuple[str, str] | None:
+    """The broker's ZooKeeper user name and password from a JAAS file's `Client` section
+    (`org.apache.zookeeper.server.auth.DigestLoginModule required username=".." password="..";`),
+    or None without that section. JaasConfigError if the section lacks them."""
+    entries = sections.get(section)
+    if entries is None:
+        return None
+    entry = login_module(entries, ZK_DIGEST_LOGIN_MODULE)
+    username, password = entry.options.get("username"), entry.options.get("password")
+    if not username or password is None:
+        raise JaasConfigError(f"JAAS section {section} must set username and password")
+    return username, password

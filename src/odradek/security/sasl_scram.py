@@ -230,7 +230,11 @@ class ScramServer:
         channel = _b64decode(match["channel"], "channel binding")
         if not hmac.compare_digest(channel, self._gs2_header.encode()):
             raise AuthenticationError(INVALID_CREDENTIALS, log_detail="channel binding mismatch")
-        if not hmac.compare_digest(match["nonce"].encode(), self._nonce.encode()):
+        # The nonce must end with the one we sent, as Kafka 3.x checks (`endsWith`): librdkafka
+        # up to 2.0 (Debian's kcat) sends its client nonce again in front of the combined one.
+        # The proof is computed over the message as sent, which contains our fresh nonce, so a
+        # prefix neither replays nor forges anything.
+        if not match["nonce"].endswith(self._nonce):
             raise AuthenticationError(INVALID_CREDENTIALS, log_detail="nonce mismatch")
         auth_message = (
             f"{self._client_first_bare},{self._server_first},{match['without_proof']}"

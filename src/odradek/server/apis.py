@@ -5,8 +5,9 @@ APIs it has a handler for, in exactly the version ranges those handlers understa
 features from this list, so advertising anything more would invite requests we cannot answer).
 
 Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
-`handlers_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_reassignment`,
-`handlers_interbroker`, and the group coordinator's `odradek.coordinator.group.handlers`); each is
+`handlers_admin`, `handlers_log_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_reassignment`,
+`handlers_interbroker`, and the group coordinator's `odradek.coordinator.group.handlers` and
+`handlers_offsets`); each is
 `handle(services, context, request) -> response | awaitable`, where `context` is the request's
 own `RequestContext` (header, client address, principal): per-request state travels with the
 request, never on this shared object.
@@ -26,6 +27,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.group import handlers as handlers_groups
+from odradek.coordinator.group import handlers_offsets
 from odradek.network.request_context import RequestContext
 from odradek.protocol.build import build, build_response
 from odradek.protocol.codec import (
@@ -34,24 +36,37 @@ from odradek.protocol.codec import (
     RequestHeader,
     decode_request_body,
 )
+from odradek.security.api_acls import (
+    ALTER_USER_SCRAM_CREDENTIALS,
+    CREATE_ACLS,
+    DELETE_ACLS,
+    DESCRIBE_ACLS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+    SASL_AUTHENTICATE,
+)
 from odradek.server import (
+    handlers_acls,
     handlers_admin,
     handlers_configs,
     handlers_elect_leaders,
     handlers_fetch,
     handlers_interbroker,
+    handlers_log_admin,
     handlers_metadata,
     handlers_produce,
     handlers_reassignment,
+    handlers_scram,
 )
+from odradek.server.authorization_groups import authorized_group_handlers
 from odradek.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.PRODUCE: (0, 9),
-    ApiKey.FETCH: (4, 12),
-    ApiKey.LIST_OFFSETS: (1, 6),
+    # Fetch 13+ names topics by id (KIP-516); 15 carries a follower's broker epoch (KIP-903).
+    ApiKey.FETCH: (4, 15),
+    ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (1, 12),
     ApiKey.LEADER_AND_ISR: (5, 5),
     ApiKey.STOP_REPLICA: (3, 3),
@@ -82,6 +97,20 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
+    # handlers_log_admin: Kafka 3.9's ranges (DescribeLogDirs v0 is not in kio; it equals v1).
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    # Security (issue 14). SASL is answered by the connection's authenticator on SASL listeners
+    # and advertised on every listener, as Kafka does; the ACL APIs from v1 (pattern types).
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    SASL_AUTHENTICATE: (0, 2),
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
 }
 
 Handler = Callable[[BrokerServices, RequestContext, Any], Any]
@@ -92,7 +121,7 @@ class KafkaApis:
 
     def __init__(self, services: BrokerServices) -> None:
         self.services = services
-        self.handlers: dict[int, Handler] = {
+        handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: handle_api_versions,
             ApiKey.PRODUCE: handlers_produce.handle_produce,
             ApiKey.FETCH: handlers_fetch.handle_fetch,
@@ -112,6 +141,9 @@ class KafkaApis:
                 handlers_reassignment.handle_list_partition_reassignments
             ),
             ApiKey.ELECT_LEADERS: handlers_elect_leaders.handle_elect_leaders,
+            ApiKey.DELETE_RECORDS: handlers_log_admin.handle_delete_records,
+            ApiKey.DESCRIBE_LOG_DIRS: handlers_log_admin.handle_describe_log_dirs,
+            ApiKey.DESCRIBE_CLUSTER: handlers_log_admin.handle_describe_cluster,
             ApiKey.LEADER_AND_ISR: handlers_interbroker.handle_leader_and_isr,
             ApiKey.UPDATE_METADATA: handlers_interbroker.handle_update_metadata,
             ApiKey.STOP_REPLICA: handlers_interbroker.handle_stop_replica,
@@ -121,12 +153,22 @@ class KafkaApis:
             ApiKey.SYNC_GROUP: handlers_groups.handle_sync_group,
             ApiKey.HEARTBEAT: handlers_groups.handle_heartbeat,
             ApiKey.LEAVE_GROUP: handlers_groups.handle_leave_group,
-            ApiKey.OFFSET_COMMIT: handlers_groups.handle_offset_commit,
-            ApiKey.OFFSET_FETCH: handlers_groups.handle_offset_fetch,
+            ApiKey.OFFSET_COMMIT: handlers_offsets.handle_offset_commit,
+            ApiKey.OFFSET_FETCH: handlers_offsets.handle_offset_fetch,
+            ApiKey.OFFSET_DELETE: handlers_offsets.handle_offset_delete,
             ApiKey.LIST_GROUPS: handlers_groups.handle_list_groups,
             ApiKey.DESCRIBE_GROUPS: handlers_groups.handle_describe_groups,
             ApiKey.DELETE_GROUPS: handlers_groups.handle_delete_groups,
+            ApiKey.SASL_HANDSHAKE: handlers_scram.handle_sasl_handshake,
+            SASL_AUTHENTICATE: handlers_scram.handle_sasl_authenticate,
+            DESCRIBE_ACLS: handlers_acls.handle_describe_acls,
+            CREATE_ACLS: handlers_acls.handle_create_acls,
+            DELETE_ACLS: handlers_acls.handle_delete_acls,
+            DESCRIBE_USER_SCRAM_CREDENTIALS: handlers_scram.handle_describe_user_scram_credentials,
+            ALTER_USER_SCRAM_CREDENTIALS: handlers_scram.handle_alter_user_scram_credentials,
         }
+        # The group coordinator knows nothing of ACLs: its handlers are wrapped.
+        self.handlers = authorized_group_handlers(handlers)
         missing = set(SUPPORTED_VERSIONS) - set(self.handlers)
         if missing:
             raise RuntimeError(f"advertised APIs without handlers: {sorted(missing)}")
@@ -145,6 +187,16 @@ class KafkaApis:
             )
         request = decode_request_body(header, frame)
         return self.handlers[header.api_key](self.services, context, request)
+
+
+def answer_api_versions(header: RequestHeader, frame: bytes) -> Any:
+    """ApiVersions for a connection that has not authenticated yet (SASL listeners)."""
+    low, high = SUPPORTED_VERSIONS[ApiKey.API_VERSIONS]
+    if not low <= header.api_version <= high:
+        return _api_versions_unsupported(header)
+    return build_response(
+        header, {"error_code": ErrorCode.none, "api_keys": _api_keys(), "throttle_time": 0}
+    )
 
 
 def _api_keys() -> list[dict[str, int]]:

@@ -4,11 +4,14 @@ Start-up (`Broker.startup`), in Kafka's order and for the same reasons:
   1. open the log dirs (`LogManager.startup`: recovery after an unclean shutdown happens here, before
      anyone can read);
   2. connect to ZooKeeper (a one-line error if it is unreachable), create the persistent paths, and
-     read or create the cluster id;
-  3. start listening (a one-line error if the port is taken) — before registering, so that the
-     controller can reach us as soon as it sees us;
+     read or create the cluster id; load SCRAM credentials and ACLs and start following their
+     changes (`BrokerSecurity`), so that the first connection is checked against the real data;
+  3. start listening on every listener (`listeners`, each secured as its protocol says:
+     `odradek.server.listeners`; a one-line error if a port is taken or a TLS/SASL setting is
+     wrong) — before registering, so that the controller can reach us as soon as it sees us;
   4. build the replica manager (HW checkpoint loaded), the fetchers, the admin manager;
-  5. register `/brokers/ids/<id>` (ephemeral; its czxid is our broker epoch);
+  5. register `/brokers/ids/<id>` (ephemeral; its czxid is our broker epoch) with every advertised
+     listener and the listener→protocol map;
   6. start the controller component (it competes for `/controller`);
   7. start the periodic tasks (retention, checkpoints, ISR expiry).
 
@@ -39,20 +42,34 @@ from odradek.controller.controller import KafkaController
 from odradek.controller.elect_leaders import AutoRebalanceConfig
 from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.metadata import GroupConfig
-from odradek.coordinator.group.offset_store import OffsetStore
+from odradek.coordinator.group.metadata_manager import GroupMetadataManager, OffsetConfig
+from odradek.coordinator.group.placement import OFFSETS_TOPIC
+from odradek.coordinator.group.zk_import import ZkLegacyOffsets
 from odradek.errors import KafkaError, OperatorError, require
 from odradek.log.log_manager import LogManager
-from odradek.network.client import BrokerConnection
+from odradek.network.client import BrokerConnection, ClientSecurity
 from odradek.network.server import SocketServer
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey
-from odradek.protocol.topic_ids import uuid_to_topic_id
+from odradek.protocol.topic_ids import topic_id_to_uuid, uuid_to_topic_id
+from odradek.security.acl_store import AclStore
+from odradek.security.controller_requests import ControllerEpochValidator
+from odradek.security.credential_store import CredentialStore
 from odradek.server.admin.manager import AdminManager
 from odradek.server.admin.topic_configs import TopicConfigs
 from odradek.server.admin.topics import log_config_for
-from odradek.server.apis import KafkaApis
+from odradek.server.apis import KafkaApis, answer_api_versions
+from odradek.server.authorization import RequestAuthorizer
+from odradek.server.broker_security import BrokerSecurity, zookeeper_identity
 from odradek.server.config import KafkaConfig, parse_properties
+from odradek.server.listeners import (
+    broker_client_security,
+    connection_quotas,
+    listener_security,
+    memory_pool,
+)
 from odradek.server.metadata_cache import MetadataCache
+from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
 from odradek.zk.client import CreateOp, SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
 from odradek.zk.znodes import (
@@ -83,20 +100,31 @@ class Broker:
         self.latest_controller_epoch = -1
         self.zk: ZkClient | None = None
         self.log_manager: LogManager | None = None
-        self.metadata_cache = MetadataCache(self.broker_id)
+        listeners = config.listener_config
+        self.metadata_cache = MetadataCache(self.broker_id, listeners.inter_broker_listener)
+        self.security = BrokerSecurity(config, lambda: self.broker_epoch)
+        # How this broker reaches others: the inter-broker listener (fetchers, controlled
+        # shutdown) and the control-plane listener (the controller's requests).
+        self.inter_broker_client: ClientSecurity = broker_client_security(
+            config, listeners.inter_broker_listener
+        )
+        self.controller_client: ClientSecurity = broker_client_security(
+            config, listeners.controller_listener
+        )
+        self.socket_servers: list[SocketServer] = []
         self.replica_manager: ReplicaManager = None  # type: ignore[assignment]
         self.controller: KafkaController = None  # type: ignore[assignment]
         self.admin: AdminManager = None  # type: ignore[assignment]
         self.topic_configs: TopicConfigs = None  # type: ignore[assignment]
-        self.offset_store: OffsetStore = None  # type: ignore[assignment]
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]
-        self.socket_server: SocketServer | None = None
+        self._offsets_topic: OffsetsTopicCreator | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._metadata_waiters: list[asyncio.Future[None]] = []
         self._auto_creating: set[str] = set()
         self._log_configs: dict[str, Any] = {}
         self._stopped = asyncio.Event()
         self._shutting_down = False
+        self._session_expired = False
         self.started = False
 
     # the components start-up creates: required once it has
@@ -126,36 +154,57 @@ class Broker:
         self.zk = ZkClient(
             config["zookeeper.connect"],
             session_timeout_s=config["zookeeper.session.timeout.ms"] / 1000,
+            credentials=zookeeper_identity(config),
+            set_acl=config["zookeeper.set.acl"],
         )
         await self._zk.start(timeout=config.zookeeper_connection_timeout_ms / 1000)
         await self._zk.ensure_paths(PERSISTENT_PATHS)
         self.cluster_id = await self._get_or_create_cluster_id()
         self._check_meta_properties()
         await self._delete_stray_partitions()
+        await self.security.start(self._zk)
         # 3. listen
-        listener = config.listener
-        self.metadata_cache = MetadataCache(self.broker_id)
         # The group coordinator exists before we listen, so no group request finds it missing;
-        # its timers start with the other periodic work (7).
-        self.offset_store = OffsetStore(self.zk)
-        self.group_coordinator = GroupCoordinator.for_broker(
+        # it serves groups once its timers start with the other periodic work (7), and loads
+        # offsets partitions as LeaderAndIsr makes us their leader.
+        cache = self.metadata_cache
+        self.group_coordinator = GroupCoordinator(
             self.broker_id,
             GroupConfig.from_broker_config(config),
-            self.metadata_cache,
-            self.offset_store,
+            GroupMetadataManager(
+                OffsetConfig.from_broker_config(config),
+                ReplicaManagerOffsetsLog(lambda: self.replica_manager),
+                partition_count=lambda: cache.partition_count(OFFSETS_TOPIC),
+                legacy=ZkLegacyOffsets(self.zk),
+            ),
         )
         apis = KafkaApis(self)
-        self.socket_server = SocketServer(
-            listener.host or "0.0.0.0",
-            listener.port,
-            apis.dispatch,
-            config["socket.request.max.bytes"],
-        )
-        await self.socket_server.start()
+        quotas, pool = connection_quotas(config), memory_pool(config)
+        for endpoint in config.listeners:
+            server = SocketServer(
+                endpoint.host or "0.0.0.0",
+                endpoint.port,
+                apis.dispatch,
+                config["socket.request.max.bytes"],
+                security=listener_security(
+                    config, endpoint, self.security.credentials, answer_api_versions
+                ),
+                quotas=quotas,
+                memory_pool=pool,
+                connections_max_idle_ms=config["connections.max.idle.ms"],
+            )
+            self.socket_servers.append(server)
+            await server.start()
         # 4. components
         self.topic_configs = TopicConfigs(self.zk, self._on_topic_config_change)
         await self.topic_configs.start()
-        fetcher_manager = ReplicaFetcherManager(self._broker_address, config)
+        fetcher_manager = ReplicaFetcherManager(
+            self._broker_address,
+            config,
+            security=self.inter_broker_client,
+            topic_id_for=self._topic_id_for,
+            broker_epoch=lambda: self.broker_epoch,
+        )
         self.replica_manager = ReplicaManager(
             self.broker_id,
             self.log_manager,
@@ -171,6 +220,9 @@ class Broker:
         self.admin = AdminManager(
             self.zk, config["num.partitions"], config["default.replication.factor"]
         )
+        self._offsets_topic = OffsetsTopicCreator(
+            config, self.admin, self.metadata_cache.alive_broker_ids
+        )
         self.controller = KafkaController(
             self.broker_id,
             self.zk,
@@ -183,6 +235,10 @@ class Broker:
                 imbalance_percentage=config["leader.imbalance.per.broker.percentage"],
                 check_interval_s=float(config["leader.imbalance.check.interval.seconds"]),
             ),
+            controller_listener=config.listener_config.controller_listener,
+            inter_broker_listener=config.listener_config.inter_broker_listener,
+            channel_security=self.controller_client,
+            on_elected=self.security.on_elected,
         )
         # 5. register, 6. controller
         self._zk.add_state_listener(self._on_session_state)
@@ -195,13 +251,12 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
-        self.group_coordinator.start_for_broker(self.wait_for_metadata, self.metadata_cache)
+        self.group_coordinator.start()
         self.started = True
         log.info(
-            "broker %d started: listening on %s:%d, cluster %s, %d logs",
+            "broker %d started: listening on %s, cluster %s, %d logs",
             self.broker_id,
-            self.socket_server.host,
-            self.socket_server.port,
+            ", ".join(f"{s.listener}://{s.host}:{s.port}" for s in self.socket_servers),
             self.cluster_id,
             len(self._log_manager.all_logs()),
         )
@@ -276,15 +331,17 @@ class Broker:
 
     async def _register_broker(self) -> None:
         """Create `/brokers/ids/<id>`; our broker epoch is its czxid."""
-        advertised = self.config.advertised_listener
-        port = (
-            self.socket_server.port
-            if self.socket_server and advertised.port == 0
-            else advertised.port
-        )
-        data = BrokerIdZNode.encode(
-            [EndPoint.plaintext(advertised.host, port)], rack=self.config["broker.rack"]
-        )
+        bound = {s.listener: s.port for s in self.socket_servers}
+        endpoints = [
+            EndPoint(
+                e.listener,
+                e.host,
+                bound.get(e.listener, e.port) if e.port == 0 else e.port,
+                e.security_protocol,
+            )
+            for e in self.config.advertised_listeners
+        ]
+        data = BrokerIdZNode.encode(endpoints, rack=self.config["broker.rack"])
         path = BrokerIdZNode.path(self.broker_id)
         deadline = time.monotonic() + self.config["zookeeper.session.timeout.ms"] / 1000 + 5
         while True:
@@ -310,7 +367,11 @@ class Broker:
         log.info("registered %s with broker epoch %d", path, self.broker_epoch)
 
     def _on_session_state(self, state: SessionState) -> None:
+        if state is SessionState.CONNECTED and self._session_expired:
+            self._session_expired = False
+            self._tasks.append(asyncio.get_running_loop().create_task(self.security.resync()))
         if state is SessionState.EXPIRED:
+            self._session_expired = True
             # The controller has seen us die: every partition we lead is being (or has been)
             # given to another replica. Stop taking writes now rather than at our next ISR write.
             log.warning("ZooKeeper session expired; fencing our leaderships and re-registering")
@@ -322,9 +383,44 @@ class Broker:
     # hooks used by handlers and components
 
     def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
-        """(host, port) of a broker as UpdateMetadata told us, for the replica fetchers."""
+        """(host, port) of a broker's inter-broker listener as UpdateMetadata told us, for the
+        replica fetchers."""
         endpoint = self.metadata_cache.get_broker(broker_id)
         return (endpoint.host, endpoint.port) if endpoint is not None else None
+
+    def ensure_offsets_topic(self) -> None:
+        """Create `__consumer_offsets` if need be (FindCoordinator found no such topic)."""
+        if self._offsets_topic is not None:
+            self._offsets_topic.ensure()
+
+    def _topic_id_for(self, topic: str) -> uuid.UUID | None:
+        """The topic's id for Fetch v13+: as LeaderAndIsr or UpdateMetadata stated it."""
+        stated = self.replica_manager.topic_ids.get(topic)
+        if stated:
+            return topic_id_to_uuid(stated)
+        return self.metadata_cache.topic_ids.get(topic)
+
+    # the security components, as handlers see them (BrokerServices)
+
+    @property
+    def authorizer(self) -> RequestAuthorizer:
+        return self.security.authorizer
+
+    @property
+    def controller_validator(self) -> ControllerEpochValidator:
+        return self.security.controller_validator
+
+    @property
+    def live_broker_epochs(self) -> dict[int, int]:
+        return self.security.live_broker_epochs
+
+    @property
+    def acl_store(self) -> AclStore | None:
+        return self.security.acl_store
+
+    @property
+    def credential_store(self) -> CredentialStore:
+        return self.security.credential_store
 
     def maybe_auto_create_topic(self, topic: str) -> None:
         """Create an unknown topic with the broker defaults (auto.create.topics.enable)."""
@@ -449,15 +545,15 @@ class Broker:
             if self.controller is not None and self.controller.active_controller_id >= 0:
                 controller_id = self.controller.active_controller_id
             endpoint = self.metadata_cache.get_broker(controller_id)
-            if controller_id == self.broker_id and self.socket_server is not None:
-                host, port = "127.0.0.1", self.socket_server.port
-            elif endpoint is not None:
+            if endpoint is not None:
                 host, port = endpoint.host, endpoint.port
             else:
                 host, port = "", 0
             if port:
                 try:
-                    connection = await BrokerConnection.connect(host, port, timeout=timeout)
+                    connection = await BrokerConnection.connect(
+                        host, port, timeout=timeout, security=self.inter_broker_client
+                    )
                     try:
                         response = await connection.send(
                             ApiKey.CONTROLLED_SHUTDOWN,
@@ -499,8 +595,8 @@ class Broker:
             if self.group_coordinator is not None:
                 # Parked JoinGroup/SyncGroup requests get NOT_COORDINATOR while we still can answer.
                 await self.group_coordinator.shutdown()
-            if self.socket_server is not None:
-                await self.socket_server.stop()
+            for server in self.socket_servers:
+                await server.stop()
             if self.controller is not None:
                 with contextlib.suppress(Exception):
                     await self.controller.shutdown()
@@ -513,6 +609,7 @@ class Broker:
                 await self.replica_manager.shutdown()
             if self.log_manager is not None:
                 self._log_manager.shutdown()
+            await self.security.close()
             if self.zk is not None:
                 await self._zk.close()
         finally:

@@ -13,7 +13,6 @@ does, so a Kafka `server.properties` can be used unchanged.
 from __future__ import annotations
 
 import logging
-import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +22,9 @@ from typing import Any
 import javaproperties
 
 from odradek.errors import ConfigError
+from odradek.server.listener_config import Endpoint, listener_config
+
+__all__ = ["DEFINITIONS", "Endpoint", "KafkaConfig", "load_config", "parse_properties"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,13 @@ def _at_least(minimum: int) -> Callable[[Any], str | None]:
     return check
 
 
+def _between(low: int, high: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if low <= value <= high else f"must be between {low} and {high}"
+
+    return check
+
+
 def _one_of(*allowed: str) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         return None if value in allowed else f"must be one of {', '.join(allowed)}"
@@ -54,6 +63,30 @@ _DEFS = [
     ConfigDef("broker.rack", "string", None),
     ConfigDef("listeners", "string", "PLAINTEXT://:9092"),
     ConfigDef("advertised.listeners", "string", None),
+    ConfigDef("listener.security.protocol.map", "string", None),
+    ConfigDef("inter.broker.listener.name", "string", None),
+    ConfigDef("security.inter.broker.protocol", "string", "PLAINTEXT"),
+    ConfigDef("control.plane.listener.name", "string", None),
+    # Security (issue 14): the ssl.*, sasl.* and listener.name.* properties are read by
+    # odradek.security from the originals; these are the broker-wide ones.
+    ConfigDef("sasl.enabled.mechanisms", "string", "GSSAPI"),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
+    ConfigDef("sasl.server.max.receive.size", "int", 524288, _at_least(1)),
+    ConfigDef("connections.max.reauth.ms", "long", 0, _at_least(0)),
+    ConfigDef("authorizer.class.name", "string", ""),
+    ConfigDef("super.users", "string", None),
+    ConfigDef("allow.everyone.if.no.acl.found", "bool", False),
+    ConfigDef("zookeeper.set.acl", "bool", False),
+    # Kafka takes these two as JVM system properties (KAFKA_OPTS="-Djava.security.auth.login.
+    # config=..."); Odradek reads them from there too, or from server.properties.
+    ConfigDef("java.security.auth.login.config", "string", None),
+    ConfigDef("zookeeper.sasl.clientconfig", "string", "Client"),
+    # Resource limits of the socket server.
+    ConfigDef("max.connections", "int", 2147483647, _at_least(0)),
+    ConfigDef("max.connections.per.ip", "int", 2147483647, _at_least(0)),
+    ConfigDef("max.connections.per.ip.overrides", "string", ""),
+    ConfigDef("connections.max.idle.ms", "long", 600000),
+    ConfigDef("queued.max.request.bytes", "long", -1),
     ConfigDef("log.dirs", "string", None),
     ConfigDef("log.dir", "string", "/tmp/kafka-logs"),
     ConfigDef("zookeeper.connect", "string", None),
@@ -107,9 +140,18 @@ _DEFS = [
     ConfigDef("request.timeout.ms", "int", 30000, _at_least(1)),
     ConfigDef("offsets.topic.replication.factor", "int", 3, _at_least(1)),
     ConfigDef("offsets.topic.num.partitions", "int", 50, _at_least(1)),
+    ConfigDef("offsets.topic.segment.bytes", "int", 104857600, _at_least(1)),
+    ConfigDef("offsets.topic.compression.codec", "int", 0, _between(0, 4)),
+    ConfigDef("offsets.commit.required.acks", "int", -1, _between(-1, 32767)),
+    ConfigDef("offsets.commit.timeout.ms", "int", 5000, _at_least(1)),
+    ConfigDef("offsets.retention.minutes", "int", 10080, _at_least(1)),
+    ConfigDef("offsets.retention.check.interval.ms", "long", 600000, _at_least(1)),
+    ConfigDef("offsets.load.buffer.size", "int", 5242880, _at_least(1)),
+    ConfigDef("offset.metadata.max.bytes", "int", 4096),
     ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
     ConfigDef("group.min.session.timeout.ms", "int", 6000, _at_least(0)),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),
+    ConfigDef("group.max.size", "int", 2147483647, _at_least(1)),
     # Odradek's own: rotation of the broker's log file (`odradek server --log-file`), in place of
     # the log4j appender settings a Kafka broker reads from log4j.properties.
     ConfigDef("broker.log.max.bytes", "long", 100 * 1024 * 1024, _at_least(0)),
@@ -117,6 +159,15 @@ _DEFS = [
 ]
 
 DEFINITIONS: dict[str, ConfigDef] = {d.name: d for d in _DEFS}
+
+# Families of properties read (and validated) by odradek.security and the listeners, not declared
+# one by one: ssl.* and sasl.* settings, their listener-prefixed overrides, JAAS configs.
+KNOWN_PREFIXES = ("ssl.", "sasl.", "listener.name.")
+
+# Kafka's names of the ZooKeeper-mode ACL authorizer (the old and the 2.4+ class).
+AUTHORIZER_CLASS_NAMES = frozenset(
+    {"kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer"}
+)
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -157,33 +208,6 @@ def _convert(definition: ConfigDef, raw: str) -> Any:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    listener: str
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.listener}://{self.host}:{self.port}"
-
-
-def parse_listeners(text: str, property_name: str) -> list[Endpoint]:
-    endpoints = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        match = re.fullmatch(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:]*):(\d+)", item)
-        if not match:
-            raise ConfigError(
-                f"invalid value {item!r} for {property_name}: expected NAME://host:port"
-            )
-        port = int(match.group(3))
-        if not 0 <= port <= 65535:
-            raise ConfigError(f"invalid value {item!r} for {property_name}: port out of range")
-        endpoints.append(Endpoint(match.group(1).upper(), match.group(2).strip("[]"), port))
-    if not endpoints:
-        raise ConfigError(f"{property_name} is empty")
-    return endpoints
-
-
 class KafkaConfig:
     """A broker's validated configuration.
 
@@ -201,7 +225,7 @@ class KafkaConfig:
                 self._values[name] = definition.default
             else:
                 self._values[name] = _convert(definition, raw)
-        self.unknown = sorted(set(properties) - set(DEFINITIONS))
+        self.unknown = sorted(name for name in properties if not self.is_known(name))
         self._validate()
 
     def __getitem__(self, name: str) -> Any:
@@ -214,19 +238,23 @@ class KafkaConfig:
             raise ConfigError(
                 "zookeeper.connect is required (for example zookeeper.connect=127.0.0.1:2181)"
             )
-        self.listeners = parse_listeners(self["listeners"], "listeners")
-        advertised = self["advertised.listeners"]
-        if advertised:
-            self.advertised_listeners = parse_listeners(advertised, "advertised.listeners")
-        else:
-            self.advertised_listeners = [
-                Endpoint(e.listener, e.host or socket.getfqdn(), e.port) for e in self.listeners
-            ]
-        for endpoint in self.listeners:
-            if endpoint.listener != "PLAINTEXT":
-                raise ConfigError(
-                    f"listener {endpoint} is not supported: only PLAINTEXT listeners are implemented"
-                )
+        self.listener_config = listener_config(
+            self["listeners"],
+            self["advertised.listeners"],
+            self["listener.security.protocol.map"],
+            self["inter.broker.listener.name"],
+            self.originals.get("security.inter.broker.protocol"),
+            self["control.plane.listener.name"],
+            socket.getfqdn(),
+        )
+        self.listeners = list(self.listener_config.listeners)
+        self.advertised_listeners = list(self.listener_config.advertised)
+        authorizer = (self["authorizer.class.name"] or "").strip()
+        if authorizer and authorizer not in AUTHORIZER_CLASS_NAMES:
+            raise ConfigError(
+                f"authorizer.class.name {authorizer} is not supported: use "
+                "kafka.security.authorizer.AclAuthorizer (Kafka's ZooKeeper-mode ACL authorizer)"
+            )
         if self["message.max.bytes"] > self["socket.request.max.bytes"]:
             raise ConfigError("message.max.bytes must not exceed socket.request.max.bytes")
         if not self.log_dirs:
@@ -261,12 +289,11 @@ class KafkaConfig:
         return int(value) if value is not None else int(self["zookeeper.session.timeout.ms"])
 
     @property
-    def listener(self) -> Endpoint:
-        return self.listeners[0]
+    def authorizer_enabled(self) -> bool:
+        return bool((self["authorizer.class.name"] or "").strip())
 
-    @property
-    def advertised_listener(self) -> Endpoint:
-        return self.advertised_listeners[0]
+    def is_known(self, name: str) -> bool:
+        return name in DEFINITIONS or name.startswith(KNOWN_PREFIXES)
 
 
 def load_config(path: Path | None, overrides: list[str]) -> KafkaConfig:

@@ -5,6 +5,10 @@ assignment), writes it to ZooKeeper, and answers once this broker's metadata sho
 partition of the created topics, or at the request's timeout (REQUEST_TIMED_OUT; the topic is created
 anyway, as in Kafka). `validate_only` checks everything and writes nothing. DeleteTopics queues the
 topics for the controller and answers once they are gone from this broker's metadata (or at timeout).
+
+Authorization: CreateTopics needs CREATE on the cluster or else on each topic, and returns a
+created topic's configs only with DESCRIBE_CONFIGS on it; DeleteTopics needs DELETE on each topic.
+A refused topic gets TOPIC_AUTHORIZATION_FAILED and is left alone.
 """
 
 from __future__ import annotations
@@ -17,7 +21,14 @@ from kio.schema.errors import ErrorCode
 from odradek.errors import KafkaError, TopicDeletionDisabledError
 from odradek.protocol.build import build_response
 from odradek.server.admin.manager import TopicCreation
-from odradek.server.admin.topics import effective_topic_config
+from odradek.server.admin.topics import config_value_text, effective_topic_config
+from odradek.server.authorization import (
+    CREATE,
+    DELETE,
+    DESCRIBE_CONFIGS,
+    TOPIC,
+    TOPIC_AUTHORIZATION_FAILED,
+)
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -32,6 +43,7 @@ def _timeout_seconds(request: Any) -> float:
 
 def handle_create_topics(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
     header = context.header
+    cluster_create = broker.authorizer.cluster(context, CREATE, log_if_denied=False)
 
     async def create() -> Any:
         results: dict[str, dict[str, Any]] = {}
@@ -54,6 +66,10 @@ def handle_create_topics(broker: BrokerServices, context: RequestContext, reques
                 result["error_message"] = f"topic {name!r} appears more than once in the request"
                 continue
             seen.add(name)
+            if not cluster_create and not broker.authorizer.allowed(context, CREATE, TOPIC, name):
+                result["error_code"] = TOPIC_AUTHORIZATION_FAILED
+                result["error_message"] = "Authorization failed."
+                continue
             try:
                 manual = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
                 if manual and (topic.num_partitions != -1 or topic.replication_factor != -1):
@@ -77,11 +93,14 @@ def handle_create_topics(broker: BrokerServices, context: RequestContext, reques
             from odradek.protocol.topic_ids import topic_id_to_uuid
 
             result["topic_id"] = topic_id_to_uuid(creation.topic_id)
+            if not broker.authorizer.allowed(context, DESCRIBE_CONFIGS, TOPIC, name):
+                result["topic_config_error_code"] = TOPIC_AUTHORIZATION_FAILED
+                continue
             effective = effective_topic_config(broker.config, creation.configs)
             result["configs"] = [
                 {
                     "name": key,
-                    "value": str(value).lower() if isinstance(value, bool) else str(value),
+                    "value": config_value_text(value),
                     "read_only": False,
                     "config_source": 1 if key in creation.configs else 5,
                     "is_sensitive": False,
@@ -132,6 +151,8 @@ def handle_delete_topics(broker: BrokerServices, context: RequestContext, reques
                     raise KafkaError(
                         "deleting topics by id is not supported", ErrorCode.unsupported_version
                     )
+                if not broker.authorizer.allowed(context, DELETE, TOPIC, name):
+                    raise KafkaError("Authorization failed.", TOPIC_AUTHORIZATION_FAILED)
                 if not broker.config["delete.topic.enable"]:
                     raise TopicDeletionDisabledError(
                         "topic deletion is disabled (delete.topic.enable=false)"

@@ -8,6 +8,10 @@ altering them is refused with INVALID_REQUEST rather than silently ignored.
 
 CreatePartitions grows a topic's assignment in `/brokers/topics/<topic>` (conditionally on the znode
 version read); the controller's watch on that znode creates the new partitions.
+
+Authorization: DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or on the
+cluster for a broker (CLUSTER_AUTHORIZATION_FAILED), per resource; CreatePartitions needs ALTER on
+the topic.
 """
 
 from __future__ import annotations
@@ -19,15 +23,30 @@ from kio.schema.errors import ErrorCode
 from odradek.errors import InvalidConfigurationError, KafkaError
 from odradek.protocol.build import build_response
 from odradek.server.admin.manager import ConcurrentAssignmentChange
-from odradek.server.admin.topics import TOPIC_CONFIGS, effective_topic_config
+from odradek.server.admin.topics import (
+    TOPIC_CONFIGS,
+    config_value_text,
+    effective_topic_config,
+    parse_topic_config_value,
+)
+from odradek.server.authorization import (
+    ALTER,
+    ALTER_CONFIGS,
+    CLUSTER_AUTHORIZATION_FAILED,
+    DESCRIBE_CONFIGS,
+    TOPIC,
+    TOPIC_AUTHORIZATION_FAILED,
+)
 from odradek.server.config import DEFINITIONS
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
+    from odradek.security.acl import AclOperation
     from odradek.server.services import BrokerServices
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+BROKER_LOGGER_RESOURCE = 8
 SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
@@ -36,9 +55,7 @@ CONFIG_TYPES = {"int": 3, "long": 5, "bool": 1, "enum": 2, "string": 2, "list": 
 
 
 def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    return None if value is None else config_value_text(value)
 
 
 async def _describe_topic(
@@ -108,6 +125,7 @@ def handle_describe_configs(broker: BrokerServices, context: RequestContext, req
                 "configs": (),
             }
             try:
+                _authorize_config_resource(broker, context, resource, DESCRIBE_CONFIGS)
                 if resource.resource_type == TOPIC_RESOURCE:
                     await broker.admin.topic_assignment(resource.resource_name)
                     result["configs"] = await _describe_topic(broker, resource.resource_name, keys)
@@ -132,7 +150,23 @@ def handle_describe_configs(broker: BrokerServices, context: RequestContext, req
     return describe()
 
 
-async def _alter(broker: BrokerServices, request: Any, incremental: bool) -> list[dict[str, Any]]:
+def _authorize_config_resource(
+    broker: BrokerServices, context: RequestContext, resource: Any, operation: AclOperation
+) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the topic, or on the cluster for a broker resource."""
+    if resource.resource_type == TOPIC_RESOURCE:
+        if not broker.authorizer.allowed(context, operation, TOPIC, resource.resource_name):
+            raise KafkaError("Authorization failed.", TOPIC_AUTHORIZATION_FAILED)
+    elif resource.resource_type in (
+        BROKER_RESOURCE,
+        BROKER_LOGGER_RESOURCE,
+    ) and not broker.authorizer.cluster(context, operation):
+        raise KafkaError("Authorization failed.", CLUSTER_AUTHORIZATION_FAILED)
+
+
+async def _alter(
+    broker: BrokerServices, context: RequestContext, request: Any, incremental: bool
+) -> list[dict[str, Any]]:
     admin = broker.admin
     results = []
     for resource in request.resources:
@@ -143,6 +177,7 @@ async def _alter(broker: BrokerServices, request: Any, incremental: bool) -> lis
             "resource_name": resource.resource_name,
         }
         try:
+            _authorize_config_resource(broker, context, resource, ALTER_CONFIGS)
             if resource.resource_type != TOPIC_RESOURCE:
                 raise KafkaError("only topic configs can be altered", ErrorCode.invalid_request)
             name = resource.resource_name
@@ -159,9 +194,13 @@ async def _alter(broker: BrokerServices, request: Any, incremental: bool) -> lis
                     current[entry.name] = entry.value
                 elif operation == OP_DELETE:
                     current.pop(entry.name, None)
-                else:
+                elif TOPIC_CONFIGS[entry.name].kind != "list":
                     raise InvalidConfigurationError(
                         f"{entry.name} is not a list config: APPEND/SUBTRACT do not apply"
+                    )
+                else:
+                    current[entry.name] = _apply_list_operation(
+                        broker, entry.name, current.get(entry.name), entry.value, operation
                     )
             if request.validate_only:
                 await admin.topic_assignment(name)
@@ -177,12 +216,31 @@ async def _alter(broker: BrokerServices, request: Any, incremental: bool) -> lis
     return results
 
 
+def _apply_list_operation(
+    broker: BrokerServices, name: str, current: str | None, value: str | None, operation: int
+) -> str:
+    """APPEND or SUBTRACT `value`'s items to or from the topic's list (its override, else the
+    broker default), as Kafka's IncrementalAlterConfigs does."""
+    base = parse_topic_config_value(
+        name,
+        current
+        if current is not None
+        else config_value_text(TOPIC_CONFIGS[name].broker_default(broker.config)),
+    )
+    items = parse_topic_config_value(name, value or "")
+    if operation == OP_APPEND:
+        result = tuple(dict.fromkeys((*base, *items)))
+    else:
+        result = tuple(item for item in base if item not in items)
+    return config_value_text(result)
+
+
 def handle_alter_configs(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
     header = context.header
 
     async def alter() -> Any:
         return build_response(
-            header, {"throttle_time": 0, "responses": await _alter(broker, request, False)}
+            header, {"throttle_time": 0, "responses": await _alter(broker, context, request, False)}
         )
 
     return alter()
@@ -195,7 +253,7 @@ def handle_incremental_alter_configs(
 
     async def alter() -> Any:
         return build_response(
-            header, {"throttle_time": 0, "responses": await _alter(broker, request, True)}
+            header, {"throttle_time": 0, "responses": await _alter(broker, context, request, True)}
         )
 
     return alter()
@@ -214,6 +272,8 @@ def handle_create_partitions(broker: BrokerServices, context: RequestContext, re
                 "error_message": None,
             }
             try:
+                if not broker.authorizer.allowed(context, ALTER, TOPIC, topic.name):
+                    raise KafkaError("Authorization failed.", TOPIC_AUTHORIZATION_FAILED)
                 manual = (
                     [list(a.broker_ids) for a in topic.assignments] if topic.assignments else None
                 )

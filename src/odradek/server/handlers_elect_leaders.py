@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from odradek.controller.elect_leaders import ElectionOutcome, ElectionType
 from odradek.errors import InvalidRequestError, KafkaError, RequestTimedOutError
 from odradek.protocol.build import build_response
+from odradek.server.authorization import ALTER, CLUSTER_AUTHORIZATION_FAILED
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -74,6 +75,20 @@ def _all(partitions: Iterable[TopicPartition], error: KafkaError) -> dict[TopicP
 
 def handle_elect_leaders(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
     header = context.header
+    if not broker.authorizer.cluster(context, ALTER):
+        return build_response(
+            header,
+            {
+                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "replica_election_results": results_by_topic(
+                    _all(
+                        requested_partitions(request, broker.metadata_cache)[0],
+                        KafkaError("Authorization failed.", CLUSTER_AUTHORIZATION_FAILED),
+                    ),
+                    False,
+                ),
+            },
+        )
     election_type = int(getattr(request, "election_type", ElectionType.PREFERRED))
     timeout = max(0.0, request.timeout.total_seconds())
 

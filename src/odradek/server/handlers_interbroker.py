@@ -1,16 +1,26 @@
 """The controller-to-broker APIs: LeaderAndIsr (4), StopReplica (5), UpdateMetadata (6), and
 ControlledShutdown (7, broker to controller).
 
-Fencing: a request carrying an older controller epoch than the newest this broker has seen is refused
-whole with STALE_CONTROLLER_EPOCH (a deposed controller may still be sending); one addressed to an
-older incarnation of this broker (its broker epoch, the czxid of its registration) with
-STALE_BROKER_EPOCH. Per-partition staleness (an older leader epoch) is answered per partition by the
-replica manager.
+Who may send them (issue 14), checked before anything changes, in this order:
+
+1. CLUSTER_ACTION on the cluster (brokers are super users by principal); otherwise
+   CLUSTER_AUTHORIZATION_FAILED.
+2. The controller id and epoch must be ZooKeeper's (`/controller`, `/controller_epoch`, read after
+   a `sync` when a newer epoch than the verified one arrives) and the broker epoch this broker's
+   own registration: `odradek.security.controller_requests.ControllerEpochValidator`. A deposed
+   controller, a forged epoch (even a huge one, which Kafka would accept) or a request meant for
+   an earlier incarnation of this broker is refused whole with STALE_CONTROLLER_EPOCH or
+   STALE_BROKER_EPOCH, and the verified controller stays the real one.
+
+Per-partition staleness (an older leader epoch) is answered per partition by the replica manager.
+ControlledShutdown is checked by the controller (only the live broker itself, with its exact broker
+epoch: `validate_controlled_shutdown`).
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -20,43 +30,60 @@ from odradek.cluster.replica_manager import LeaderAndIsrPartition
 from odradek.errors import KafkaError
 from odradek.protocol.build import build_response
 from odradek.protocol.topic_ids import uuid_to_topic_id
-from odradek.server.metadata_cache import BrokerEndpoint, PartitionMetadata
+from odradek.server.authorization import CLUSTER_ACTION, CLUSTER_AUTHORIZATION_FAILED
+from odradek.server.metadata_cache import LiveBroker, PartitionMetadata
+from odradek.server.offsets_topic import on_leadership_change
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
     from odradek.server.services import BrokerServices
 
 
-def _after_registration(handler: Any) -> Any:
-    """Hold a controller request until this broker has registered and knows its broker epoch
-    (Kafka processes no request before then). Otherwise a request addressed to a previous
-    incarnation of this broker (restarted within its old session) would pass the broker epoch
-    check while the epoch is still -1."""
+def _controller_request(
+    broker: BrokerServices,
+    context: RequestContext,
+    request: Any,
+    refuse: Callable[[ErrorCode], Any],
+    apply: Callable[[], Any],
+) -> Any:
+    """Run `apply()` only for a request that may come from the controller (module docstring);
+    otherwise answer `refuse(code)` and change nothing."""
+    if not broker.authorizer.cluster(context, CLUSTER_ACTION):
+        return refuse(CLUSTER_AUTHORIZATION_FAILED)
+    validator = broker.controller_validator
+    ids = (int(request.controller_id), int(request.controller_epoch), int(request.broker_epoch))
+    if broker.broker_epoch >= 0:
+        verdict = validator.check_cached(*ids)
+        if verdict is not None:
+            return _accepted(broker, request, refuse, apply, verdict.error)
 
-    def wrapper(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
-        if broker.broker_epoch >= 0:
-            return handler(broker, context, request)
+    async def later() -> Any:
+        # Held until this broker has registered and knows its broker epoch (Kafka processes no
+        # request before then): otherwise a request addressed to a previous incarnation of this
+        # broker, restarted within its old session, would be checked against epoch -1.
+        await broker.registered.wait()
+        verdict = await validator.validate(*ids)
+        result = _accepted(broker, request, refuse, apply, verdict.error)
+        return await result if inspect.isawaitable(result) else result
 
-        async def later() -> Any:
-            await broker.registered.wait()
-            result = handler(broker, context, request)
-            return await result if inspect.isawaitable(result) else result
-
-        return later()
-
-    return wrapper
+    return later()
 
 
-def _broker_epoch_stale(broker: BrokerServices, broker_epoch: int) -> bool:
-    current = broker.broker_epoch
-    return broker_epoch >= 0 and current >= 0 and broker_epoch < current
+def _accepted(
+    broker: BrokerServices,
+    request: Any,
+    refuse: Callable[[ErrorCode], Any],
+    apply: Callable[[], Any],
+    error: ErrorCode | None,
+) -> Any:
+    if error is not None:
+        return refuse(error)
+    broker.latest_controller_epoch = max(
+        broker.latest_controller_epoch, int(request.controller_epoch)
+    )
+    return apply()
 
 
-def _controller_epoch_stale(broker: BrokerServices, controller_epoch: int) -> bool:
-    return controller_epoch < broker.latest_controller_epoch
-
-
-@_after_registration
 def handle_leader_and_isr(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
     header = context.header
     topic_ids = {t.topic_name: t.topic_id for t in request.topic_states}
@@ -79,15 +106,9 @@ def handle_leader_and_isr(broker: BrokerServices, context: RequestContext, reque
             },
         )
 
-    if _controller_epoch_stale(broker, request.controller_epoch):
-        return error_response(ErrorCode.stale_controller_epoch)
-    if _broker_epoch_stale(broker, request.broker_epoch):
-        return error_response(ErrorCode.stale_broker_epoch)
-    broker.latest_controller_epoch = request.controller_epoch
-
     async def apply() -> Any:
         await broker.topic_configs.ensure_loaded(list(topic_ids))
-        if _controller_epoch_stale(broker, request.controller_epoch):
+        if request.controller_epoch < broker.latest_controller_epoch:
             return error_response(ErrorCode.stale_controller_epoch)
         states = [
             LeaderAndIsrPartition(
@@ -116,6 +137,16 @@ def handle_leader_and_isr(broker: BrokerServices, context: RequestContext, reque
             )
         except KafkaError as e:
             return error_response(e.code)
+        applied = [s for s in states if results.get((s.topic, s.partition)) is None]
+        on_leadership_change(
+            broker.group_coordinator.manager,
+            [
+                (s.topic, s.partition, s.state.leader_epoch)
+                for s in applied
+                if s.state.leader == broker.broker_id
+            ],
+            [(s.topic, s.partition) for s in applied if s.state.leader != broker.broker_id],
+        )
         topics = []
         for topic in request.topic_states:
             topics.append(
@@ -137,79 +168,85 @@ def handle_leader_and_isr(broker: BrokerServices, context: RequestContext, reque
             )
         return build_response(header, {"error_code": ErrorCode.none, "topics": topics})
 
-    return apply()
+    return _controller_request(broker, context, request, error_response, apply)
 
 
-@_after_registration
 def handle_update_metadata(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
     header = context.header
-    if _controller_epoch_stale(broker, request.controller_epoch):
-        return build_response(header, {"error_code": ErrorCode.stale_controller_epoch})
-    if _broker_epoch_stale(broker, request.broker_epoch):
-        return build_response(header, {"error_code": ErrorCode.stale_broker_epoch})
-    broker.latest_controller_epoch = request.controller_epoch
-    brokers = []
-    for live in request.live_brokers:
-        endpoint = next(iter(live.endpoints), None)
-        if endpoint is None:
-            continue
-        brokers.append(BrokerEndpoint(live.id, endpoint.host, endpoint.port, live.rack))
-    partitions = [
-        PartitionMetadata(
-            topic=topic.topic_name,
-            partition=p.partition_index,
-            leader=p.leader,
-            leader_epoch=p.leader_epoch,
-            isr=tuple(p.isr),
-            replicas=tuple(p.replicas),
-            offline_replicas=tuple(p.offline_replicas),
-            zk_version=p.zk_version,
-            controller_epoch=p.controller_epoch,
+
+    def error_response(code: ErrorCode) -> Any:
+        return build_response(header, {"error_code": code})
+
+    def apply() -> Any:
+        brokers = [
+            LiveBroker(
+                live.id,
+                {e.listener: (e.host, e.port) for e in live.endpoints},
+                live.rack,
+            )
+            for live in request.live_brokers
+            if live.endpoints
+        ]
+        partitions = [
+            PartitionMetadata(
+                topic=topic.topic_name,
+                partition=p.partition_index,
+                leader=p.leader,
+                leader_epoch=p.leader_epoch,
+                isr=tuple(p.isr),
+                replicas=tuple(p.replicas),
+                offline_replicas=tuple(p.offline_replicas),
+                zk_version=p.zk_version,
+                controller_epoch=p.controller_epoch,
+            )
+            for topic in request.topic_states
+            for p in topic.partition_states
+        ]
+        topic_ids = {
+            t.topic_name: t.topic_id for t in request.topic_states if t.topic_id is not None
+        }
+        deleted = broker.metadata_cache.update(
+            request.controller_id, request.controller_epoch, brokers, partitions, topic_ids
         )
-        for topic in request.topic_states
-        for p in topic.partition_states
-    ]
-    topic_ids = {t.topic_name: t.topic_id for t in request.topic_states if t.topic_id is not None}
-    deleted = broker.metadata_cache.update(
-        request.controller_id, request.controller_epoch, brokers, partitions, topic_ids
-    )
-    for topic in {t for t, _ in deleted}:
-        if not broker.metadata_cache.contains_topic(topic):
-            broker.forget_topic(topic)
-    broker.on_metadata_updated()
-    return build_response(header, {"error_code": ErrorCode.none})
+        for topic in {t for t, _ in deleted}:
+            if not broker.metadata_cache.contains_topic(topic):
+                broker.forget_topic(topic)
+        broker.on_metadata_updated()
+        return build_response(header, {"error_code": ErrorCode.none})
+
+    return _controller_request(broker, context, request, error_response, apply)
 
 
-@_after_registration
 def handle_stop_replica(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
     header = context.header
-    if _controller_epoch_stale(broker, request.controller_epoch):
-        return build_response(
-            header, {"error_code": ErrorCode.stale_controller_epoch, "partition_errors": ()}
+
+    def error_response(code: ErrorCode) -> Any:
+        return build_response(header, {"error_code": code, "partition_errors": ()})
+
+    def apply() -> Any:
+        partitions = [
+            (topic.topic_name, p.partition_index, bool(p.delete_partition))
+            for topic in request.topic_states
+            for p in topic.partition_states
+        ]
+        try:
+            results = broker.replica_manager.stop_replicas(request.controller_epoch, partitions)
+        except KafkaError as e:
+            return error_response(e.code)
+        on_leadership_change(
+            broker.group_coordinator.manager, (), [key for key, e in results.items() if e is None]
         )
-    if _broker_epoch_stale(broker, request.broker_epoch):
-        return build_response(
-            header, {"error_code": ErrorCode.stale_broker_epoch, "partition_errors": ()}
-        )
-    broker.latest_controller_epoch = request.controller_epoch
-    partitions = [
-        (topic.topic_name, p.partition_index, bool(p.delete_partition))
-        for topic in request.topic_states
-        for p in topic.partition_states
-    ]
-    try:
-        results = broker.replica_manager.stop_replicas(request.controller_epoch, partitions)
-    except KafkaError as e:
-        return build_response(header, {"error_code": e.code, "partition_errors": ()})
-    errors = [
-        {
-            "topic_name": topic,
-            "partition_index": partition,
-            "error_code": error.code if error is not None else ErrorCode.none,
-        }
-        for (topic, partition), error in results.items()
-    ]
-    return build_response(header, {"error_code": ErrorCode.none, "partition_errors": errors})
+        errors = [
+            {
+                "topic_name": topic,
+                "partition_index": partition,
+                "error_code": error.code if error is not None else ErrorCode.none,
+            }
+            for (topic, partition), error in results.items()
+        ]
+        return build_response(header, {"error_code": ErrorCode.none, "partition_errors": errors})
+
+    return _controller_request(broker, context, request, error_response, apply)
 
 
 def handle_controlled_shutdown(
@@ -217,6 +254,10 @@ def handle_controlled_shutdown(
 ) -> Any:
     header = context.header
     controller = broker.controller
+    if not broker.authorizer.cluster(context, CLUSTER_ACTION):
+        return build_response(
+            header, {"error_code": CLUSTER_AUTHORIZATION_FAILED, "remaining_partitions": ()}
+        )
 
     async def wait() -> Any:
         try:

@@ -12,6 +12,15 @@ one with a transactional id gets the same answer.
 
 acks=0 gets no response; acks=1 is answered after the local append; acks=-1 (all) after the high
 watermark passes the appended batches, or REQUEST_TIMED_OUT after the request's timeout.
+
+Internal topics (`__consumer_offsets`) take records only from the broker's own coordinator, as in
+Kafka: a client's produce to one is INVALID_TOPIC_EXCEPTION (Kafka lets its admin client id
+`__admin_client` through, and so does this).
+
+Authorization (`odradek.security.api_acls`): WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for the
+partitions of a refused topic, which is neither written nor auto-created), and WRITE on the
+transactional id of a transactional request (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all; Odradek
+has no transactions, so an authorized one gets that code too).
 """
 
 from __future__ import annotations
@@ -20,15 +29,20 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.coordinator.group.placement import OFFSETS_TOPIC
 from odradek.errors import KafkaError
 from odradek.network.server import NO_RESPONSE
 from odradek.protocol.build import build_response
 from odradek.protocol.record_batch import iter_batches
+from odradek.server.authorization import TOPIC, TOPIC_AUTHORIZATION_FAILED, WRITE
 
 if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ProduceResult
     from odradek.network.request_context import RequestContext
     from odradek.server.services import BrokerServices
+
+
+ADMIN_CLIENT_ID = "__admin_client"
 
 
 def _partition_response(index: int, result: ProduceResult) -> dict[str, Any]:
@@ -70,6 +84,7 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
     )
     for topic_data in request.topic_data:
         name = topic_data.name
+        authorized = broker.authorizer.allowed(context, WRITE, TOPIC, name)
         indexes = []
         for partition_data in topic_data.partition_data:
             key = (name, partition_data.index)
@@ -83,12 +98,18 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
                     "transactional writes are not supported (and need a transactional id)",
                     ErrorCode.transactional_id_authorization_failed,
                 )
+            elif not authorized:
+                immediate[key] = KafkaError("Authorization failed.", TOPIC_AUTHORIZATION_FAILED)
             elif partition_data.records is None:
                 immediate[key] = KafkaError("the records are null", ErrorCode.corrupt_message)
+            elif name == OFFSETS_TOPIC and header.client_id != ADMIN_CLIENT_ID:
+                immediate[key] = KafkaError(
+                    f"cannot append to internal topic {name}", ErrorCode.invalid_topic_exception
+                )
             else:
                 entries[key] = partition_data.records
         order.append((name, indexes))
-        if not broker.metadata_cache.contains_topic(name):
+        if authorized and not broker.metadata_cache.contains_topic(name):
             broker.maybe_auto_create_topic(name)
 
     result = broker.replica_manager.append_records(entries, acks, timeout_ms)

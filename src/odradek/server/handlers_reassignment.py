@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.errors import KafkaError
 from odradek.protocol.build import build_response
+from odradek.server.authorization import ALTER, CLUSTER_AUTHORIZATION_FAILED, DESCRIBE
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -36,6 +37,15 @@ def handle_alter_partition_reassignments(
 ) -> Any:
     header = context.header
     controller = broker.controller
+    if not broker.authorizer.cluster(context, ALTER):
+        return build_response(
+            header,
+            {
+                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": "Authorization failed.",
+                "responses": [],
+            },
+        )
     reassignments: dict[tuple[str, int], tuple[int, ...] | None] = {}
     for topic in request.topics:
         for p in topic.partitions:
@@ -85,6 +95,15 @@ def handle_list_partition_reassignments(
 ) -> Any:
     header = context.header
     controller = broker.controller
+    if not broker.authorizer.cluster(context, DESCRIBE):
+        return build_response(
+            header,
+            {
+                "error_code": CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": "Authorization failed.",
+                "topics": [],
+            },
+        )
     partitions: frozenset[tuple[str, int]] | None = None
     if request.topics is not None:
         partitions = frozenset(

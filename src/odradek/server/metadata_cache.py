@@ -5,8 +5,12 @@ whichever broker they bootstrap from, and it tells request handlers which partit
 ones get UNKNOWN_TOPIC_OR_PARTITION). A partition whose leader is `LEADER_DURING_DELETE` (-2) in an
 UpdateMetadata request is being deleted and leaves the cache.
 
+Every live broker is known with the endpoint of each of its listeners (UpdateMetadata carries them
+all): a client is answered with the addresses of the listener it connected to, other brokers reach
+each other on the inter-broker listener (`default_listener`).
+
 Building a Metadata response for thousands of partitions is expensive in Python, so responses are
-memoised per (API version, requested topics) and the memo is dropped on every update.
+memoised per (API version, requested topics, listener, ...) and the memo is dropped on every update.
 
 Concurrency: touched only by the broker's event loop thread.
 """
@@ -24,10 +28,27 @@ LEADER_DURING_DELETE = -2
 
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
+    """A broker as one listener reaches it."""
+
     id: int
     host: str
     port: int
     rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBroker:
+    """A live broker with every listener's (host, port)."""
+
+    id: int
+    endpoints: dict[str, tuple[str, int]]
+    rack: str | None = None
+
+    def endpoint(self, listener: str) -> BrokerEndpoint | None:
+        address = self.endpoints.get(listener)
+        if address is None:
+            return None
+        return BrokerEndpoint(self.id, address[0], address[1], self.rack)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,19 +67,21 @@ class PartitionMetadata:
 @dataclass(slots=True)
 class MetadataCache:
     broker_id: int
+    default_listener: str = "PLAINTEXT"
     controller_id: int = -1
     controller_epoch: int = -1
-    brokers: dict[int, BrokerEndpoint] = field(default_factory=dict)
+    brokers: dict[int, LiveBroker] = field(default_factory=dict)
     topics: dict[str, dict[int, PartitionMetadata]] = field(default_factory=dict)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     version: int = 0
     _memo: dict[Any, Any] = field(default_factory=dict)
+    _names_by_id: dict[uuid.UUID, str] | None = None
 
     def update(
         self,
         controller_id: int,
         controller_epoch: int,
-        brokers: Iterable[BrokerEndpoint],
+        brokers: Iterable[LiveBroker],
         partitions: Iterable[PartitionMetadata],
         topic_ids: dict[str, uuid.UUID] | None = None,
     ) -> list[tuple[str, int]]:
@@ -83,6 +106,7 @@ class MetadataCache:
                     self.topic_ids[topic] = topic_id
         self.version += 1
         self._memo.clear()
+        self._names_by_id = None
         return deleted
 
     # queries
@@ -100,8 +124,20 @@ class MetadataCache:
     def alive_broker_ids(self) -> list[int]:
         return sorted(self.brokers)
 
-    def get_broker(self, broker_id: int) -> BrokerEndpoint | None:
-        return self.brokers.get(broker_id)
+    def get_broker(self, broker_id: int, listener: str | None = None) -> BrokerEndpoint | None:
+        """The broker's address on `listener` (the inter-broker listener by default); None if it
+        is not live or has no such listener."""
+        broker = self.brokers.get(broker_id)
+        if broker is None:
+            return None
+        return broker.endpoint(listener or self.default_listener)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The topic of an id (Fetch v13+ names topics by id)."""
+        names = self._names_by_id
+        if names is None:
+            names = self._names_by_id = {v: k for k, v in self.topic_ids.items()}
+        return names.get(topic_id)
 
     def memo(self, key: Any) -> Any:
         return self._memo.get(key)

@@ -18,9 +18,12 @@ if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.controller.controller import KafkaController
     from odradek.coordinator.group.coordinator import GroupCoordinator
-    from odradek.coordinator.group.offset_store import OffsetStore
+    from odradek.security.acl_store import AclStore
+    from odradek.security.controller_requests import ControllerEpochValidator
+    from odradek.security.credential_store import CredentialStore
     from odradek.server.admin.manager import AdminManager
     from odradek.server.admin.topic_configs import TopicConfigs
+    from odradek.server.authorization import RequestAuthorizer
     from odradek.server.config import KafkaConfig
     from odradek.server.metadata_cache import MetadataCache
 
@@ -42,9 +45,20 @@ class BrokerServices(Protocol):
     admin: AdminManager
     topic_configs: TopicConfigs
     group_coordinator: GroupCoordinator
-    offset_store: OffsetStore
+    authorizer: RequestAuthorizer
+    """Every handler's authorization question (`odradek.server.authorization`)."""
+    controller_validator: ControllerEpochValidator
+    """Checks a controller request's controller and broker epochs against ZooKeeper."""
+    live_broker_epochs: dict[int, int]
+    """Every live broker's epoch (czxid of its registration), from a `/brokers/ids` watch."""
+    acl_store: AclStore | None
+    """ACLs in ZooKeeper (CreateAcls, DeleteAcls); None without an authorizer."""
+    credential_store: CredentialStore
+    """SCRAM credentials in ZooKeeper (Describe/AlterUserScramCredentials)."""
 
     def maybe_auto_create_topic(self, topic: str) -> None: ...
+
+    def ensure_offsets_topic(self) -> None: ...
 
     async def wait_for_metadata(self, condition: Callable[[], bool], timeout: float) -> bool: ...
 

@@ -111,10 +111,16 @@ class LocalBroker:
     config: Path
     pid: int | None = None
     rack: str | None = None
+    # Every listener's port, by listener name, when the broker has more than PLAINTEXT on
+    # `port` (a secure cluster); `port` is then the first (client) listener's.
+    listeners: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def address(self, listener: str) -> str:
+        return f"{self.host}:{self.listeners.get(listener, self.port)}"
 
 
 @dataclass

@@ -16,8 +16,10 @@ Directory layout (`DIR` is the cluster directory; nothing outside it is written)
 * `DIR/cluster.json` -- what the other commands need to find the processes again, rewritten
   (atomically, under `DIR/.cluster.lock`) whenever a pid changes. A JSON object:
   `zookeeper`: {connect, port, pid, dir, log, external}; `brokers`: a list, by id, of {id, host,
-  port, pid, dir, data_dir, log, config, rack}; `bootstrap`: "host:port,host:port,..." of all
-  brokers. Paths are absolute; a pid is null when that process is not running.
+  port, pid, dir, data_dir, log, config, rack, listeners}; `bootstrap`: "host:port,host:port,..." of
+  all brokers; `client_config`: the client properties the harness connects with (a secure cluster's
+  administrator, `odradek.testing.secure`), or null for PLAINTEXT. Paths are absolute; a pid is
+  null when that process is not running.
 
 Processes: each child runs in its own session and is signalled as a group; one known only by its
 pid in cluster.json is recognised by its command line first (see `odradek.testing.processes`). The
@@ -89,6 +91,7 @@ class LocalCluster:
     _processes: dict[int, ClusterProcess] = field(default_factory=dict)
     _zk_server: ZooKeeperServer | None = None
     _log_offsets: dict[int, int] = field(default_factory=dict)
+    client_config: Path | None = None
 
     # -- construction -------------------------------------------------------------------------
 
@@ -103,6 +106,10 @@ class LocalCluster:
         racks: Mapping[int, str] | None = None,
         timeout: float = 60,
         zookeeper: str | None = None,
+        listeners: Mapping[str, str] | None = None,
+        inter_broker_listener: str | None = None,
+        client_config: Path | None = None,
+        before_brokers: Callable[[str], None] | None = None,
     ) -> LocalCluster:
         """Start ZooKeeper (unless `zookeeper` names an external one) and brokers 1..`brokers`.
 
@@ -112,22 +119,33 @@ class LocalCluster:
         dead is reused with its data (a cluster brought down can be brought up again); one with
         a live process is refused. On any failure everything started here is killed again and
         an OperatorError (one line, with the failing broker's last log lines) is raised.
+
+        `listeners` ({name: security protocol}, the first being the clients' bootstrap listener)
+        gives each broker several listeners on free ports, `inter_broker_listener` names the one
+        brokers use between themselves, and `client_config` is the client properties file the
+        harness connects with; `before_brokers(zookeeper_connect)` runs once ZooKeeper is up
+        and before any broker starts (a secure cluster creates its SCRAM users there).
         """
         if brokers < 1:
             raise OperatorError(f"--brokers must be at least 1, not {brokers}")
         directory = Path(directory).resolve()
         directory.mkdir(parents=True, exist_ok=True)
         _refuse_running_cluster(directory)
+        names = list(listeners or {})
+        per_broker = max(1, len(names))
         if base_port is not None:
-            if base_port < 1 or base_port + brokers > 65535:
+            if base_port < 1 or base_port + brokers * per_broker > 65535:
                 raise OperatorError(f"--base-port {base_port} leaves ports out of range")
             zk_port = base_port
-            broker_ports = [base_port + i for i in range(1, brokers + 1)]
+            all_ports = [base_port + i for i in range(1, brokers * per_broker + 1)]
         else:
-            zk_port, *broker_ports = free_ports(brokers + 1, HOST)
-        for broker_id, port in enumerate(broker_ports, start=1):
+            zk_port, *all_ports = free_ports(brokers * per_broker + 1, HOST)
+        broker_ports = all_ports[:brokers]
+        for index, port in enumerate(all_ports):
             if not port_is_free(port, HOST):
-                raise OperatorError(f"port {port} (broker {broker_id}) is in use on {HOST}")
+                raise OperatorError(
+                    f"port {port} (broker {index % brokers + 1}) is in use on {HOST}"
+                )
 
         if zookeeper is not None:
             zk_info = ZooKeeperInfo(connect=zookeeper)
@@ -138,8 +156,13 @@ class LocalCluster:
                 dir=directory / "zookeeper",
                 log=directory / "zookeeper.log",
             )
-        cluster = cls(directory, zk_info)
+        cluster = cls(directory, zk_info, client_config=client_config)
         properties = {**development_defaults(brokers), **(overrides or {})}
+        if listeners:
+            properties["listener.security.protocol.map"] = ",".join(
+                f"{name}:{protocol}" for name, protocol in listeners.items()
+            )
+            properties["inter.broker.listener.name"] = inter_broker_listener or names[0]
         for broker_id, port in enumerate(broker_ports, start=1):
             broker_dir = directory / f"broker-{broker_id}"
             broker = LocalBroker(
@@ -151,6 +174,10 @@ class LocalCluster:
                 log=broker_dir / "broker.log",
                 config=broker_dir / "server.properties",
                 rack=(racks or {}).get(broker_id),
+                listeners={
+                    name: all_ports[brokers * index + broker_id - 1]
+                    for index, name in enumerate(names)
+                },
             )
             cluster._brokers[broker_id] = broker
             cluster._write_broker_config(
@@ -158,6 +185,8 @@ class LocalCluster:
             )
         try:
             cluster._start_zookeeper(timeout)
+            if before_brokers is not None:
+                before_brokers(zk_info.connect)
             for broker_id in cluster._brokers:
                 cluster._spawn(broker_id)
             cluster._save()
@@ -180,7 +209,10 @@ class LocalCluster:
             raise OperatorError(f"no cluster in {directory} ({CLUSTER_FILE} not found)") from None
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise OperatorError(f"{path} is not a valid cluster file: {e}") from None
-        cluster = cls(directory, zk_info)
+        client_config = obj.get("client_config")
+        cluster = cls(
+            directory, zk_info, client_config=Path(client_config) if client_config else None
+        )
         for broker in brokers:
             cluster._brokers[broker.id] = broker
             if broker.pid is not None:
@@ -236,10 +268,14 @@ class LocalCluster:
 
     def _write_broker_config(self, broker: LocalBroker, properties: Mapping[str, str]) -> None:
         broker.dir.mkdir(parents=True, exist_ok=True)
+        listeners = ",".join(
+            f"{name}://{broker.host}:{port}"
+            for name, port in (broker.listeners or {"PLAINTEXT": broker.port}).items()
+        )
         config = {
             "broker.id": str(broker.id),
-            "listeners": f"PLAINTEXT://{broker.host}:{broker.port}",
-            "advertised.listeners": f"PLAINTEXT://{broker.host}:{broker.port}",
+            "listeners": listeners,
+            "advertised.listeners": listeners,
             "log.dirs": str(broker.data_dir),
             "zookeeper.connect": self.zookeeper.connect,
         }
@@ -472,6 +508,7 @@ class LocalCluster:
                 "zookeeper": zookeeper,
                 "brokers": ordered,
                 "bootstrap": ",".join(f"{b['host']}:{b['port']}" for b in ordered),
+                "client_config": str(self.client_config) if self.client_config else None,
             }
             temporary = path.with_name(f".{CLUSTER_FILE}.{os.getpid()}.tmp")
             temporary.write_text(json.dumps(document, indent=2) + "\n")
@@ -575,10 +612,13 @@ class LocalCluster:
         request = build(
             request_class(ApiKey.METADATA, 12), {"topics": [], "allow_auto_topic_creation": False}
         )
+        security = self.client_security()
         for broker_id in broker_ids:
             broker = self.broker(broker_id)
             try:
-                connection = await BrokerConnection.connect(broker.host, broker.port, timeout=5)
+                connection = await BrokerConnection.connect(
+                    broker.host, broker.port, timeout=5, security=security
+                )
                 try:
                     answer = await connection.send(ApiKey.METADATA, 12, request, timeout=5)
                 finally:
@@ -588,6 +628,20 @@ class LocalCluster:
             if answer.controller_id < 0 or not registered <= {b.node_id for b in answer.brokers}:
                 return False
         return True
+
+    def client_properties(self) -> dict[str, str]:
+        """The client properties the harness connects with ({} for PLAINTEXT)."""
+        if self.client_config is None:
+            return {}
+        from odradek.server.config import parse_properties
+
+        return parse_properties(self.client_config.read_text())
+
+    def client_security(self) -> Any:
+        """`client_properties` as a `ClientSecurity` for the project's own client."""
+        from odradek.security.client_config import client_security
+
+        return client_security(self.client_properties())
 
     # -- ZooKeeper's view ---------------------------------------------------------------------
 

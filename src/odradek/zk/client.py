@@ -40,9 +40,11 @@ from typing import Any, TypeAlias, TypeVar
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL
 
 from odradek.errors import OperatorError
 from odradek.zk import bulk_read
+from odradek.zk.acls import ZkCredentials
 from odradek.zk.errors import (
     BadVersionError,
     ConnectionLossError,
@@ -153,22 +155,37 @@ _OPEN_ACL_BYTES = 4 + (4 + 4 + len("world") + 4 + len("anyone"))
 _TRANSACTION_OVERHEAD = 12 + 9
 
 
-def op_size(op: ZkOp, chroot: str = "") -> int:
-    """Bytes `op` adds to a multi() request (exact for the default open ACL)."""
+def acl_bytes(acls: Sequence[ACL] | None) -> int:
+    """Encoded size of a create's ACL list (None: kazoo's default open ACL)."""
+    if acls is None:
+        return _OPEN_ACL_BYTES
+    return 4 + sum(4 + 4 + len(a.id.scheme.encode()) + 4 + len(a.id.id.encode()) for a in acls)
+
+
+def op_size(op: ZkOp, chroot: str = "", create_acl_bytes: int = _OPEN_ACL_BYTES) -> int:
+    """Bytes `op` adds to a multi() request (exact for the ACL size given)."""
     path_bytes = 4 + len(chroot.encode()) + len(op.path.encode())
     match op:
         case CreateOp():
-            return _OP_HEADER + path_bytes + 4 + len(op.data) + _OPEN_ACL_BYTES + 4
+            return _OP_HEADER + path_bytes + 4 + len(op.data) + create_acl_bytes + 4
         case SetDataOp():
             return _OP_HEADER + path_bytes + 4 + len(op.data) + 4
         case DeleteOp() | CheckOp():
             return _OP_HEADER + path_bytes + 4
 
 
-def _add_to_transaction(transaction: TransactionRequest, op: ZkOp) -> None:
+def _add_to_transaction(
+    transaction: TransactionRequest, op: ZkOp, acl_for: Callable[[str], list[ACL] | None]
+) -> None:
     match op:
         case CreateOp():
-            transaction.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequence)
+            transaction.create(
+                op.path,
+                op.data,
+                acl=acl_for(op.path),
+                ephemeral=op.ephemeral,
+                sequence=op.sequence,
+            )
         case SetDataOp():
             transaction.set_data(op.path, op.data, op.version)
         case DeleteOp():
@@ -294,7 +311,11 @@ class ZkClient:
         session_timeout_s: float = 18.0,
         connection_loss_retry_s: float | None = None,
         client_id: tuple[int, bytes] | None = None,
+        credentials: ZkCredentials | None = None,
+        set_acl: bool = False,
     ) -> None:
+        """`credentials`: authenticate with the `digest` scheme; `set_acl`: create znodes with
+        ACLs for that identity (`zookeeper.set.acl`, see `odradek.zk.acls`)."""
         self.connect_string = connect_string
         hosts, slash, chroot = connect_string.partition("/")
         self._hosts = hosts
@@ -303,10 +324,15 @@ class ZkClient:
         self.connection_loss_retry_s = (
             connection_loss_retry_s if connection_loss_retry_s is not None else session_timeout_s
         )
+        if set_acl and credentials is None:
+            raise ZkError("ZooKeeper ACLs need credentials to set them for")
+        self._credentials = credentials if set_acl else None
         self._kazoo = KazooClient(
             hosts=connect_string,
             timeout=session_timeout_s,
             client_id=client_id,
+            auth_data=credentials.auth_data if credentials is not None else None,
+            default_acl=self._credentials.default_acl if self._credentials else None,
             # Reconnect forever, at most a second apart: kazoo's default backoff grows to an hour,
             # which would keep a broker away long after ZooKeeper came back.
             connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
@@ -493,6 +519,13 @@ class ZkClient:
                     results.append(((data if data is not None else b""), stat))
         return results
 
+    async def sync(self, path: str = "/") -> None:
+        """Wait until the server this session talks to has caught up with the leader (ZooKeeper's
+        `sync`): a read issued after it sees every write committed before it began. Used where a
+        lagging follower's stale answer would be mistaken for the truth (checking a controller
+        request against `/controller_epoch`)."""
+        await self._call(lambda: self._bridge(self._kazoo.sync_async(path), path))
+
     async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
         watcher = self._watcher(watch)
         return await self._call(
@@ -518,14 +551,24 @@ class ZkClient:
         After a connection-loss retry, NodeExistsError may mean our own first attempt landed; a
         retried sequential create may leave an extra node (as with any ZooKeeper client).
         """
+        acl = self._acl_for(path)
         return await self._call(
             lambda: self._bridge(
                 self._kazoo.create_async(
-                    path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+                    path, data, acl=acl, ephemeral=ephemeral, sequence=sequence, makepath=makepath
                 ),
                 path,
             )
         )
+
+    @property
+    def _create_acl_bytes(self) -> int:
+        # Sensitive paths get the shorter ACL: the world-readable one bounds every create.
+        return acl_bytes(self._credentials.acls("/") if self._credentials is not None else None)
+
+    def _acl_for(self, path: str) -> list[ACL] | None:
+        """The ACL a znode created at `path` gets (None: kazoo's default, world-open)."""
+        return self._credentials.acls(path) if self._credentials is not None else None
 
     async def set(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
         """Write a znode's data, conditionally on `version` unless it is -1."""
@@ -573,14 +616,15 @@ class ZkClient:
         await asyncio.gather(*(self._ensure_path(path) for path in paths))
 
     async def _ensure_path(self, path: str) -> None:
-        await self._call(lambda: self._bridge(self._kazoo.ensure_path_async(path), path))
+        acl = self._acl_for(path)
+        await self._call(lambda: self._bridge(self._kazoo.ensure_path_async(path, acl), path))
 
     # -- transactions ------------------------------------------------------------------------
 
     def _submit_transaction(self, ops: Sequence[ZkOp]) -> asyncio.Future[Any]:
         transaction = self._kazoo.transaction()
         for op in ops:
-            _add_to_transaction(transaction, op)
+            _add_to_transaction(transaction, op, self._acl_for)
         return self._bridge(transaction.commit_async(), None)
 
     async def _commit(
@@ -657,7 +701,7 @@ class ZkClient:
         current: list[int] = []
         used = 0
         for index, op in enumerate(ops):
-            size = op_size(op, self._chroot)
+            size = op_size(op, self._chroot, self._create_acl_bytes)
             if size > budget:
                 results[index] = ZkRequestTooLargeError(
                     f"{size}-byte op exceeds the {max_bytes}-byte transaction budget", path=op.path

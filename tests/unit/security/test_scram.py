@@ -129,6 +129,27 @@ def test_client_final_refusals() -> None:
             fresh().evaluate(bad.encode())
 
 
+def test_client_nonce_repeated_in_front_is_accepted_as_kafka_does() -> None:
+    """librdkafka <= 2.0 (Debian's kcat) repeats its nonce in front of the combined one; Kafka 3.x
+    accepts a client-final nonce that ends with the server's. The proof covers the message as
+    sent."""
+    mechanism = SHA256
+    credential = generate_credential(mechanism, "pencil", 4096, salt=b"salty")
+    server = ScramServer(mechanism, {"user": credential}.get, lambda: "SERVERNONCE")
+    server.evaluate(b"n,,n=user,r=CLIENTNONCE")
+    combined = "CLIENTNONCE" + "SERVERNONCE"
+    without_proof = f"c=biws,r=CLIENTNONCE{combined}"
+    auth_message = f"n=user,r=CLIENTNONCE,r={combined},s={base64.b64encode(b'salty').decode()}"
+    auth_message += f",i=4096,{without_proof}"
+    salted = mechanism.salted_password("pencil", b"salty", 4096)
+    client_key = mechanism.client_key(salted)
+    signature = mechanism.hmac(mechanism.hash(client_key), auth_message.encode())
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+    assert server.evaluate(final).startswith(b"v=")
+    assert server.authorization_id == "user"
+
+
 def test_extensions_other_than_tokenauth_are_ignored() -> None:
     server = ScramServer(SHA256, {"user": rfc_credential()}.get, lambda: RFC_SERVER_NONCE)
     reply = server.evaluate(RFC_CLIENT_FIRST + b",foo=bar")

@@ -1,18 +1,20 @@
 """The group coordinator: Kafka's classic consumer-group protocol, as a state machine with a clock.
 
-Every broker runs one. It is the coordinator of the groups that `coordinator_for` places on it: the
-live broker at index crc32(group id) mod n of the sorted live broker ids in this broker's metadata
-cache. Any broker answers FindCoordinator with that placement; a group request reaching another
-broker gets NOT_COORDINATOR, and when the set of live brokers changes (`on_placement_changed`) the
-groups that moved away are unloaded: their parked JoinGroup and SyncGroup requests are answered
-NOT_COORDINATOR, the members find the new coordinator, learn UNKNOWN_MEMBER_ID there and rejoin.
-Group membership lives only in memory (as it would be lost with the broker anyway); committed
-offsets live in ZooKeeper (`offset_store`), so they survive a move.
+Every broker runs one. It coordinates the groups whose `__consumer_offsets` partition
+(`placement.partition_for`) this broker leads; the `GroupMetadataManager` (the store) knows which
+those are, loads their groups and offsets when the broker becomes leader of a partition and
+unloads them when it stops. A group request for a group of a partition being loaded gets
+COORDINATOR_LOAD_IN_PROGRESS, one for a group of a partition led elsewhere NOT_COORDINATOR (the
+client asks FindCoordinator again). Unloading a group (`_unload`) answers its parked JoinGroup and
+SyncGroup requests NOT_COORDINATOR; its members find the new coordinator, which has loaded the
+group's last generation, members and assignments from the offsets topic, and carry on (static
+members keep their place; dynamic ones heartbeat with the same member id and generation).
 
 Group states, their valid previous states (`VALID_PREVIOUS_STATES`) and what moves a group (the
 states, members and groups themselves are data, in `metadata`; the membership changes in `rebalance`):
 
-  Empty               <- PreparingRebalance   no members; a JoinGroup starts a rebalance
+  Empty               <- PreparingRebalance   no members; a JoinGroup starts a rebalance. A group
+                         that only commits offsets (a simple consumer) stays Empty.
   PreparingRebalance  <- Empty, CompletingRebalance, Stable
                          JoinGroup requests are parked until every known member has rejoined (the
                          join barrier) or the rebalance timeout (the largest of the members') runs
@@ -22,8 +24,9 @@ states, members and groups themselves are data, in `metadata`; the membership ch
   CompletingRebalance <- PreparingRebalance   a new generation: every member got its JoinGroup
                          answer (the leader with all members' metadata); SyncGroup requests are
                          parked until the leader's SyncGroup brings the assignment.
-  Stable              <- CompletingRebalance  the leader's assignment was handed to every member.
-  Dead                <- any state            the group was deleted or moved to another broker.
+  Stable              <- CompletingRebalance  the leader's assignment was stored in the offsets
+                         topic, then handed to every member.
+  Dead                <- any state            the group was deleted, expired, or unloaded.
 
 Leaving (LeaveGroup), a missed session timeout (no heartbeat), a new member, the leader rejoining or
 a member changing its subscription send a Stable or CompletingRebalance group back to
@@ -35,9 +38,11 @@ members (KIP-345, `group.instance.id`) keep their place across restarts: a rejoi
 instance id replaces the old member id (fencing the old one with FENCED_INSTANCE_ID) without a
 rebalance while the group is Stable, and their session timeout alone removes them.
 
-Timers (Kafka's heartbeat and rebalance purgatories) are deadlines on the injected clock, kept in one
-heap; `expire_timers()` runs the due ones. In the broker a task sleeps until the next deadline; unit
-tests move a fake clock and call `expire_timers()` themselves.
+Timers (Kafka's heartbeat and rebalance purgatories) are deadlines on the injected clock (the wall
+clock in milliseconds, as Kafka's), kept in one heap; `expire_timers()` runs the due ones. In the
+broker a task sleeps until the next deadline; unit tests move a fake clock and call
+`expire_timers()` themselves. The same clock stamps state changes (`state_timestamp_ms`, stored as
+the group's currentStateTimestamp and used by offset expiry).
 
 Concurrency: every method runs on the broker's event loop thread (or a test's thread); callbacks are
 invoked synchronously from inside these methods and must not block.
@@ -49,9 +54,7 @@ import asyncio
 import contextlib
 import logging
 import time
-import zlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -69,12 +72,11 @@ from odradek.coordinator.group.metadata import (
     SyncCallback,
     SyncResult,
 )
+from odradek.coordinator.group.metadata_manager import GroupMetadataManager
+from odradek.coordinator.group.offsets import OffsetAndMetadata, TopicPartition
 from odradek.coordinator.group.rebalance import NEW_MEMBER_JOIN_TIMEOUT_MS, GroupRebalancer
 from odradek.errors import GroupStateError, require
 from odradek.protocol.codec import ApiKey
-
-if TYPE_CHECKING:
-    from odradek.coordinator.group.offset_store import OffsetStore
 
 # The request, result and group classes live in `metadata`; the group handlers and the tests
 # import them from here too.
@@ -89,49 +91,25 @@ __all__ = [
     "JoinResult",
     "LeavingMember",
     "SyncResult",
-    "coordinator_for",
 ]
 
 log = logging.getLogger(__name__)
 
 
-class LiveBrokers(Protocol):
-    """What the coordinator reads of the broker's metadata cache: the live broker ids (they decide
-    the placement of every group) and a version that changes with every UpdateMetadata."""
-
-    @property
-    def version(self) -> int: ...
-
-    def alive_broker_ids(self) -> Iterable[int]: ...
-
-
-def coordinator_for(group_id: str, live_broker_ids: Iterable[int]) -> int | None:
-    """The broker that coordinates `group_id`: index crc32(group id) mod n of the sorted live ids.
-
-    crc32, not Python's `hash`, so that every broker process computes the same placement."""
-    brokers = sorted(live_broker_ids)
-    if not brokers:
-        return None
-    return brokers[zlib.crc32(group_id.encode()) % len(brokers)]
-
-
-def _monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 _GROUP_MANAGEMENT_APIS = frozenset(
     {ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP}
 )
 
+DEAD_GROUP = GroupSummary(GroupState.DEAD.value, "", "", ())
+"""What DescribeGroups answers for a group this coordinator does not hold (Kafka's DeadGroup)."""
+
 
 class GroupCoordinator(GroupRebalancer):
-    """Groups, members and generations of the groups placed on this broker.
-
-    `placement(group_id)` names the coordinating broker (None while no live broker is known).
-    `on_group_unloaded(group_id)` is told when a group leaves this coordinator (moved or deleted),
-    and `on_placement_changed(is_local)` after every change of the live broker set, so that
-    caches keyed by group (committed offsets) can be dropped, including those of groups that
-    never had members here.
+    """Groups, members and generations of the groups whose offsets partition this broker leads.
 
     Concurrency: event-loop thread only (see the module docstring); `start` needs a running loop.
     """
@@ -140,66 +118,32 @@ class GroupCoordinator(GroupRebalancer):
         self,
         broker_id: int,
         config: GroupConfig,
-        placement: Callable[[str], int | None],
+        manager: GroupMetadataManager,
         *,
-        clock_ms: Callable[[], int] = _monotonic_ms,
-        on_group_unloaded: Callable[[str], None] | None = None,
-        on_placement_changed: Callable[[Callable[[str], bool]], None] | None = None,
+        clock_ms: Callable[[], int] = _wall_clock_ms,
     ) -> None:
-        super().__init__(config, clock_ms)
+        super().__init__(config, clock_ms, manager.groups, manager)
         self.broker_id = broker_id
-        self.placement = placement
-        self.on_group_unloaded = on_group_unloaded
-        self._placement_listener = on_placement_changed
-        self.active = True
+        self.manager = manager
+        manager.on_group_loaded = self._on_group_loaded
+        manager.on_group_unloaded = lambda group: self._unload(group, "its partition moved")
+        self.active = False
         self._tasks: list[asyncio.Task[None]] = []
-
-    @classmethod
-    def for_broker(
-        cls,
-        broker_id: int,
-        config: GroupConfig,
-        live_brokers: LiveBrokers,
-        offset_store: OffsetStore,
-    ) -> GroupCoordinator:
-        """The coordinator of a broker: placement over the live brokers of its metadata cache,
-        and the offset store's cache kept to the groups placed here."""
-        return cls(
-            broker_id,
-            config,
-            lambda group_id: coordinator_for(group_id, live_brokers.alive_broker_ids()),
-            on_group_unloaded=offset_store.forget,
-            on_placement_changed=offset_store.retain,
-        )
-
-    def start_for_broker(
-        self,
-        wait_for_metadata: Callable[[Callable[[], bool], float], Awaitable[bool]],
-        live_brokers: LiveBrokers,
-    ) -> None:
-        """`start`, watching the broker's metadata for changes of the live broker set."""
-        self.start(wait_for_metadata, lambda: live_brokers.version)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(
-        self,
-        wait_for_metadata: Callable[[Callable[[], bool], float], Awaitable[bool]] | None = None,
-        metadata_version: Callable[[], int] | None = None,
-    ) -> None:
-        """Start the timer task and, given the broker's metadata hooks, the task that unloads
-        groups that moved when the live broker set changes."""
+    def start(self) -> None:
+        """Start the timer task and the store's expiry task; requests are served from now on."""
         loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
         self._tasks.append(loop.create_task(self._run_timers()))
-        if wait_for_metadata is not None and metadata_version is not None:
-            self._tasks.append(
-                loop.create_task(self._watch_placement(wait_for_metadata, metadata_version))
-            )
+        self.manager.start()
+        self.active = True
 
     async def shutdown(self) -> None:
         """Stop: parked requests are answered NOT_COORDINATOR, so clients move on at once."""
         self.active = False
+        await self.manager.shutdown()
         for group in list(self.groups.values()):
             self._unload(group, "the broker is shutting down")
         for task in self._tasks:
@@ -223,29 +167,13 @@ class GroupCoordinator(GroupRebalancer):
             except Exception:
                 log.exception("group coordinator timer failed")
 
-    async def _watch_placement(
-        self,
-        wait_for_metadata: Callable[[Callable[[], bool], float], Awaitable[bool]],
-        metadata_version: Callable[[], int],
-    ) -> None:
-        seen = metadata_version()
-
-        def changed() -> bool:
-            return metadata_version() != seen
-
-        while True:
-            await wait_for_metadata(changed, 3600.0)
-            if changed():
-                seen = metadata_version()
-                self.on_placement_changed()
-
-    def on_placement_changed(self) -> None:
-        """The live brokers changed: unload the groups this broker no longer coordinates."""
-        for group in list(self.groups.values()):
-            if self.placement(group.group_id) != self.broker_id:
-                self._unload(group, "its coordinator moved")
-        if self._placement_listener is not None:
-            self._placement_listener(lambda group_id: self.placement(group_id) == self.broker_id)
+    def _on_group_loaded(self, group: GroupMetadata) -> None:
+        """A group came back from the offsets topic: its members' sessions start now (Kafka's
+        onGroupLoaded); a group over `group.max.size` rebalances to shed members."""
+        for member in group.members.values():
+            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+        if len(group.members) > self.config.max_size:
+            self._prepare_rebalance(group, "the group is over its maximum size")
 
     def _unload(self, group: GroupMetadata, reason: str) -> None:
         log.info(
@@ -266,18 +194,14 @@ class GroupCoordinator(GroupRebalancer):
             if member.heartbeat_timer is not None:
                 member.heartbeat_timer.cancel()
         self._cancel_group_timers(group)
-        self._forget(group)
-
-    def _forget(self, group: GroupMetadata) -> None:
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
-        if self.on_group_unloaded is not None:
-            self.on_group_unloaded(group.group_id)
 
     # -- validation ------------------------------------------------------------------------------
 
     def validate_group_status(self, group_id: str | None, api: int) -> ErrorCode | None:
-        """INVALID_GROUP_ID, COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR, or None if we serve it.
+        """INVALID_GROUP_ID, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or
+        NOT_COORDINATOR, or None if we serve the group now.
 
         Offset and admin APIs accept the empty group id (as Kafka, for old simple consumers);
         the group management APIs do not."""
@@ -285,12 +209,7 @@ class GroupCoordinator(GroupRebalancer):
             return ErrorCode.invalid_group_id
         if not self.active:
             return ErrorCode.coordinator_not_available
-        coordinator = self.placement(group_id)
-        if coordinator is None:
-            return ErrorCode.coordinator_not_available
-        if coordinator != self.broker_id:
-            return ErrorCode.not_coordinator
-        return None
+        return self.manager.status(group_id)
 
     # -- JoinGroup -------------------------------------------------------------------------------
 
@@ -376,10 +295,14 @@ class GroupCoordinator(GroupRebalancer):
                         group.generation_id,
                         missing,
                     )
-                for member in group.members.values():
-                    member.assignment = assignments.get(member.member_id, b"")
-                self._propagate_assignment(group, ErrorCode.none)
-                group.transition_to(GroupState.STABLE, self.clock_ms())
+                assignment = {m: assignments.get(m, b"") for m in group.members}
+                self.store.store_group(
+                    group,
+                    assignment,
+                    lambda error: self._on_assignment_stored(
+                        group, generation_id, member_id, assignment, error
+                    ),
+                )
         elif state is GroupState.STABLE:
             self._remove_pending_sync_member(group, member_id)
             member = group.members[member_id]
@@ -391,6 +314,32 @@ class GroupCoordinator(GroupRebalancer):
             self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
         else:
             raise GroupStateError(f"SyncGroup reached dead group {group_id}")
+
+    def _on_assignment_stored(
+        self,
+        group: GroupMetadata,
+        generation_id: int,
+        leader_id: str,
+        assignment: Mapping[str, bytes],
+        error: ErrorCode,
+    ) -> None:
+        """The leader's assignment is in the offsets topic (or failed to get there): hand it out,
+        unless the group moved on meanwhile (another member joined, a new generation began)."""
+        if (
+            group.state is not GroupState.COMPLETING_REBALANCE
+            or group.generation_id != generation_id
+        ):
+            return
+        if error is not ErrorCode.none:
+            self._reset_and_propagate_assignment_error(group, error)
+            self._maybe_prepare_rebalance(
+                group, f"storing the assignment of leader {leader_id} failed ({error.name})"
+            )
+            return
+        for member in group.members.values():
+            member.assignment = assignment.get(member.member_id, b"")
+        self._propagate_assignment(group, ErrorCode.none)
+        group.transition_to(GroupState.STABLE, self.clock_ms())
 
     def _validate_sync(
         self,
@@ -483,61 +432,98 @@ class GroupCoordinator(GroupRebalancer):
 
     # -- offsets, listing, describing, deleting --------------------------------------------------
 
-    def validate_offset_commit(
-        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
-    ) -> ErrorCode:
-        """May this OffsetCommit be stored? NONE, or the error every partition gets.
+    def commit_offsets(
+        self,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
+    ) -> dict[TopicPartition, ErrorCode] | Awaitable[dict[TopicPartition, ErrorCode]]:
+        """Handle an OffsetCommit's valid partitions: judged now, in request order; stored through
+        the metadata manager (appended now, answered once committed).
 
         Generation -1 with no member id is a consumer that manages partitions itself: allowed
-        while the group has no members. Otherwise the committer must be a current member of the
-        current generation; a valid commit counts as a heartbeat."""
+        while the group has no members (the group is created, Empty, if it does not exist).
+        Otherwise the committer must be a current member of the current generation; a valid
+        commit counts as a heartbeat."""
+        error, group = self._validate_offset_commit(
+            group_id, member_id, group_instance_id, generation_id
+        )
+        if error is not ErrorCode.none or group is None:
+            return dict.fromkeys(offsets, error)
+        return self.manager.store_offsets(group, offsets)
+
+    def _validate_offset_commit(
+        self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> tuple[ErrorCode, GroupMetadata | None]:
         error = self.validate_group_status(group_id, ApiKey.OFFSET_COMMIT)
-        if error is not None:
-            return error
-        group = self.groups.get(group_id)
-        if group is None:
-            # No members here: a simple consumer, or a member of a generation this coordinator
-            # never saw (the group moved), which must rejoin before committing.
-            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
-        if group.state is GroupState.DEAD:
-            return ErrorCode.coordinator_not_available
-        if generation_id < 0 and group.state is GroupState.EMPTY:
-            return ErrorCode.none
-        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
-            error = self._validate_current_member(group, member_id, group_instance_id)
-            if error is not None:
-                return error
-            if generation_id != group.generation_id:
-                return ErrorCode.illegal_generation
-        elif group.state is not GroupState.EMPTY:
-            return ErrorCode.unknown_member_id
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            return ErrorCode.rebalance_in_progress
-        member = group.members.get(member_id)
-        if member is not None:
-            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
-        return ErrorCode.none
-
-    def list_groups(self, states: Iterable[str] = ()) -> list[GroupOverview]:
-        wanted = {state.lower() for state in states}
-        return [
-            group.overview()
-            for group in self.groups.values()
-            if group.state is not GroupState.DEAD
-            and (not wanted or group.state.value.lower() in wanted)
-        ]
-
-    def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupSummary | None]:
-        """(error, summary); a group this coordinator does not hold gives (NONE, None)."""
-        error = self.validate_group_status(group_id, ApiKey.DESCRIBE_GROUPS)
         if error is not None:
             return error, None
         group = self.groups.get(group_id)
-        return ErrorCode.none, (group.summary() if group is not None else None)
+        if group is None:
+            if generation_id >= 0:
+                # A member of a generation this coordinator does not know: it must rejoin.
+                return ErrorCode.illegal_generation, None
+            group = self.groups[group_id] = GroupMetadata(
+                group_id, state_timestamp_ms=self.clock_ms()
+            )
+            return ErrorCode.none, group
+        if group.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available, None
+        if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
+            error = self._validate_current_member(group, member_id, group_instance_id)
+            if error is not None:
+                return error, None
+            if generation_id != group.generation_id:
+                return ErrorCode.illegal_generation, None
+        elif group.state is not GroupState.EMPTY:
+            return ErrorCode.unknown_member_id, None
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return ErrorCode.rebalance_in_progress, None
+        member = group.members.get(member_id)
+        if member is not None:
+            self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
+        return ErrorCode.none, group
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None
+    ) -> tuple[ErrorCode, Awaitable[dict[TopicPartition, OffsetAndMetadata]] | None]:
+        """(error, the committed offsets once this group's earlier commits settled)."""
+        error = self.validate_group_status(group_id, ApiKey.OFFSET_FETCH)
+        if error is not None:
+            return error, None
+        return ErrorCode.none, self.manager.fetch_offsets(group_id, partitions)
+
+    def list_groups(self, states: Iterable[str] = ()) -> tuple[ErrorCode, list[GroupOverview]]:
+        """The groups held here (filtered by state names, case-insensitively), with
+        COORDINATOR_LOAD_IN_PROGRESS while a partition is loading (the list may miss its groups)."""
+        if not self.active:
+            return ErrorCode.coordinator_not_available, []
+        wanted = {state.lower() for state in states}
+        groups = [
+            group.overview()
+            for group in self.groups.values()
+            if group.state is not GroupState.DEAD
+            and self.manager.status(group.group_id) is None
+            and (not wanted or group.state.value.lower() in wanted)
+        ]
+        error = (
+            ErrorCode.coordinator_load_in_progress if self.manager.is_loading else ErrorCode.none
+        )
+        return error, groups
+
+    def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupSummary]:
+        """(error, summary); a group this coordinator does not hold is Dead, as in Kafka."""
+        error = self.validate_group_status(group_id, ApiKey.DESCRIBE_GROUPS)
+        if error is not None:
+            return error, DEAD_GROUP
+        group = self.groups.get(group_id)
+        return ErrorCode.none, (group.summary() if group is not None else DEAD_GROUP)
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
-        """Delete groups without members: NONE, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND (not held
-        here; the caller may still find committed offsets to delete) or a status error."""
+        """Delete Empty groups with their offsets (tombstones for both): NONE, NON_EMPTY_GROUP,
+        GROUP_ID_NOT_FOUND or a status error."""
         results: dict[str, ErrorCode] = {}
         for group_id in group_ids:
             error = self.validate_group_status(group_id, ApiKey.DELETE_GROUPS)
@@ -550,20 +536,50 @@ class GroupCoordinator(GroupRebalancer):
             elif group.state is GroupState.EMPTY:
                 group.transition_to(GroupState.DEAD, self.clock_ms())
                 self._cancel_group_timers(group)
-                self._forget(group)
+                self.manager.delete_group(group)
                 results[group_id] = ErrorCode.none
             else:
                 results[group_id] = ErrorCode.non_empty_group
         return results
 
+    def delete_offsets(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, dict[TopicPartition, ErrorCode]]:
+        """OffsetDelete (KIP-496): (group error, per-partition errors). An Empty group loses the
+        offsets asked for; a consumer group that is not Empty loses those of topics no member
+        subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others); any other non-empty group
+        refuses (NON_EMPTY_GROUP)."""
+        error = self.validate_group_status(group_id, ApiKey.OFFSET_DELETE)
+        if error is not None:
+            return error, {}
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.group_id_not_found, {}
+        results: dict[TopicPartition, ErrorCode] = {}
+        if group.state is GroupState.EMPTY:
+            deletable = list(partitions)
+        elif group.protocol_type == "consumer":
+            deletable = []
+            for partition in partitions:
+                if group.is_subscribed_to(partition[0]):
+                    results[partition] = ErrorCode.group_subscribed_to_topic
+                else:
+                    deletable.append(partition)
+        else:
+            return ErrorCode.non_empty_group, {}
+        self.manager.delete_offsets(group, deletable)
+        results.update(dict.fromkeys(deletable, ErrorCode.none))
+        return ErrorCode.none, results
+
     def _maybe_discard(self, group: GroupMetadata) -> None:
-        """Drop a group that never had a generation and has nobody in it (a refused first join):
-        there is nothing to remember, and junk requests must not grow the group table."""
+        """Drop a group that never had a generation, has nobody in it and no offsets (a refused
+        first join): there is nothing to remember, and junk requests must not grow the table."""
         if (
             group.state is GroupState.EMPTY
             and group.generation_id == 0
             and not group.members
             and not group.pending_members
+            and not group.offsets
             and self.groups.get(group.group_id) is group
         ):
             del self.groups[group.group_id]

@@ -1,17 +1,20 @@
 """Consumer-group APIs: FindCoordinator (10), JoinGroup (11), SyncGroup (14), Heartbeat (12),
-LeaveGroup (13), OffsetCommit (8), OffsetFetch (9), ListGroups (16), DescribeGroups (15) and
-DeleteGroups (42).
+LeaveGroup (13), ListGroups (16), DescribeGroups (15) and DeleteGroups (42); the offset APIs are
+in `handlers_offsets`.
 
-Membership is the `GroupCoordinator`'s; committed offsets are the `OffsetStore`'s (ZooKeeper). These
-handlers translate between the wire versions and those two. Every decision that depends on request
-order happens synchronously, before a handler returns its awaitable: the socket server dispatches a
-connection's requests in order but runs their awaitables concurrently, and a client that pipelines
-an OffsetCommit and a LeaveGroup must have its commit judged before it leaves. Only ZooKeeper I/O
-and parked JoinGroup/SyncGroup answers are awaited.
+Membership, groups and offsets are the `GroupCoordinator`'s (and its metadata manager's). These
+handlers translate between the wire versions and the coordinator. Every decision that depends on
+request order happens synchronously, before a handler returns its awaitable: the socket server
+dispatches a connection's requests in order but runs their awaitables concurrently, and a client
+that pipelines an OffsetCommit and a LeaveGroup must have its commit judged before it leaves.
+Only appends to the offsets topic and parked JoinGroup/SyncGroup answers are awaited.
 
-FindCoordinator answers from any broker (the placement of `coordinator_for`); every other API
-answers NOT_COORDINATOR unless this broker coordinates the group. Transaction coordinators
-(key type 1) do not exist here: INVALID_REQUEST.
+FindCoordinator answers from any broker: the leader of the group's `__consumer_offsets`
+partition, as Kafka does. When the topic does not exist yet, the broker creates it
+(`GroupServices.ensure_offsets_topic`) and answers COORDINATOR_NOT_AVAILABLE until it has a
+leader; every other group API answers NOT_COORDINATOR unless this broker leads the group's
+partition (COORDINATOR_LOAD_IN_PROGRESS while it loads it). Transaction coordinators (key type 1)
+do not exist here: INVALID_REQUEST.
 """
 
 from __future__ import annotations
@@ -31,13 +34,9 @@ from odradek.coordinator.group.coordinator import (
     JoinResult,
     LeavingMember,
     SyncResult,
-    coordinator_for,
 )
-from odradek.coordinator.group.offset_store import OffsetStore, TopicPartition
-from odradek.errors import require
+from odradek.coordinator.group.placement import OFFSETS_TOPIC
 from odradek.protocol.build import build_response
-from odradek.protocol.codec import ApiKey
-from odradek.zk.errors import ZkError
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -47,9 +46,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 GROUP_KEY_TYPE = 0
-NO_OFFSET = -1
-NO_LEADER_EPOCH = -1
-OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes default
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 # Kafka's AclOperation codes a group allows: READ (3), DELETE (6), DESCRIBE (8). With no
 # authorizer, every one of them is allowed.
@@ -67,6 +63,11 @@ class BrokerEndpoint(Protocol):
     def port(self) -> int: ...
 
 
+class PartitionLeader(Protocol):
+    @property
+    def leader(self) -> int: ...
+
+
 class ClusterMetadata(Protocol):
     """What the group APIs read of the broker's metadata cache."""
 
@@ -74,7 +75,9 @@ class ClusterMetadata(Protocol):
 
     def get_broker(self, broker_id: int) -> BrokerEndpoint | None: ...
 
-    def get_partition(self, topic: str, partition: int) -> object | None: ...
+    def get_partition(self, topic: str, partition: int) -> PartitionLeader | None: ...
+
+    def contains_topic(self, topic: str) -> bool: ...
 
 
 class GroupServices(Protocol):
@@ -84,18 +87,15 @@ class GroupServices(Protocol):
     def group_coordinator(self) -> GroupCoordinator: ...
 
     @property
-    def offset_store(self) -> OffsetStore: ...
-
-    @property
     def metadata_cache(self) -> ClusterMetadata: ...
+
+    def ensure_offsets_topic(self) -> None:
+        """Start creating `__consumer_offsets` if it does not exist (and enough brokers live)."""
+        ...
 
 
 def _coordinator(services: GroupServices) -> GroupCoordinator:
     return services.group_coordinator
-
-
-def _offsets(services: GroupServices) -> OffsetStore:
-    return services.offset_store
 
 
 def _ms(value: datetime.timedelta | None, default: int = -1) -> int:
@@ -135,12 +135,13 @@ def _answer_later(
 def handle_find_coordinator(services: GroupServices, context: RequestContext, request: Any) -> Any:
     header = context.header
     cache = services.metadata_cache
+    manager = _coordinator(services).manager
     key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
 
     def find(key: str) -> dict[str, Any]:
         found: dict[str, Any] = {
             "key": key,
-            "error_code": ErrorCode.none,
+            "error_code": ErrorCode.coordinator_not_available,
             "error_message": None,
             "node_id": -1,
             "host": "",
@@ -150,13 +151,19 @@ def handle_find_coordinator(services: GroupServices, context: RequestContext, re
             found["error_code"] = ErrorCode.invalid_request
             found["error_message"] = f"coordinator key type {key_type} is not supported"
             return found
-        node = coordinator_for(key, cache.alive_broker_ids())
-        endpoint = cache.get_broker(node) if node is not None else None
-        if endpoint is None:
-            found["error_code"] = ErrorCode.coordinator_not_available
-            found["error_message"] = "no live broker is known yet"
+        if not cache.contains_topic(OFFSETS_TOPIC):
+            services.ensure_offsets_topic()
+            found["error_message"] = f"{OFFSETS_TOPIC} is being created"
             return found
-        found.update(node_id=endpoint.id, host=endpoint.host, port=endpoint.port)
+        partition = cache.get_partition(OFFSETS_TOPIC, manager.partition_of(key))
+        leader = partition.leader if partition is not None else -1
+        endpoint = cache.get_broker(leader) if leader >= 0 else None
+        if endpoint is None:
+            found["error_message"] = "the group's offsets partition has no leader"
+            return found
+        found.update(
+            error_code=ErrorCode.none, node_id=endpoint.id, host=endpoint.host, port=endpoint.port
+        )
         return found
 
     if header.api_version >= 4:
@@ -291,195 +298,29 @@ def handle_leave_group(services: GroupServices, context: RequestContext, request
 
 
 # ---------------------------------------------------------------------------------------------
-# OffsetCommit, OffsetFetch
-
-
-def handle_offset_commit(services: GroupServices, context: RequestContext, request: Any) -> Any:
-    """1. per partition: unknown partition, oversized metadata; 2. may this member commit now
-    (judged synchronously, in request order); 3. write the rest to ZooKeeper."""
-    header = context.header
-    cache = services.metadata_cache
-    group_id = request.group_id
-    errors: dict[TopicPartition, ErrorCode] = {}
-    valid: dict[TopicPartition, int] = {}
-    for topic in request.topics:
-        for partition in topic.partitions:
-            key = (topic.name, partition.partition_index)
-            metadata = partition.committed_metadata or ""
-            if cache.get_partition(*key) is None:
-                errors[key] = ErrorCode.unknown_topic_or_partition
-            elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                errors[key] = ErrorCode.offset_metadata_too_large
-            else:
-                valid[key] = partition.committed_offset
-    writing = None
-    if valid:
-        error = _coordinator(services).validate_offset_commit(
-            group_id,
-            request.member_id,
-            getattr(request, "group_instance_id", None),
-            request.generation_id_or_member_epoch,
-        )
-        if error is ErrorCode.none:
-            writing = _offsets(services).commit(group_id, valid)
-        else:
-            errors.update(dict.fromkeys(valid, error))
-
-    def answer(results: dict[TopicPartition, ErrorCode]) -> Any:
-        topics = [
-            {
-                "name": topic.name,
-                "partitions": [
-                    {
-                        "partition_index": p.partition_index,
-                        "error_code": results.get(
-                            (topic.name, p.partition_index), ErrorCode.unknown_server_error
-                        ),
-                    }
-                    for p in topic.partitions
-                ],
-            }
-            for topic in request.topics
-        ]
-        return build_response(header, {"throttle_time": 0, "topics": topics})
-
-    if writing is None:
-        return answer(errors)
-
-    async def write() -> Any:
-        return answer({**errors, **await require(writing, "the offset commit's write")})
-
-    return write()
-
-
-def _requested_offsets(topics: Any) -> list[tuple[str, list[int]]] | None:
-    if topics is None:
-        return None
-    return [(t.name, list(t.partition_indexes)) for t in topics]
-
-
-def _partition_offsets(
-    requested: list[tuple[str, list[int]]] | None,
-    offsets: dict[TopicPartition, int],
-    error: ErrorCode,
-) -> list[dict[str, Any]]:
-    """The topics of one group's OffsetFetch answer: every requested partition (-1 if never
-    committed), or everything committed when all were asked for."""
-    if requested is None:
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(offsets):
-            by_topic.setdefault(topic, []).append(partition)
-        requested = list(by_topic.items())
-    return [
-        {
-            "name": topic,
-            "partitions": [
-                {
-                    "partition_index": partition,
-                    "committed_offset": offsets.get((topic, partition), NO_OFFSET),
-                    "committed_leader_epoch": NO_LEADER_EPOCH,
-                    "metadata": "",
-                    "error_code": error,
-                }
-                for partition in partitions
-            ],
-        }
-        for topic, partitions in requested
-    ]
-
-
-def handle_offset_fetch(services: GroupServices, context: RequestContext, request: Any) -> Any:
-    """One group (v1-v7) or several (v8). Reads start synchronously, so they see every commit this
-    broker accepted before them."""
-    header = context.header
-    coordinator, store = _coordinator(services), _offsets(services)
-    if header.api_version >= 8:
-        asked = [(g.group_id, _requested_offsets(g.topics)) for g in request.groups]
-    else:
-        asked = [(request.group_id, _requested_offsets(request.topics))]
-    reads: list[tuple[str, list[tuple[str, list[int]]] | None, ErrorCode, Any]] = []
-    for group_id, requested in asked:
-        error = coordinator.validate_group_status(group_id, ApiKey.OFFSET_FETCH)
-        partitions = None if requested is None else [(t, p) for t, ps in requested for p in ps]
-        reading = store.fetch(group_id, partitions) if error is None else None
-        reads.append((group_id, requested, error or ErrorCode.none, reading))
-
-    async def fetch() -> Any:
-        groups = []
-        for group_id, requested, error, reading in reads:
-            offsets: dict[TopicPartition, int] = {}
-            if reading is not None:
-                try:
-                    offsets = await reading
-                except ZkError as e:
-                    log.warning("cannot read committed offsets of group %s: %s", group_id, e)
-                    error = ErrorCode.coordinator_not_available
-            if error is not ErrorCode.none and requested is None:
-                requested = []
-            groups.append(
-                {
-                    "group_id": group_id,
-                    "error_code": error,
-                    "topics": _partition_offsets(requested, offsets, error),
-                }
-            )
-        if header.api_version >= 8:
-            return build_response(header, {"throttle_time": 0, "groups": groups})
-        (group,) = groups
-        return build_response(
-            header,
-            {"throttle_time": 0, "error_code": group["error_code"], "topics": group["topics"]},
-        )
-
-    return fetch()
-
-
-# ---------------------------------------------------------------------------------------------
 # ListGroups, DescribeGroups, DeleteGroups
 
 
 def handle_list_groups(services: GroupServices, context: RequestContext, request: Any) -> Any:
-    """The groups this broker coordinates: those with members here, and those ZooKeeper holds
-    committed offsets for (as Empty groups, the state Kafka gives a group with offsets only)."""
+    """The groups whose offsets partition this broker leads: with members, or with committed
+    offsets only (Empty, no protocol type, as Kafka lists them)."""
     header = context.header
-    coordinator, store = _coordinator(services), _offsets(services)
     states = [s.lower() for s in (getattr(request, "states_filter", None) or ())]
-    in_memory = coordinator.list_groups(states)
-    listing = store.list_groups()
-
-    async def answer() -> Any:
-        groups = [
-            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state}
-            for g in in_memory
-        ]
-        error = ErrorCode.none
-        try:
-            stored = await listing
-        except ZkError as e:
-            log.warning("cannot list the groups in ZooKeeper: %s", e)
-            stored, error = [], ErrorCode.coordinator_not_available
-        known = {g.group_id for g in in_memory}
-        if not states or "empty" in states:
-            for group_id in sorted(set(stored) - known):
-                if (
-                    coordinator.validate_group_status(group_id, ApiKey.LIST_GROUPS) is None
-                    and group_id not in coordinator.groups
-                ):
-                    groups.append(
-                        {"group_id": group_id, "protocol_type": "", "group_state": "Empty"}
-                    )
-        return build_response(header, {"throttle_time": 0, "error_code": error, "groups": groups})
-
-    return answer()
+    error, listed = _coordinator(services).list_groups(states)
+    groups = [
+        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state}
+        for g in sorted(listed, key=lambda g: g.group_id)
+    ]
+    return build_response(header, {"throttle_time": 0, "error_code": error, "groups": groups})
 
 
-def _described(group_id: str, error: ErrorCode, summary: GroupSummary | None) -> dict[str, Any]:
+def _described(group_id: str, error: ErrorCode, summary: GroupSummary) -> dict[str, Any]:
     return {
         "error_code": error,
         "group_id": group_id,
-        "group_state": summary.state if summary is not None else "",
-        "protocol_type": summary.protocol_type if summary is not None else "",
-        "protocol_data": summary.protocol if summary is not None else "",
+        "group_state": summary.state if error is ErrorCode.none else "",
+        "protocol_type": summary.protocol_type,
+        "protocol_data": summary.protocol,
         "members": [
             {
                 "member_id": m.member_id,
@@ -489,59 +330,30 @@ def _described(group_id: str, error: ErrorCode, summary: GroupSummary | None) ->
                 "member_metadata": m.metadata,
                 "member_assignment": m.assignment,
             }
-            for m in (summary.members if summary is not None else ())
+            for m in summary.members
         ],
     }
 
 
 def handle_describe_groups(services: GroupServices, context: RequestContext, request: Any) -> Any:
     header = context.header
-    coordinator, store = _coordinator(services), _offsets(services)
+    coordinator = _coordinator(services)
     include_operations = bool(getattr(request, "include_authorized_operations", False))
-    described = [(group_id, *coordinator.describe_group(group_id)) for group_id in request.groups]
-
-    async def answer() -> Any:
-        groups = []
-        for group_id, error, summary in described:
-            if error is ErrorCode.none and summary is None:
-                # No members here: Empty if ZooKeeper holds its offsets, else Dead (Kafka's answer
-                # for a group it does not know).
-                try:
-                    state = "Empty" if await store.group_exists(group_id) else "Dead"
-                    summary = GroupSummary(state, "", "", ())
-                except ZkError as e:
-                    log.warning("cannot look up group %s in ZooKeeper: %s", group_id, e)
-                    error = ErrorCode.coordinator_not_available
-            entry = _described(group_id, error, summary)
-            entry["authorized_operations"] = (
-                GROUP_AUTHORIZED_OPERATIONS if include_operations else AUTHORIZED_OPERATIONS_OMITTED
-            )
-            groups.append(entry)
-        return build_response(header, {"throttle_time": 0, "groups": groups})
-
-    return answer()
+    groups = []
+    for group_id in request.groups:
+        error, summary = coordinator.describe_group(group_id)
+        entry = _described(group_id, error, summary)
+        entry["authorized_operations"] = (
+            GROUP_AUTHORIZED_OPERATIONS if include_operations else AUTHORIZED_OPERATIONS_OMITTED
+        )
+        groups.append(entry)
+    return build_response(header, {"throttle_time": 0, "groups": groups})
 
 
 def handle_delete_groups(services: GroupServices, context: RequestContext, request: Any) -> Any:
-    """Delete groups without members, with their committed offsets. A group with offsets in
-    ZooKeeper but no members here is deleted too; one with neither is GROUP_ID_NOT_FOUND."""
+    """Delete Empty groups with their committed offsets (tombstones in the offsets topic)."""
     header = context.header
-    coordinator, store = _coordinator(services), _offsets(services)
     names = list(dict.fromkeys(request.groups_names))
-    decided = coordinator.delete_groups(names)
-
-    async def answer() -> Any:
-        results = []
-        for group_id in names:
-            error = decided[group_id]
-            if error in (ErrorCode.none, ErrorCode.group_id_not_found):
-                try:
-                    if await store.delete_group(group_id):
-                        error = ErrorCode.none
-                except ZkError as e:
-                    log.warning("cannot delete group %s from ZooKeeper: %s", group_id, e)
-                    error = ErrorCode.coordinator_not_available
-            results.append({"group_id": group_id, "error_code": error})
-        return build_response(header, {"throttle_time": 0, "results": results})
-
-    return answer()
+    decided = _coordinator(services).delete_groups(names)
+    results = [{"group_id": group_id, "error_code": decided[group_id]} for group_id in names]
+    return build_response(header, {"throttle_time": 0, "results": results})

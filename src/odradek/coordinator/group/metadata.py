@@ -1,10 +1,13 @@
 """The group coordinator's data: group states, members, groups, timers, requests and results.
 
-`GroupMetadata` holds one group's membership and refuses a state change that
-`VALID_PREVIOUS_STATES` does not allow; `GroupCoordinator` (in `coordinator`, whose module
-docstring lists the states and what moves a group between them) decides when changes happen.
-Nothing here does I/O or reads a clock: times come in as milliseconds, and a `TimerQueue` only
-orders deadlines, leaving it to its owner to run the due ones.
+`GroupMetadata` holds one group's membership and its committed offsets (`offsets.GroupOffsets`),
+and refuses a state change that `VALID_PREVIOUS_STATES` does not allow; `GroupCoordinator` (in
+`coordinator`, whose module docstring lists the states and what moves a group between them)
+decides when changes happen. A group that only ever committed offsets (no member ever joined) is
+an Empty group without a protocol type, as in Kafka. `GroupStore` is how the membership half
+asks for a group's metadata to be persisted (the metadata manager appends it to the offsets
+topic). Nothing here does I/O or reads a clock: times come in as milliseconds, and a `TimerQueue`
+only orders deadlines, leaving it to its owner to run the due ones.
 
 Concurrency: like the coordinator that owns it, everything here is used only on the broker's event
 loop thread (or a test's thread); callbacks stored on members are invoked synchronously and must
@@ -17,18 +20,21 @@ import enum
 import heapq
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from odradek.coordinator.group.offsets import GroupOffsets
 from odradek.errors import GroupStateError
 
 log = logging.getLogger(__name__)
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
+CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 class GroupState(enum.Enum):
@@ -64,6 +70,7 @@ class GroupConfig:
             min_session_timeout_ms=config["group.min.session.timeout.ms"],
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            max_size=config["group.max.size"],
         )
 
 
@@ -282,6 +289,7 @@ class GroupMetadata:
     new_member_added: bool = False
     join_operation: JoinOperation | None = None
     sync_timer: Timer | None = None
+    offsets: GroupOffsets = field(default_factory=GroupOffsets)
 
     def transition_to(self, state: GroupState, now_ms: int) -> None:
         if self.state not in VALID_PREVIOUS_STATES[state]:
@@ -477,3 +485,59 @@ class GroupMetadata:
 
     def overview(self) -> GroupOverview:
         return GroupOverview(self.group_id, self.protocol_type or "", self.state.value)
+
+    def subscribed_topics(self) -> frozenset[str] | None:
+        """The topics the members subscribe to, for a "consumer" group whose protocol is chosen
+        and whose every subscription parses; None when unknown (then no offset of a Stable group
+        expires, as in Kafka)."""
+        if self.protocol_type != CONSUMER_PROTOCOL_TYPE or not self.protocol_name:
+            return None
+        topics: set[str] = set()
+        for member in self.members.values():
+            try:
+                topics.update(consumer_subscription_topics(member.metadata_for(self.protocol_name)))
+            except (GroupStateError, ValueError):
+                return None
+        return frozenset(topics)
+
+    def is_subscribed_to(self, topic: str) -> bool:
+        """Kafka's isSubscribedToTopic: unknown subscriptions count as subscribed."""
+        topics = self.subscribed_topics()
+        return topics is None or topic in topics
+
+
+class GroupStore(Protocol):
+    """Persists a group's metadata (the metadata manager: an append to the offsets topic)."""
+
+    def store_group(
+        self,
+        group: GroupMetadata,
+        assignment: Mapping[str, bytes],
+        callback: Callable[[ErrorCode], None],
+    ) -> None:
+        """Write the group's generation, members and `assignment`; `callback` gets NONE once the
+        record is committed, or the error to answer (maybe synchronously, maybe later)."""
+        ...
+
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+
+
+def consumer_subscription_topics(metadata: bytes) -> list[str]:
+    """The topics of a consumer's subscription (Kafka's ConsumerProtocolSubscription: an int16
+    version, then an int32 count of int16-length topic names, in every version). ValueError if
+    it does not parse."""
+    try:
+        (count,) = _INT32.unpack_from(metadata, 2)
+        position, topics = 6, []
+        for _ in range(count):
+            (length,) = _INT16.unpack_from(metadata, position)
+            position += 2
+            if length < 0 or position + length > len(metadata):
+                raise ValueError("a topic name runs past the subscription")
+            topics.append(metadata[position : position + length].decode("utf-8"))
+            position += length
+    except (struct.error, UnicodeDecodeError) as e:
+        raise ValueError(f"not a consumer subscription: {e}") from None
+    return topics

@@ -5,10 +5,17 @@ table is in `coordinator`'s docstring) once a request has been validated: it add
 removes members, runs the join barrier (Kafka's `InitialDelayedJoin` and `DelayedJoin`), starts a
 generation and hands out the leader's assignment, and expires members whose session or sync
 deadline passed (Kafka's heartbeat purgatory). `GroupCoordinator` (in `coordinator`) extends it
-with the API-facing half: placement, validation, and one method per group API.
+with the API-facing half: ownership, validation, and one method per group API.
+
+Persistence: a new generation's metadata (members, assignment) is written through the
+`GroupStore` (the metadata manager appends it to the offsets topic) before anyone learns the
+assignment: the leader's SyncGroup and its followers' are answered once the record is committed
+(or with the store's error, and the group rebalances again), a generation that leaves the group
+Empty is written too, and so is a static member's new member id. A coordinator that takes over
+the group after a failover reads that record back and keeps the generation and static members.
 
 Timers are deadlines on the injected clock, kept in one `TimerQueue`; `expire_timers()` runs the
-due ones. Nothing here does I/O.
+due ones. Nothing here does I/O; the store answers through a callback.
 
 Concurrency: every method runs on the broker's event loop thread (or a test's thread); callbacks
 are invoked synchronously from inside these methods and must not block.
@@ -28,6 +35,7 @@ from odradek.coordinator.group.metadata import (
     GroupConfig,
     GroupMetadata,
     GroupState,
+    GroupStore,
     JoinCallback,
     JoinOperation,
     JoinRequest,
@@ -51,10 +59,17 @@ class GroupRebalancer:
     Event-loop thread only.
     """
 
-    def __init__(self, config: GroupConfig, clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        config: GroupConfig,
+        clock_ms: Callable[[], int],
+        groups: dict[str, GroupMetadata],
+        store: GroupStore,
+    ) -> None:
         self.config = config
         self.clock_ms = clock_ms
-        self.groups: dict[str, GroupMetadata] = {}
+        self.groups = groups
+        self.store = store
         self._wakeup: asyncio.Event | None = None
         self._timers = TimerQueue(self._on_timer_scheduled)
 
@@ -236,6 +251,7 @@ class GroupRebalancer:
             raise InvariantError("a static member's rejoin without a group instance id")
         current_leader = group.leader_id or ""
         member = group.replace_static_member(instance_id, old_member_id, new_member_id)
+        old = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
         self._schedule_heartbeat_expiration(group, member, member.session_timeout_ms)
         group.update_member(
             member,
@@ -247,21 +263,48 @@ class GroupRebalancer:
         state = group.state
         if state is GroupState.STABLE:
             if group.protocol_name == group.select_protocol():
-                if request.supports_skip_assignment:
-                    is_leader = group.is_leader(new_member_id)
-                    result = group.join_result(new_member_id, skip_assignment=is_leader)
-                else:
-                    # Before v9 the old leader id is returned, so that a returning leader does not
-                    # compute an assignment that a Stable group would never hand out.
-                    result = JoinResult(
-                        ErrorCode.none,
-                        new_member_id,
-                        group.generation_id,
-                        group.protocol_type,
-                        group.protocol_name,
-                        current_leader,
-                    )
-                group.maybe_invoke_join_callback(member, result)
+                # Persist the new member id before answering: a coordinator that loads the group
+                # after a failover must know this member by it.
+                generation = group.generation_id
+                assignment = {m.member_id: m.assignment for m in group.members.values()}
+
+                def stored(error: ErrorCode) -> None:
+                    if (
+                        group.state is GroupState.DEAD
+                        or group.members.get(new_member_id) is not member
+                    ):
+                        return
+                    if error is not ErrorCode.none:
+                        log.warning(
+                            "group %s: storing static member %s's new id failed (%s); reverting",
+                            group.group_id,
+                            instance_id,
+                            error.name,
+                        )
+                        group.update_member(member, *old, None)
+                        group.replace_static_member(instance_id, new_member_id, old_member_id)
+                        self._schedule_heartbeat_expiration(
+                            group, member, member.session_timeout_ms
+                        )
+                        callback(JoinResult(error, UNKNOWN_MEMBER_ID, generation))
+                        return
+                    if request.supports_skip_assignment:
+                        is_leader = group.is_leader(new_member_id)
+                        result = group.join_result(new_member_id, skip_assignment=is_leader)
+                    else:
+                        # Before v9 the old leader id is returned, so that a returning leader does
+                        # not compute an assignment that a Stable group would never hand out.
+                        result = JoinResult(
+                            ErrorCode.none,
+                            new_member_id,
+                            group.generation_id,
+                            group.protocol_type,
+                            group.protocol_name,
+                            current_leader,
+                        )
+                    group.maybe_invoke_join_callback(member, result)
+
+                self.store.store_group(group, assignment, stored)
             else:
                 self._maybe_prepare_rebalance(
                     group, f"static member {instance_id} rejoined with other protocols"
@@ -376,6 +419,18 @@ class GroupRebalancer:
             log.info(
                 "group %s with generation %d is now empty", group.group_id, group.generation_id
             )
+            generation = group.generation_id
+
+            def stored(error: ErrorCode) -> None:
+                if error is not ErrorCode.none:
+                    log.warning(
+                        "storing empty group %s generation %d failed: %s",
+                        group.group_id,
+                        generation,
+                        error.name,
+                    )
+
+            self.store.store_group(group, {}, stored)
             return
         log.info(
             "stabilized group %s generation %d (%s) with %d members",

@@ -6,7 +6,9 @@ second is refused.
 
 Topic configs (`/config/topics/<topic>`) override the broker's defaults. Only the configs this broker
 implements are accepted; anything else is INVALID_CONFIG with the reason, so that nobody believes a
-setting took effect when it did not.
+setting took effect when it did not. `cleanup.policy` is a LIST config as in Kafka (`delete`,
+`compact`, `compact,delete`, or empty), so IncrementalAlterConfigs' APPEND and SUBTRACT apply to
+it; its value is a tuple of the items in the order given, duplicates dropped.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def collides(name: str, existing: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class TopicConfigDef:
     name: str
-    kind: str  # int | long | bool | enum
+    kind: str  # int | long | bool | enum | list (comma-separated items, each one of `allowed`)
     broker_default: Callable[[KafkaConfig], Any]
     allowed: tuple[str, ...] = ()
     minimum: int | None = None
@@ -98,7 +100,10 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             "unclean.leader.election.enable", "bool", lambda c: c["unclean.leader.election.enable"]
         ),
         TopicConfigDef(
-            "cleanup.policy", "enum", lambda c: c["log.cleanup.policy"], allowed=("delete",)
+            "cleanup.policy",
+            "list",
+            lambda c: parse_topic_config_value("cleanup.policy", c["log.cleanup.policy"]),
+            allowed=("compact", "delete"),
         ),
     ]
 }
@@ -134,11 +139,29 @@ def parse_topic_config_value(name: str, raw: str | None) -> Any:
                 f"invalid value {raw!r} for {name}: expected true or false"
             )
         return text.lower() == "true"
+    if definition.kind == "list":
+        items = tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))
+        unknown = [item for item in items if item not in definition.allowed]
+        if unknown:
+            raise InvalidConfigurationError(
+                f"invalid value {raw!r} for {name}: {', '.join(unknown)} is not one of "
+                f"{', '.join(definition.allowed)}"
+            )
+        return items
     if text not in definition.allowed:
         raise InvalidConfigurationError(
             f"invalid value {raw!r} for {name}: supported values are {', '.join(definition.allowed)}"
         )
     return text
+
+
+def config_value_text(value: Any) -> str:
+    """A parsed config value as Kafka writes it: lower-case booleans, comma-joined lists."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
@@ -182,4 +205,5 @@ def log_config_for(broker_config: KafkaConfig, overrides: Mapping[str, str]) -> 
         message_timestamp_after_max_ms=values["message.timestamp.after.max.ms"],
         message_timestamp_difference_max_ms=values["message.timestamp.difference.max.ms"],
         decompressed_limit=broker_config["socket.request.max.bytes"],
+        cleanup_policy=values["cleanup.policy"],
     )

@@ -1,0 +1,222 @@
+"""Throughput over TLS and SASL_SSL against PLAINTEXT in the same run, and TLS handshakes per second.
+
+Starts one local cluster whose brokers have a PLAINTEXT, an SSL and a SASL_SSL (SCRAM-SHA-512)
+listener (brokers replicate over their INTERNAL SASL_SSL listener), then, for each record size,
+runs the same confluent-kafka produce and consume load (`bench/throughput.py`) through each
+listener and prints one JSON object per size with the three results and the ratios to
+PLAINTEXT. Then it measures connection set-up: TLS handshakes per second on the SSL listener, and
+SCRAM-SHA-512 logins per second (TLS handshake, SaslHandshake, two SaslAuthenticate round trips) on
+the SASL_SSL listener, from `--connectors` client threads, each connection then sending ApiVersions.
+
+The authorizer is off here (no `authorizer.class.name`): the figures are the cost of encryption and
+authentication; an ACL check is a dictionary lookup per request.
+
+    ./dev bench security --records 300000 --sizes 100,1024
+    ./dev bench security --brokers 3 --replication-factor 3 --acks all --records 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import ssl
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import throughput  # bench/throughput.py: the same load for every listener
+
+LISTENERS = ("SASL_SSL", "INTERNAL", "PLAINTEXT", "SSL")
+
+
+def client_settings(setup, protocol: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    if protocol == "PLAINTEXT":
+        return {}
+    settings = {"security.protocol": protocol, "ssl.ca.location": str(setup.pki.ca_certificate)}
+    if protocol == "SASL_SSL":
+        settings.update(setup.librdkafka_properties("admin"))
+    return settings
+
+
+def connect_rate(
+    address: tuple[str, int], context: ssl.SSLContext, login, connectors: int, seconds: float
+) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Connections per second: TLS handshake (+ `login(sock)`), then one ApiVersions."""
+    from odradek.protocol.build import build
+    from odradek.protocol.codec import ApiKey, encode_request, request_class
+
+    api_versions = encode_request(
+        ApiKey.API_VERSIONS, 3, 1, "bench", build(request_class(ApiKey.API_VERSIONS, 3), {})
+    )
+    counts = [0] * connectors
+    failures = [0] * connectors
+    stop = time.monotonic() + seconds
+
+    def work(index: int) -> None:
+        while time.monotonic() < stop:
+            try:
+                raw = socket.create_connection(address, timeout=10)
+                with context.wrap_socket(raw, server_hostname=address[0]) as sock:
+                    if login is not None:
+                        login(sock)
+                    sock.sendall(api_versions)
+                    size = int.from_bytes(_read(sock, 4), "big")
+                    _read(sock, size)
+                counts[index] += 1
+            except OSError:
+                failures[index] += 1
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(connectors)]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - started
+    return {
+        "per_s": sum(counts) / elapsed,
+        "connections": sum(counts),
+        "failed": sum(failures),
+        "connectors": connectors,
+    }
+
+
+def _read(sock: ssl.SSLSocket, count: int) -> bytes:
+    data = bytearray()
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return bytes(data)
+
+
+def scram_login(user: str, password: str):  # type: ignore[no-untyped-def]
+    from odradek.protocol.build import build
+    from odradek.protocol.codec import ApiKey, decode_response, encode_request, request_class
+    from odradek.security.sasl_scram import ScramClient
+    from odradek.security.scram import ScramMechanism
+
+    def exchange(sock: ssl.SSLSocket, api_key: int, version: int, values: dict) -> object:  # type: ignore[type-arg]
+        request = build(request_class(api_key, version), values)
+        sock.sendall(encode_request(api_key, version, 1, "bench", request))
+        size = int.from_bytes(_read(sock, 4), "big")
+        return decode_response(api_key, version, _read(sock, size))[1]
+
+    def login(sock: ssl.SSLSocket) -> None:
+        client = ScramClient(ScramMechanism.SCRAM_SHA_512, user, password)
+        exchange(sock, ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-512"})
+        first = exchange(sock, 36, 2, {"auth_bytes": client.first_message()})
+        final = client.final_message(bytes(first.auth_bytes))  # type: ignore[attr-defined]
+        answer = exchange(sock, 36, 2, {"auth_bytes": final})
+        if answer.error_code != 0:  # type: ignore[attr-defined]
+            raise OSError(f"login failed: {answer.error_message}")  # type: ignore[attr-defined]
+
+    return login
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--brokers", type=int, default=1)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--sizes", default="100,1024")
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--replication-factor", type=int, default=1)
+    parser.add_argument("--acks", default="1")
+    parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--connectors", type=int, default=4, help="threads opening connections")
+    parser.add_argument("--connect-seconds", type=float, default=10.0)
+    args = parser.parse_args()
+
+    from odradek.testing.secure import bootstrap, start_secure_cluster
+
+    directory = Path(tempfile.mkdtemp(prefix="odradek-bench-security-"))
+    cluster, setup = start_secure_cluster(
+        directory, args.brokers, listeners=LISTENERS, overrides={"authorizer.class.name": ""}
+    )
+    try:
+        for size in [int(s) for s in args.sizes.split(",")]:
+            results = {}
+            for protocol in ("PLAINTEXT", "SSL", "SASL_SSL"):
+                servers = bootstrap(cluster, protocol)
+                throughput.CLIENT_SETTINGS = client_settings(setup, protocol)
+                topic = f"bench-{protocol.lower()}-{size}-{uuid.uuid4().hex[:6]}"
+                throughput.create_topic(
+                    servers, topic, args.partitions, args.replication_factor, {}
+                )
+                produced = throughput.produce(
+                    servers, topic, args.records, size, args.acks, args.linger_ms
+                )
+                consumed = throughput.consume(servers, topic, args.partitions, args.records, size)
+                results[protocol] = {
+                    "produce": {k: round(v, 2) for k, v in produced.items()},
+                    "consume": {k: round(v, 2) for k, v in consumed.items()},
+                }
+            plain = results["PLAINTEXT"]
+            ratios = {
+                protocol: {
+                    step: round(
+                        results[protocol][step]["records_per_s"] / plain[step]["records_per_s"], 2
+                    )
+                    for step in ("produce", "consume")
+                }
+                for protocol in ("SSL", "SASL_SSL")
+            }
+            print(
+                json.dumps(
+                    {
+                        "bench": "security_throughput",
+                        "brokers": args.brokers,
+                        "record_bytes": size,
+                        "records": args.records,
+                        "partitions": args.partitions,
+                        "replication_factor": args.replication_factor,
+                        "acks": args.acks,
+                        "results": results,
+                        "ratio_to_plaintext": ratios,
+                    }
+                ),
+                flush=True,
+            )
+        first = cluster.brokers[0]
+        context = ssl.create_default_context(cafile=str(setup.pki.ca_certificate))
+        tls = connect_rate(
+            (first.host, first.listeners["SSL"]),
+            context,
+            None,
+            args.connectors,
+            args.connect_seconds,
+        )
+        logins = connect_rate(
+            (first.host, first.listeners["SASL_SSL"]),
+            context,
+            scram_login("admin", setup.passwords["admin"]),
+            args.connectors,
+            args.connect_seconds,
+        )
+        print(
+            json.dumps(
+                {
+                    "bench": "security_connections",
+                    "tls_handshakes": {k: round(v, 1) for k, v in tls.items()},
+                    "sasl_ssl_scram_sha_512_logins": {k: round(v, 1) for k, v in logins.items()},
+                    "tls": ssl.OPENSSL_VERSION,
+                }
+            ),
+            flush=True,
+        )
+    finally:
+        cluster.down()
+
+
+if __name__ == "__main__":
+    main()
