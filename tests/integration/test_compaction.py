@@ -205,13 +205,15 @@ def alter_topic(cluster: LocalCluster, topic: str, configs: dict[str, str]) -> N
             for k, v in configs.items()
         ],
     )
-    futures = admin(cluster).incremental_alter_configs([resource])
+    client = admin(cluster)
+    futures = client.incremental_alter_configs([resource])
     futures[resource].result(timeout=CLIENT_TIMEOUT_S)
 
 
 def describe_topic(cluster: LocalCluster, topic: str) -> dict[str, str]:
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    entries = admin(cluster).describe_configs([resource])[resource].result(timeout=CLIENT_TIMEOUT_S)
+    client = admin(cluster)  # kept alive until the answer is in
+    entries = client.describe_configs([resource])[resource].result(timeout=CLIENT_TIMEOUT_S)
     return {name: entry.value for name, entry in entries.items()}
 
 
@@ -262,7 +264,7 @@ def test_tombstones_go_after_delete_retention(cluster: LocalCluster) -> None:
 def test_compact_delete_also_applies_retention(cluster: LocalCluster) -> None:
     hour_ago = int(time.time() * 1000) - 3_600_000
     written = [
-        Rec(f"k{i % 10}".encode(), f"old-{i}".encode().ljust(100, b"."), timestamp=hour_ago + i)
+        Rec(f"k{i % 10}".encode(), f"old-{i}".encode().ljust(50, b"."), timestamp=hour_ago + i)
         for i in range(200)
     ]
     topics = {}
@@ -270,12 +272,12 @@ def test_compact_delete_also_applies_retention(cluster: LocalCluster) -> None:
         topic = unique_topic(policy.replace(",", "-"))
         configs = {
             "cleanup.policy": policy,
-            "segment.bytes": "4096",
+            "segment.bytes": "8192",
             "min.cleanable.dirty.ratio": "1",  # the cleaner leaves both alone
             "retention.ms": "60000",
         }
         create_topic(cluster.bootstrap_servers, topic, replication_factor=2, configs=configs)
-        produce("confluent", cluster.bootstrap_servers, topic, 0, written, linger_ms=0)
+        write("confluent", cluster.bootstrap_servers, topic, [written[:100], written[100:]])
         topics[policy] = topic
 
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "ret"})
@@ -289,7 +291,7 @@ def test_compact_delete_also_applies_retention(cluster: LocalCluster) -> None:
 
         # Retention deletes every segment but the active one of the compact,delete topic.
         wait_until(
-            lambda: earliest(topics["compact,delete"]) > 100,
+            lambda: earliest(topics["compact,delete"]) > 0,
             CLEANING_TIMEOUT_S,
             "retention to delete the old segments of the compact,delete topic",
             interval=0.3,
@@ -448,10 +450,10 @@ def test_the_coordinator_loads_a_cleaned_offsets_partition(cluster: LocalCluster
     def committed() -> dict[int, int]:
         reader = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": group})
         try:
-            found = reader.committed(
-                [TopicPartition(topic, p) for p in range(3)], timeout=CLIENT_TIMEOUT_S
-            )
+            found = reader.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
             return {tp.partition: tp.offset for tp in found}
+        except KafkaException:
+            return {}  # the coordinator is moving (asked again until the deadline)
         finally:
             reader.close()
 
