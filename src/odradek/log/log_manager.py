@@ -238,10 +238,15 @@ class LogManager:
     ) -> Log:
         """The partition's log, created empty in the log directory holding the fewest logs
         when it does not exist yet. `config` (the topic's, if the caller knows it better than
-        this manager) only applies to a newly created log."""
+        this manager) becomes the log's config, also for a log loaded at start-up: start-up
+        opens logs before the topic configs are read from ZooKeeper, so without it a restarted
+        broker would keep the broker defaults (a compacted topic would be neither cleaned nor
+        spared by retention) until the topic's config next changed."""
         key = (topic, partition)
         log = self._logs.get(key)
         if log is not None:
+            if config is not None and log.config != config:
+                log.config = config
             return log
         name = log_dir_name(topic, partition)
         log_dir = min(self.log_dirs, key=lambda d: self._log_counts.get(d, 0))
