@@ -285,9 +285,18 @@ class Cleaner:
         start = job.first_dirty_offset
         dirty = [s for s in job.segments if s.next_base_offset > start]
         dirty_bytes = sum(s.size for s in dirty)
-        # A map as large as the section could need (every record a new key), within the budget:
-        # a small log touches a few pages of the map instead of all of them.
-        self.offset_map.clear(max(dirty_bytes // _MIN_RECORD_BYTES * 10 // 9, 16))
+        # The section holds at most one record per offset and per _MIN_RECORD_BYTES bytes: a
+        # map that large (every record a new key; the budget caps it) is never full before the
+        # section is mapped, and touches no more pages than it needs (a fresh page costs a
+        # fault, which dominated mapping when the map was sized by bytes alone).
+        dirty_offsets = sum(
+            max(
+                min(s.next_base_offset, job.first_uncleanable_offset) - max(s.base_offset, start), 0
+            )
+            for s in dirty
+        )
+        most_records = min(dirty_bytes // _MIN_RECORD_BYTES, dirty_offsets)
+        self.offset_map.clear(max(most_records * 10 // 9 + 1, 16))
         for segment in dirty:
             position = job.map_start_position if segment.base_offset <= start else 0
             if self._map_segment(job, segment, start, position, stats, check_abort):
