@@ -37,8 +37,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -156,7 +154,6 @@ class LogCleaner:
         self._executor = ThreadPoolExecutor(
             max_workers=self.config.threads,
             thread_name_prefix="odradek-log-cleaner",
-            initializer=_lower_thread_priority,
         )
         for i in range(self.config.threads):
             cleaner = Cleaner(
@@ -320,23 +317,6 @@ class LogCleaner:
 
         handle = self._loop.call_later(delay_ms / 1000, delete)
         self._pending_deletes[key] = (handle, segments)
-
-
-CLEANER_THREAD_NICENESS = 10
-"""How much lower than the event loop's the cleaner threads' CPU priority is (Linux `nice`)."""
-
-
-def _lower_thread_priority() -> None:
-    """Cleaner threads, once at their start: on a busy machine the event loop (requests) gets
-    the CPU before cleaning does, as background work should. The native passes hold no GIL, so
-    a descheduled cleaner thread holds nothing the loop waits for. Best effort: only Linux
-    gives threads their own priority."""
-    try:
-        thread_id = threading.get_native_id()
-        current = os.getpriority(os.PRIO_PROCESS, thread_id)
-        os.setpriority(os.PRIO_PROCESS, thread_id, min(current + CLEANER_THREAD_NICENESS, 19))
-    except (AttributeError, OSError) as e:
-        logger.debug("cannot lower the cleaner thread's priority: %s", e)
 
 
 def _delete_segments(segments: list[LogSegment]) -> None:
