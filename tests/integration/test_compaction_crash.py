@@ -10,9 +10,9 @@ cleaning, as a power cut or an OOM kill would stop it there. For each step, on o
    through IncrementalAlterConfigs: the cleaner starts, and the broker dies at the step;
 3. the broker is started again without it. Read from the beginning with confluent-kafka, the log
    must be consistent: offsets increase (no record twice), every record is the one the producer
-   wrote at that offset, every key's latest record is there (none lost), and no `.cleaned` or
-   `.swap` file is left; then the cleaning, started again, ends with exactly the latest record
-   of each key.
+   wrote at that offset, and every key's latest record is there (none lost); then the cleaning,
+   started again, ends with exactly the latest record of each key and no `.cleaned` or `.swap`
+   file left.
 """
 
 from __future__ import annotations
@@ -105,7 +105,6 @@ def test_a_crash_at_each_swap_step_leaves_a_consistent_log(
     wait_until(lambda: port_is_free(broker.port, broker.host), 30, "the broker's port to be free")
     cluster.start_broker(BROKER, timeout=START_TIMEOUT_S)
     wait_until_serving(cluster.bootstrap_servers)
-    assert leftovers(cluster, topic) == []
     got = read_all(cluster.bootstrap_servers, topic)
     offsets = [offset for offset, _key, _value in got]
     assert offsets == sorted(set(offsets)), "an offset is present twice or out of order"
@@ -121,3 +120,6 @@ def test_a_crash_at_each_swap_step_leaves_a_consistent_log(
         f"{topic} to be cleaned after the restart",
         interval=0.5,
     )
+    # (Not checked at the restart: the cleaning starts again at once and writes new .cleaned
+    # files; once it is done, nothing of either cleaning may be left.)
+    assert leftovers(cluster, topic) == []
