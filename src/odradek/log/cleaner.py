@@ -39,19 +39,33 @@ stopping.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek.errors import CorruptRecordError
+from odradek.log.cleaner_transactions import (
+    LastRecord,
+    TransactionPlan,
+    plan_transactions,
+    scan_segment,
+)
 from odradek.log.config import LogConfig
 from odradek.log.naming import CLEANED_SUFFIX
 from odradek.log.segment import LogSegment
-from odradek.log.segment_swap import crash_point, delete_cleaned_files, segment_paths
+from odradek.log.segment_swap import (
+    crash_point,
+    delete_cleaned_files,
+    segment_paths,
+    txn_index_path,
+)
+from odradek.log.transaction_index import AbortedTxn
 from odradek.protocol.compaction import (
     BatchDecisions,
     IndexBuilder,
@@ -59,6 +73,7 @@ from odradek.protocol.compaction import (
     filter_buffer,
     map_buffer,
 )
+from odradek.protocol.record_batch import BatchHeader
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +121,12 @@ class LogToClean:
     """Where in the segment holding first_dirty_offset its batches start (from the index)."""
     needs_compaction_now: bool = False
     """Dirty data is older than max.compaction.lag.ms: clean whatever the dirty ratio."""
+    aborted_txns: tuple[AbortedTxn, ...] = ()
+    """The log's aborted transactions overlapping the segments (its `.txnindex` entries)."""
+    active_producers: Mapping[int, LastRecord] = field(default_factory=dict)
+    """The last record of each live producer, from the producer state (`cleaner_transactions`)."""
     decisions: BatchDecisions | None = None
+    """Per-batch actions; the cleaner fills them from the two fields above."""
 
     @property
     def clean_bytes(self) -> int:
@@ -254,6 +274,8 @@ class Cleaner:
         CleaningAbortedError, CorruptRecordError (data the cleaner cannot read) or OSError."""
         stats = CleanerStats()
         try:
+            plan = self._plan_transactions(job, now_ms, check_abort)
+            job = dataclasses.replace(job, decisions=plan.decisions or None)
             end_offset = self._build_offset_map(job, stats, check_abort)
             stats.map_done = time.monotonic()
             stats.end_offset = end_offset
@@ -267,7 +289,7 @@ class Cleaner:
             )
             for group in groups:
                 check_abort()
-                size = self._clean_group(job, group, now_ms, stats, check_abort)
+                size = self._clean_group(job, group, plan, now_ms, stats, check_abort)
                 check_abort()
                 if not swap(job, group, size):
                     raise CleaningAbortedError(f"{job.topic_partition}: the swap was refused")
@@ -276,6 +298,28 @@ class Cleaner:
             self._restore_buffers()
         stats.finished = time.monotonic()
         return stats
+
+    # -- transactions ------------------------------------------------------------------------------
+
+    def _plan_transactions(
+        self, job: LogToClean, now_ms: int, check_abort: Callable[[], None]
+    ) -> TransactionPlan:
+        """Walk the batch headers of every segment of the job (see `cleaner_transactions`)."""
+
+        def batches() -> Iterator[tuple[BatchHeader, int | None]]:
+            for segment in job.segments:
+                check_abort()
+                fd = self._open(job, segment)
+                try:
+                    yield from scan_segment(
+                        functools.partial(_pread_exactly, fd),
+                        segment.size,
+                        f"{job.topic_partition}: {segment.path.name}",
+                    )
+                finally:
+                    os.close(fd)
+
+        return plan_transactions(batches(), job.aborted_txns, job.active_producers, now_ms)
 
     # -- the offset map ----------------------------------------------------------------------------
 
@@ -357,11 +401,13 @@ class Cleaner:
         self,
         job: LogToClean,
         group: Sequence[SegmentToClean],
+        plan: TransactionPlan,
         now_ms: int,
         stats: CleanerStats,
         check_abort: Callable[[], None],
     ) -> int:
-        """Write the group's cleaned segment (`.cleaned` files, fsynced); returns its size."""
+        """Write the group's cleaned segment (`.cleaned` files, fsynced, with a `.txnindex` when
+        aborted transactions whose marker it holds stay); returns its size."""
         base_offset = group[0].base_offset
         log_path, index_path, time_index_path = segment_paths(
             job.directory, base_offset, CLEANED_SUFFIX
@@ -387,6 +433,18 @@ class Cleaner:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:
                     _write_all(fd, entries)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            entries = plan.index_entries(base_offset, group[-1].next_base_offset)
+            if entries:
+                fd = os.open(
+                    txn_index_path(job.directory, base_offset, CLEANED_SUFFIX),
+                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                    0o644,
+                )
+                try:
+                    _write_all(fd, b"".join(entry.encode() for entry in entries))
                     os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -501,6 +559,14 @@ class Cleaner:
             self._read_buffer = bytearray(self.io_buffer_size)
         if len(self._write_buffer) > self.io_buffer_size:
             self._write_buffer = bytearray(self.io_buffer_size)
+
+
+def _pread_exactly(fd: int, length: int, position: int) -> bytes:
+    data = os.pread(fd, length, position)
+    if len(data) < length:
+        # A sealed segment only shrinks when it is truncated: the cleaning is moot.
+        raise CleaningAbortedError(f"a segment shrank below {position + len(data)} bytes")
+    return data
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:

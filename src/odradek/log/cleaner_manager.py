@@ -11,9 +11,9 @@ lowers it to the truncation offset.
 Choosing a log (`grab_filthiest_log`), for every log whose cleanup.policy has compact and that is
 not being cleaned or marked uncleanable:
 
-* the cleanable range ends at the first uncleanable offset: the smallest of the partition's high
-  watermark (`stable_offset_of`: nothing not yet replicated is cleaned; transactions will make it
-  the last stable offset), the active segment's base offset (the active segment is never
+* the cleanable range ends at the first uncleanable offset: the smallest of the partition's last
+  stable offset (`stable_offset_of`: nothing not yet replicated, and no transaction not yet
+  decided, is cleaned), the active segment's base offset (the active segment is never
   cleaned) and the base offset of the first dirty segment whose newest record is younger than
   min.compaction.lag.ms; rounded down to the start of its segment;
 * its dirty ratio is the bytes of the segments from the first dirty offset to there, over those
@@ -41,6 +41,7 @@ from pathlib import Path
 from odradek.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
 from odradek.log.checkpoints import OffsetCheckpointFile
 from odradek.log.cleaner import CleaningAbortedError, LogToClean, SegmentToClean
+from odradek.log.cleaner_transactions import last_records_of_active_producers
 from odradek.log.log import Log
 from odradek.log.naming import CLEANER_OFFSET_CHECKPOINT
 from odradek.log.segment import LogSegment
@@ -317,4 +318,10 @@ class LogCleanerManager:
             first_uncleanable_offset=candidate.first_uncleanable_offset,
             map_start_position=map_start_position,
             needs_compaction_now=candidate.needs_compaction_now,
+            aborted_txns=tuple(
+                log.collect_aborted_transactions(
+                    segments[0].base_offset, candidate.first_uncleanable_offset
+                )
+            ),
+            active_producers=last_records_of_active_producers(log.producer_state),
         )

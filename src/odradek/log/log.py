@@ -694,6 +694,7 @@ class Log:
         for segment in old:
             segment.release()
         swap_in(self._dir, base_offset, list(old))
+        self._txn_index.replaced([segment.base_offset for segment in old], base_offset)
         cleaned = LogSegment(
             self._dir,
             base_offset,

@@ -57,7 +57,7 @@ from odradek.log.cleaner_manager import LogCleanerManager
 from odradek.log.log import Log
 from odradek.log.log_manager import LogManager
 from odradek.log.segment import LogSegment
-from odradek.log.segment_swap import crash_point, delete_cleaned_files
+from odradek.log.segment_swap import crash_point, delete_cleaned_files, delete_replaced_txn_index
 from odradek.protocol.compaction import SLOT_SIZE, OffsetMap
 
 logger = logging.getLogger(__name__)
@@ -323,5 +323,6 @@ def _delete_segments(segments: list[LogSegment]) -> None:
     for segment in segments:
         try:
             segment.delete()
+            delete_replaced_txn_index(segment.log_path.parent, segment.base_offset)
         except OSError as e:
             logger.warning("cannot delete %s: %s", segment.log_path, e)

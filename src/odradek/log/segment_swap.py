@@ -56,10 +56,11 @@ from odradek.log.naming import (
     index_file_name,
     log_file_name,
     parse_segment_file_name,
-    parse_suffixed_segment_file_name,
     time_index_file_name,
 )
 from odradek.log.segment import LogSegment
+from odradek.log.transaction_index import SUFFIX as TXN_INDEX_SUFFIX
+from odradek.log.transaction_index import txn_index_file_name
 
 logger = logging.getLogger(__name__)
 
@@ -100,6 +101,11 @@ def segment_paths(directory: Path, base_offset: int, suffix: str = "") -> tuple[
     )
 
 
+def txn_index_path(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    """The segment's `.txnindex` (aborted transactions), with `suffix` after it."""
+    return directory / (txn_index_file_name(base_offset) + suffix)
+
+
 def _rename_all(directory: Path, base_offset: int, old: str, new: str, step: str) -> None:
     sources = segment_paths(directory, base_offset, old)
     targets = segment_paths(directory, base_offset, new)
@@ -107,6 +113,17 @@ def _rename_all(directory: Path, base_offset: int, old: str, new: str, step: str
         os.rename(source, target)
         if i == 0:
             crash_point(step)
+    _rename_if_present(
+        txn_index_path(directory, base_offset, old), txn_index_path(directory, base_offset, new)
+    )
+
+
+def _rename_if_present(source: Path, target: Path) -> None:
+    """Rename an optional file (a `.txnindex` exists only once its segment has an entry)."""
+    try:
+        os.rename(source, target)
+    except FileNotFoundError:
+        pass
 
 
 def swap_in(directory: Path, base_offset: int, old_segments: list[LogSegment]) -> None:
@@ -118,6 +135,10 @@ def swap_in(directory: Path, base_offset: int, old_segments: list[LogSegment]) -
     crash_point("swapped")
     for i, segment in enumerate(old_segments):
         segment.change_file_suffix(DELETED_SUFFIX)
+        _rename_if_present(
+            txn_index_path(directory, segment.base_offset),
+            txn_index_path(directory, segment.base_offset, DELETED_SUFFIX),
+        )
         if i == 0:
             crash_point("deleted-one")
     crash_point("deleted")
@@ -130,6 +151,12 @@ def delete_cleaned_files(directory: Path, base_offset: int) -> None:
     """Remove what step 0 wrote (an aborted cleaning)."""
     for path in segment_paths(directory, base_offset, CLEANED_SUFFIX):
         path.unlink(missing_ok=True)
+    txn_index_path(directory, base_offset, CLEANED_SUFFIX).unlink(missing_ok=True)
+
+
+def delete_replaced_txn_index(directory: Path, base_offset: int) -> None:
+    """Remove a replaced segment's `.txnindex.deleted` (with its other `.deleted` files)."""
+    txn_index_path(directory, base_offset, DELETED_SUFFIX).unlink(missing_ok=True)
 
 
 def complete_interrupted_swap(directory: Path) -> bool:
@@ -141,9 +168,9 @@ def complete_interrupted_swap(directory: Path) -> bool:
     swaps: list[tuple[int, Path]] = []
     with os.scandir(directory) as entries:
         for entry in entries:
-            if parse_suffixed_segment_file_name(entry.name, CLEANED_SUFFIX) is not None:
+            if _parse_suffixed(entry.name, CLEANED_SUFFIX) is not None:
                 cleaned.append(Path(entry.path))
-            elif (parsed := parse_suffixed_segment_file_name(entry.name, SWAP_SUFFIX)) is not None:
+            elif (parsed := _parse_suffixed(entry.name, SWAP_SUFFIX)) is not None:
                 swaps.append((parsed[0], Path(entry.path)))
     if not cleaned and not swaps:
         return False
@@ -166,7 +193,7 @@ def complete_interrupted_swap(directory: Path) -> bool:
         end = max(_next_offset(directory, base, path) for base, path in log_swaps)
         with os.scandir(directory) as entries:
             for entry in entries:
-                parsed = parse_segment_file_name(entry.name)
+                parsed = _parse(entry.name)
                 if parsed is not None and start <= parsed[0] < end:
                     logger.warning(
                         "%s: deleting %s, replaced by a swap a crash interrupted",
@@ -181,8 +208,24 @@ def complete_interrupted_swap(directory: Path) -> bool:
     return True
 
 
+def _parse(name: str) -> tuple[int, str] | None:
+    """(base offset, suffix) of a segment file name, its `.txnindex` included."""
+    if name.endswith(TXN_INDEX_SUFFIX):
+        stem = name[: -len(TXN_INDEX_SUFFIX)]
+        if stem.isdigit() and stem.isascii():
+            return int(stem), TXN_INDEX_SUFFIX
+        return None
+    return parse_segment_file_name(name)
+
+
+def _parse_suffixed(name: str, extra: str) -> tuple[int, str] | None:
+    if not name.endswith(extra):
+        return None
+    return _parse(name[: -len(extra)])
+
+
 def _base_offset(path: Path, suffix: str) -> int:
-    parsed = parse_suffixed_segment_file_name(path.name, suffix)
+    parsed = _parse_suffixed(path.name, suffix)
     return -1 if parsed is None else parsed[0]
 
 

@@ -104,6 +104,18 @@ class TransactionIndexes:
         with open(self._path(segment_base), "ab") as f:
             f.write(txn.encode())
 
+    def replaced(self, old_bases: Iterable[int], new_base: int) -> None:
+        """The log cleaner swapped the segment at `new_base` in for those at `old_bases`: its
+        `.txnindex` (when it has one) came with it and theirs were renamed away; read it."""
+        for base in old_bases:
+            if self._by_segment.pop(base, None) is not None:
+                self._bases.remove(base)
+        path = self._path(new_base)
+        entries = read_index_file(path) if path.exists() else []
+        if entries:
+            self._by_segment[new_base] = entries
+            bisect.insort(self._bases, new_base)
+
     def collect(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """Aborted transactions that overlap [fetch_offset, upper_bound)."""
         found = []

@@ -526,12 +526,14 @@ class Broker:
             self.log_cleaner.wake()
 
     def _cleanable_offset(self, topic: str, partition: int) -> int | None:
-        """Where the log cleaner must stop in a partition: its high watermark (nothing a new
-        leader could truncate is cleaned); None when this broker does not serve it."""
+        """Where the log cleaner must stop in a partition: its last stable offset (nothing a new
+        leader could truncate, and no transaction not yet decided, is cleaned: an open
+        transaction's records would be cleaned as if committed); None when this broker does not
+        serve it."""
         found = self.replica_manager.get_partition(topic, partition)
         if found is None or found.log is None:
             return None
-        return int(found.high_watermark)
+        return found.log.last_stable_offset(int(found.high_watermark))
 
     async def _publish_isr_changes(self, partitions: list[tuple[str, int]]) -> None:
         """One `/isr_change_notification` znode per chunk of changes: a znode (and the request
