@@ -3,11 +3,15 @@
 Rules: appends of random batches (keys from a small set so that they repeat, tombstones, every
 codec), rolls, time passing, cleanings (with an offset map small enough to fill up at times),
 cleanings that crash at a random step of a segment swap, clean and unclean restarts, and a
-follower-style truncation. After every step the invariants of `tests.unit.compacted_log` hold:
+follower-style truncation; and producers: an idempotent one and two transactional ones whose
+transactions commit or abort, retries of a producer's last batch (still de-duplicated after any
+cleaning and a restart that rebuilds the producer state from the log alone). After every step the invariants of `tests.unit.compacted_log` hold:
 offsets increase, every record read is the one appended at its offset, each key's latest value is
-there, a removed tombstone took every record of its key with it, indexes match the data. Once
-everything is rolled and cleaned with min.cleanable.dirty.ratio 0, the log holds exactly one record
-per key: its latest value, or its tombstone while the tombstone's horizon has not passed.
+there, a removed tombstone took every record of its key with it, indexes match the data, and the
+read_committed view holds no aborted or undecided record and each key's latest committed value.
+Once every transaction is decided and everything is rolled and cleaned with
+min.cleanable.dirty.ratio 0, the log holds exactly one record per key (its latest committed value,
+or its tombstone while the tombstone's horizon has not passed) and no aborted record.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from odradek.log.cleaner import Cleaner, Throttler
 from odradek.log.config import LogConfig
 from odradek.protocol.compaction import SLOT_SIZE, OffsetMap
 from odradek.protocol.record_batch import CompressionType
-from tests.unit.compacted_log import Harness, SimulatedCrash, abandon
+from tests.unit.compacted_log import Harness, Producer, SimulatedCrash, abandon
 
 KEYS = [b"k%d" % i for i in range(12)]
 
@@ -52,6 +56,11 @@ class CompactionMachine(RuleBasedStateMachine):
             min_cleanable_dirty_ratio=0.0,
         )
         self.h = Harness(self.root, config, map_bytes=SLOT_SIZE * map_slots)
+        self.producers = [
+            Producer(1000),
+            Producer(2000, transactional=True),
+            Producer(2001, transactional=True),
+        ]
 
     def teardown(self) -> None:
         if hasattr(self, "h") and not self.h.log.is_closed:
@@ -72,6 +81,44 @@ class CompactionMachine(RuleBasedStateMachine):
     )
     def append(self, records: list[tuple[bytes, bytes | None]], codec: CompressionType) -> None:
         self.h.append(records, codec)
+
+    @rule(
+        records=st.lists(
+            st.tuples(st.sampled_from(KEYS), st.none() | st.binary(min_size=1, max_size=20)),
+            min_size=1,
+            max_size=4,
+        ),
+        codec=st.sampled_from(list(CompressionType)),
+        which=st.integers(0, 2),
+    )
+    def produce(
+        self, records: list[tuple[bytes, bytes | None]], codec: CompressionType, which: int
+    ) -> None:
+        self.h.append(records, codec, self.producers[which])
+
+    @rule(which=st.integers(1, 2), commit=st.booleans())
+    def end_transaction(self, which: int, commit: bool) -> None:
+        producer = self.producers[which]
+        if producer.open_offsets:
+            self.h.end_txn(producer, commit)
+
+    @rule(which=st.integers(0, 2))
+    def retry_last_batch(self, which: int) -> None:
+        producer = self.producers[which]
+        if producer.last_batch is not None and (
+            not producer.transactional or producer.open_offsets
+        ):
+            self.h.retry_last_batch(producer)
+
+    @rule()
+    def restart_without_producer_snapshots(self) -> None:
+        """The producer state comes back from the (cleaned) log alone: an unclean restart whose
+        snapshots are lost (after a clean one without snapshots Kafka starts with no state)."""
+        abandon(self.h.log)
+        for path in self.h.dir.glob("*.snapshot"):
+            path.unlink()
+        self.h.log = self.h.open(clean=False)
+        self.h.manager = self.h.new_manager()
 
     @rule()
     def roll(self) -> None:
@@ -126,17 +173,23 @@ class CompactionMachine(RuleBasedStateMachine):
         if low >= self.h.log.log_end_offset:
             return
         offset = data.draw(st.integers(low, self.h.log.log_end_offset - 1))
+        if any(o >= offset for o in self.h.producer_offsets):
+            return  # the model does not follow producer state back through a truncation
         self.h.log.truncate_to(offset)
         end = self.h.log.log_end_offset
         self.h.appended = {o: v for o, v in self.h.appended.items() if o < end}
 
     @rule()
     def clean_everything(self) -> None:
+        for producer in self.producers:
+            if producer.open_offsets:
+                self.h.end_txn(producer, commit=producer.producer_id % 2 == 0)
         self.h.roll()
         for _ in range(200):
             if self.h.clean() is None:
                 break
         records = self.h.check()
+        assert not [r.offset for r in records if r.offset in self.h.aborted], "aborted data left"
         latest = self.h.latest()
         assert len(records) == len({r.key for r in records})
         for record in records:

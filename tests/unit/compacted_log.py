@@ -8,18 +8,26 @@ event loop runs inline. `Harness.check` asserts:
   nothing changed: key, value, headers, timestamp);
 * each key's latest record is there (a tombstone may be gone once its horizon passed, and then so
   is every record of its key);
-* the indexes of the sealed segments are those a rebuild from the data gives.
+* the indexes of the sealed segments are those a rebuild from the data gives;
+* with producers (`append(..., producer=...)`, `end_txn`): the read_committed view below the
+  LSO (what a read_committed consumer gets, with the log's aborted transactions) holds no record
+  of an aborted or open transaction, and each key's latest committed value is in it.
+
+Transactional records count for "latest" only once committed; aborted ones never do.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from odradek.coordinator.transaction.log_records import build_marker_batch
 from odradek.log.cleaner import Cleaner, CleanerStats, Throttler
 from odradek.log.cleaner_manager import LogCleanerManager
 from odradek.log.config import LogConfig
 from odradek.log.log import Log
+from odradek.log.producer_entry import AppendOrigin
 from odradek.log.segment import LogSegment
 from odradek.protocol.compaction import OffsetMap
 from odradek.protocol.record_batch import (
@@ -40,6 +48,21 @@ class SimulatedCrash(Exception):
 Appended = dict[int, tuple[bytes | None, bytes | None, int]]
 
 
+@dataclass
+class Producer:
+    """An idempotent (or, with `transactional`, transactional) producer of the model."""
+
+    producer_id: int
+    transactional: bool = False
+    epoch: int = 0
+    sequence: int = 0
+    open_offsets: list[int] = field(default_factory=list)
+    """Offsets of its open transaction's records."""
+    last_batch: bytes | None = None
+    """Its last data batch as sent (a retry sends the same bytes)."""
+    last_offsets: tuple[int, int] = (-1, -1)
+
+
 class Harness:
     """A compacted log, what was appended to it, and a synchronous cleaner."""
 
@@ -50,6 +73,12 @@ class Harness:
         self.appended: Appended = {}
         self.now = 1_000_000
         self.stable_offset: int | None = None
+        self.aborted: set[int] = set()
+        """Offsets of records of aborted transactions."""
+        self.undecided: set[int] = set()
+        """Offsets of records of transactions not yet decided."""
+        self.producer_offsets: set[int] = set()
+        """Offsets of batches of producer ids (markers included): truncations leave them be."""
         self.log = self.open(clean=True)
         self.manager = self.new_manager()
         self.cleaner = Cleaner(OffsetMap(map_bytes), 2048, Throttler(float("inf")))
@@ -59,7 +88,9 @@ class Harness:
             lambda: {(TOPIC, 0): self.log},
             lambda tp: self.root,
             lambda t, p: (
-                self.log.log_end_offset if self.stable_offset is None else self.stable_offset
+                self.log.last_stable_offset(self.log.log_end_offset)
+                if self.stable_offset is None
+                else self.stable_offset
             ),
         )
         manager.load_checkpoints([self.root])
@@ -79,12 +110,82 @@ class Harness:
         self,
         records: list[tuple[bytes | None, bytes | None]],
         codec: CompressionType = CompressionType.NONE,
+        producer: Producer | None = None,
     ) -> None:
         self.now += 1
-        batch = build_batch([(k, v, [("h", k)], self.now) for k, v in records], 0, codec)
+        entries = [(k, v, [("h", k)], self.now) for k, v in records]
+        if producer is None:
+            batch = build_batch(entries, 0, codec)
+        else:
+            batch = build_batch(
+                entries,
+                0,
+                codec,
+                producer_id=producer.producer_id,
+                producer_epoch=producer.epoch,
+                base_sequence=producer.sequence,
+                is_transactional=producer.transactional,
+            )
+            producer.sequence += len(records)
+            producer.last_batch = batch
         info = self.log.append_as_leader(batch, 0, self.now)
         for i, (key, value) in enumerate(records):
             self.appended[info.first_offset + i] = (key, value, self.now)
+        if producer is not None:
+            producer.last_offsets = (info.first_offset, info.last_offset)
+            self.producer_offsets.update(range(info.first_offset, info.last_offset + 1))
+            if producer.transactional:
+                offsets = range(info.first_offset, info.last_offset + 1)
+                producer.open_offsets += offsets
+                self.undecided.update(offsets)
+
+    def end_txn(self, producer: Producer, commit: bool) -> None:
+        """The coordinator's marker for the producer's transaction."""
+        self.now += 1
+        marker = build_marker_batch(producer.producer_id, producer.epoch, commit, 0, self.now)
+        info = self.log.append_as_leader(marker, 0, self.now, origin=AppendOrigin.COORDINATOR)
+        self.producer_offsets.add(info.first_offset)
+        self.undecided.difference_update(producer.open_offsets)
+        if not commit:
+            self.aborted.update(producer.open_offsets)
+        producer.open_offsets = []
+
+    def retry_last_batch(self, producer: Producer) -> None:
+        """The producer's retry of its last batch is answered with its offsets, not appended."""
+        assert producer.last_batch is not None
+        info = self.log.append_as_leader(producer.last_batch, 0, self.now)
+        assert info.batch_count == 0, f"a retry was appended again at {info.first_offset}"
+        assert (info.first_offset, info.last_offset) == producer.last_offsets
+
+    def read_committed(self) -> list[Record]:
+        """What a read_committed consumer reads from the log start up to the LSO (Kafka's
+        consumer: a transactional batch of a producer inside one of the aborted transactions the
+        fetch returns is skipped)."""
+        lso = self.log.last_stable_offset(self.log.log_end_offset)
+        aborted = sorted(
+            self.log.collect_aborted_transactions(self.log.log_start_offset, lso),
+            key=lambda t: t.first_offset,
+        )
+        found: list[Record] = []
+        offset = self.log.log_start_offset
+        while offset < lso:
+            data = self.log.read(offset, 1 << 20)
+            if not data:
+                break
+            for header in iter_batches(data):
+                offset = header.next_offset
+                if header.base_offset >= lso:
+                    break
+                if header.is_control:
+                    continue
+                if header.is_transactional and any(
+                    t.producer_id == header.producer_id
+                    and t.first_offset <= header.base_offset <= t.last_offset
+                    for t in aborted
+                ):
+                    continue
+                found += decode_records(data[header.position : header.position + header.size])
+        return found
 
     def clean(self, now: int | None = None) -> CleanerStats | None:
         now = self.now if now is None else now
@@ -122,16 +223,25 @@ class Harness:
             if not data:
                 break
             for header in iter_batches(data):
-                found += decode_records(data[header.position : header.position + header.size])
+                if not header.is_control:
+                    found += decode_records(data[header.position : header.position + header.size])
                 offset = header.next_offset
         return found
 
-    def latest(self) -> dict[bytes, tuple[int, bytes | None]]:
+    def latest(self, below: int | None = None) -> dict[bytes, tuple[int, bytes | None]]:
+        """Each key's latest committed record (below offset `below`)."""
         latest: dict[bytes, tuple[int, bytes | None]] = {}
         for offset, (key, value, _) in sorted(self.appended.items()):
-            if key is not None:
+            if below is not None and offset >= below:
+                break
+            if key is not None and offset not in self.aborted and offset not in self.undecided:
                 latest[key] = (offset, value)
         return latest
+
+    def visible(self, records: list[Record]) -> list[Record]:
+        return [
+            r for r in records if r.offset not in self.aborted and r.offset not in self.undecided
+        ]
 
     def check(self) -> list[Record]:
         """The invariants of the module docstring; returns the records read."""
@@ -147,10 +257,28 @@ class Harness:
             if value is not None:
                 assert offset in present, f"the latest value of {key!r} (offset {offset}) is lost"
             elif offset not in present:
-                assert not any(r.key == key for r in records), f"{key!r} came back"
+                assert not any(r.key == key for r in self.visible(records)), f"{key!r} came back"
         for segment in self.log.segments()[:-1]:
             check_indexes(segment)
+        if self.producer_offsets:
+            self.check_read_committed()
         return records
+
+    def check_read_committed(self) -> None:
+        """No aborted or undecided record is visible to read_committed; each key's latest
+        committed value below the LSO is what it reads last for that key."""
+        lso = self.log.last_stable_offset(self.log.log_end_offset)
+        view = self.read_committed()
+        leaked = [r.offset for r in view if r.offset in self.aborted or r.offset in self.undecided]
+        assert not leaked, f"records of aborted or open transactions are visible: {leaked}"
+        seen: dict[bytes | None, tuple[int, bytes | None]] = {}
+        for record in view:
+            seen[record.key] = (record.offset, record.value)
+        for key, (offset, value) in self.latest(below=lso).items():
+            if value is not None:
+                assert seen.get(key) == (offset, value), f"read_committed lost {key!r} @ {offset}"
+            else:
+                assert seen.get(key, (offset, None)) == (offset, None), f"{key!r} came back"
 
     def roll(self) -> None:
         self.log.roll(self.now)
