@@ -4,7 +4,9 @@ interrupted swap when the log is next opened (Kafka's LocalLog.replaceSegments a
 The log cleaner rewrites a group of consecutive segments [S1 .. Sn] into one new segment whose
 base offset is S1's (B). The swap, in order, each step a rename (atomic on POSIX file systems):
 
-  0. the cleaner writes `B.log.cleaned`, `B.index.cleaned` and `B.timeindex.cleaned` and fsyncs
+  0. the cleaner writes `B.log.cleaned`, `B.index.cleaned` and `B.timeindex.cleaned` (and
+     `B.txnindex.cleaned` when aborted transactions stay; a `.txnindex` is renamed last in each
+     step below, with its segment's other files) and fsyncs
      them (on its own thread; everything below runs on the event loop, in one call);
   1. rename the three `.cleaned` files to `.swap` (data file first), then fsync the directory:
      once no `.cleaned` file of B is left the new segment is *committed*;
