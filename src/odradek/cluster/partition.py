@@ -47,6 +47,7 @@ from odradek.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
+from odradek.protocol.fetch_response import FileRecords
 from odradek.zk.errors import SessionExpiredError
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,8 @@ IsrWriter = Callable[[IsrUpdate], Awaitable[int | None]]
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    records: bytes
+    records: bytes | FileRecords
+    """Bytes, or with a zero-copy read a range of a segment file."""
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -372,8 +374,10 @@ class Partition:
         from_follower: bool,
         current_leader_epoch: int | None = None,
         min_one_batch: bool = True,
+        zero_copy: bool = False,
     ) -> ReadResult:
-        """Read for a consumer (up to the HW) or a follower (up to the LEO)."""
+        """Read for a consumer (up to the HW) or a follower (up to the LEO). With `zero_copy`
+        the records are a range of a segment file (`FileRecords`), for sendfile."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self}"
@@ -386,6 +390,9 @@ class Partition:
                 f"{self}: offset {fetch_offset} is outside [{self.log_start_offset}, {log_end_offset}]"
             )
         max_offset = None if from_follower else high_watermark
+        if zero_copy:
+            found = self.log.read_file_records(fetch_offset, max_bytes, max_offset, min_one_batch)
+            return ReadResult(found, high_watermark, self.log_start_offset, log_end_offset)
         records = self.log.read(fetch_offset, max_bytes, max_offset, min_one_batch)
         return ReadResult(bytes(records), high_watermark, self.log_start_offset, log_end_offset)
 

@@ -52,6 +52,7 @@ from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
 from odradek.log.validator import ValidatedRecords, validate_produce_records
+from odradek.protocol.fetch_response import FileHandle, FileRecords
 from odradek.protocol.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
@@ -479,6 +480,37 @@ class Log:
             data = segments[index].read(start_offset, max_bytes, limit, min_one_batch)
             if data is not None:
                 return data
+            index += 1
+        return b""
+
+    @_storage_errors
+    def read_file_records(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FileRecords | bytes:
+        """`read`, as a range of a segment file rather than its bytes (zero-copy fetch): the
+        same batches, found from the indexes and batch headers only. b"" when there is
+        nothing to read."""
+        self._check_open()
+        end = self._log_end_offset
+        if start_offset < self._log_start_offset or start_offset > end:
+            raise OffsetOutOfRangeError(
+                f"{self}: offset {start_offset} is outside [{self._log_start_offset}, {end}]"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        if start_offset >= limit:
+            return b""
+        index = max(bisect_right(self._base_offsets, start_offset) - 1, 0)
+        segments = self._segments
+        while index < len(segments):
+            segment = segments[index]
+            found = segment.read_range(start_offset, max_bytes, limit, min_one_batch)
+            if found is not None:
+                position, size = found
+                return FileRecords(FileHandle(segment.fd), position, size) if size else b""
             index += 1
         return b""
 

@@ -28,6 +28,7 @@ import asyncio
 import enum
 import inspect
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -52,6 +53,7 @@ from odradek.protocol.codec import (
     encode_response,
     parse_request_header,
 )
+from odradek.protocol.fetch_response import EncodedResponse, FileRecords
 from odradek.protocol.framing import FrameDecoder, FrameError, frame
 
 if TYPE_CHECKING:
@@ -64,6 +66,22 @@ NO_RESPONSE = object()
 
 MAX_IN_FLIGHT_PER_CONNECTION = 64
 """Requests read but not yet answered before the connection stops reading (back-pressure)."""
+
+
+class _FileDescriptor:
+    """A segment's open file descriptor as `loop.sendfile` wants a file: it only asks for the
+    descriptor and, when done, seeks (which must not move the shared descriptor)."""
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def seek(self, *_args: object) -> int:
+        return 0
 
 
 class ConnectionState(enum.Enum):
@@ -92,6 +110,9 @@ class ClientConnection(asyncio.Protocol):
         # Who the client is: every request of this connection carries it in its context.
         self.principal: str = ANONYMOUS
         self._sasl: SaslSession | None = None
+        self._sending_file = False  # a response's file ranges are being sent (`_send_rest`)
+        self._send_task: asyncio.Future[None] | None = None
+        self._socket_fd = -1  # the socket for sendfile; -1 on TLS connections (copying path)
 
     # asyncio.Protocol callbacks
 
@@ -99,6 +120,9 @@ class ClientConnection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         self._server.connections.add(self)
         security = self._server.security
+        sock = transport.get_extra_info("socket")
+        if security.ssl_context is None and sock is not None:
+            self._socket_fd = sock.fileno()
         try:
             if security.ssl_context is not None and security.principal_for_certificate:
                 ssl_object = transport.get_extra_info("ssl_object")
@@ -278,7 +302,7 @@ class ClientConnection(asyncio.Protocol):
         pending = self._pending
         pool = self._server.memory_pool
         transport = require(self._transport, "the connection's transport")
-        while pending and self.state is not ConnectionState.CLOSED:
+        while pending and self.state is not ConnectionState.CLOSED and not self._sending_file:
             header, result, size = pending[0]
             if header is None:  # a raw SASL token
                 pending.popleft()
@@ -314,6 +338,11 @@ class ClientConnection(asyncio.Protocol):
             pool.release(size)
             if response is NO_RESPONSE:
                 continue
+            if isinstance(response, EncodedResponse):
+                self.last_activity = time.monotonic()
+                if not self._write_parts(response.parts):
+                    return  # the rest goes out from `_send_rest`, which resumes the queue
+                continue
             try:
                 data = encode_response(header, response)
             except Exception:
@@ -322,6 +351,85 @@ class ClientConnection(asyncio.Protocol):
                 return
             transport.write(data)
             self.last_activity = time.monotonic()
+
+    # zero-copy writes (sendfile)
+
+    def _write_parts(self, parts: list[bytes | FileRecords]) -> bool:
+        """Write a response given as parts; True when all of it went to the transport.
+
+        Bytes go through the transport (consecutive ones joined: one write). A file range goes
+        by sendfile(2) straight to the socket while the transport has nothing buffered and the
+        socket takes it; whatever remains is sent by `_send_rest`, which waits for the socket,
+        and responses after this one wait for it (False)."""
+        transport = require(self._transport, "the connection's transport")
+        socket_fd = self._socket_fd
+        buffered: list[bytes] = []
+        for index, part in enumerate(parts):
+            if not isinstance(part, FileRecords):
+                buffered.append(part)
+                continue
+            if socket_fd < 0:  # TLS: the copying path
+                buffered.append(part.read())
+                continue
+            if buffered:
+                transport.write(b"".join(buffered) if len(buffered) > 1 else buffered[0])
+                buffered = []
+            sent = 0
+            if transport.get_write_buffer_size() == 0:
+                try:
+                    while sent < part.size:
+                        n = os.sendfile(socket_fd, part.fd, part.position + sent, part.size - sent)
+                        if n == 0:
+                            raise OSError("the segment ended before the range sent")
+                        sent += n
+                except BlockingIOError:
+                    pass
+                except OSError as e:
+                    self.close(f"sendfile failed: {e}")
+                    return False
+            if sent == part.size:
+                continue
+            rest = [
+                FileRecords(part.handle, part.position + sent, part.size - sent),
+                *parts[index + 1 :],
+            ]
+            self._sending_file = True
+            self._send_task = asyncio.ensure_future(self._send_rest(rest))
+            return False
+        if buffered:
+            transport.write(b"".join(buffered) if len(buffered) > 1 else buffered[0])
+        return True
+
+    async def _send_rest(self, parts: list[bytes | FileRecords]) -> None:
+        transport = require(self._transport, "the connection's transport")
+        loop = asyncio.get_running_loop()
+        try:
+            for part in parts:
+                if self.state is ConnectionState.CLOSED:
+                    return
+                if isinstance(part, FileRecords):
+                    sent = await loop.sendfile(
+                        transport,
+                        _FileDescriptor(part.fd),
+                        part.position,
+                        part.size,
+                        fallback=False,
+                    )
+                    if sent != part.size:
+                        raise OSError(f"sent {sent} of {part.size} bytes of a segment range")
+                else:
+                    transport.write(part)
+        except Exception as e:
+            self.close(f"sendfile failed: {e}")
+            return
+        finally:
+            self._sending_file = False
+            self._send_task = None
+        if self.state is ConnectionState.OPEN:
+            # loop.sendfile paused and resumed reading itself: take the transport's word for it.
+            self._reading_paused = not transport.is_reading()
+            self._write_ready_responses()
+            self._update_reading()
 
     def _update_reading(self) -> None:
         if self._transport is None or self.state is not ConnectionState.OPEN:
@@ -340,7 +448,7 @@ class ClientConnection(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        return not self._pending
+        return not self._pending and not self._sending_file
 
     def _set_state(self, state: ConnectionState) -> None:
         self.state = state

@@ -38,13 +38,37 @@ _NULL_ABORTED = _INT32.pack(-1)
 _MINUS_ONE = _INT32.pack(-1)
 
 
+class FileHandle:
+    """A descriptor of its own on a segment file (a dup of the log's), closed when the last
+    reference to it goes: a response waiting to be sent keeps reading the file it was built
+    from even if the log closes or deletes that segment meanwhile, and can never read whatever
+    file the log's descriptor number is reused for."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = os.dup(fd)
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
 @dataclass(frozen=True, slots=True)
 class FileRecords:
     """`size` bytes of whole record batches at `position` of an open segment file."""
 
-    fd: int
+    handle: FileHandle | int
+    """The file: a `FileHandle`, or a bare descriptor its caller keeps open (tests, tools)."""
     position: int
     size: int
+
+    @property
+    def fd(self) -> int:
+        handle = self.handle
+        return handle if isinstance(handle, int) else handle.fd
 
     def __len__(self) -> int:
         return self.size
@@ -61,6 +85,14 @@ Records = bytes | bytearray | memoryview | FileRecords
 
 
 @dataclass(frozen=True, slots=True)
+class EncodedResponse:
+    """A whole response frame as parts (bytes and `FileRecords`), written by the connection as
+    is: bytes through the transport, file ranges by sendfile."""
+
+    parts: list[bytes | FileRecords]
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionAnswer:
     index: int
     error_code: int
@@ -73,7 +105,7 @@ class PartitionAnswer:
 class TopicAnswer:
     name: str
     topic_id: uuid.UUID | None
-    partitions: Sequence[PartitionAnswer]
+    partitions: list[PartitionAnswer]
 
 
 def _uvarint(value: int) -> bytes:

@@ -36,6 +36,13 @@ from kio.schema.errors import ErrorCode
 from odradek.cluster.replica_manager import FetchPartitionRequest, FetchPartitionResult
 from odradek.errors import KafkaError
 from odradek.protocol.build import build_response
+from odradek.protocol.fetch_response import (
+    EncodedResponse,
+    FileRecords,
+    PartitionAnswer,
+    TopicAnswer,
+    encode_fetch_response,
+)
 from odradek.security.controller_requests import (
     UNKNOWN_BROKER_EPOCH,
     may_update_follower_state,
@@ -55,6 +62,8 @@ if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
+
+ZERO_COPY_PROTOCOLS = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -196,18 +205,26 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     if refused:
         requests = [r for r in requests if (r.topic, r.partition) not in refused]
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    # Records leave by sendfile(2) straight from the segment files, except through TLS.
+    zero_copy = context.security_protocol in ZERO_COPY_PROTOCOLS
     config = broker.config
     cap = config["replica.fetch.response.max.bytes" if replica_id >= 0 else "fetch.max.bytes"]
     max_bytes = max(0, min(int(getattr(request, "max_bytes", 0x7FFFFFFF)), cap))
     if requests:
         result = replica_manager.fetch_messages(
-            requests, replica_id, max_wait_ms, int(request.min_bytes), max_bytes, follower_update
+            requests,
+            replica_id,
+            max_wait_ms,
+            int(request.min_bytes),
+            max_bytes,
+            follower_update,
+            zero_copy,
         )
     else:
         result = {}
 
     def answer(results: dict[tuple[str, int], FetchPartitionResult]) -> Any:
-        entries: dict[PartitionKey, dict[str, Any]] = {}
+        entries: dict[PartitionKey, PartitionAnswer] = {}
         summary: dict[PartitionKey, tuple[int, int, int, bool]] = {}
         for key in fetch_context.partitions:
             topic_key, index = key
@@ -222,47 +239,32 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                     code = item.error.code
                 else:
                     code = ErrorCode.unknown_server_error
-                entries[key] = _error_partition(index, code)
+                entries[key] = PartitionAnswer(index, code.value, -1, -1, b"")
                 summary[key] = (0, -1, -1, True)
                 continue
             read = item.read
-            entries[key] = {
-                "partition_index": index,
-                "error_code": ErrorCode.none,
-                "high_watermark": read.high_watermark,
-                "last_stable_offset": read.high_watermark,
-                "log_start_offset": read.log_start_offset,
-                "aborted_transactions": None,
-                "preferred_read_replica": -1,
-                "records": read.records,
-            }
-            summary[key] = (len(read.records), read.high_watermark, read.log_start_offset, False)
+            records = read.records
+            if isinstance(records, FileRecords) and not zero_copy:
+                records = records.read()
+            entries[key] = PartitionAnswer(
+                index, 0, read.high_watermark, read.log_start_offset, records
+            )
+            summary[key] = (len(records), read.high_watermark, read.log_start_offset, False)
         session_id, included = fetch_context.respond(summary)
         if fetch_context.error != ErrorCode.none:
             return _session_error(header, fetch_context.error)
         # Consecutive partitions of one topic share a topic entry (as Kafka's FetchResponse.of).
-        topics: list[dict[str, Any]] = []
+        topics: list[TopicAnswer] = []
         current: Any = object()
         for key in included:
             topic_key = key[0]
             if topic_key != current:
                 current = topic_key
-                topics.append(
-                    {
-                        "topic": (names.get(topic_key) or "") if by_id else topic_key,
-                        "topic_id": topic_key if by_id else None,
-                        "partitions": [],
-                    }
-                )
-            topics[-1]["partitions"].append(entries[key])
-        return build_response(
-            header,
-            {
-                "throttle_time": 0,
-                "error_code": ErrorCode.none,
-                "session_id": session_id,
-                "responses": topics,
-            },
+                name = (names.get(topic_key) or "") if by_id else topic_key
+                topics.append(TopicAnswer(name, topic_key if by_id else None, []))
+            topics[-1].partitions.append(entries[key])
+        return EncodedResponse(
+            encode_fetch_response(header.api_version, header.correlation_id, 0, session_id, topics)
         )
 
     if isinstance(result, dict):
@@ -274,9 +276,9 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     return wait_and_build()
 
 
-def _session_error(header: Any, code: ErrorCode) -> Any:
-    return build_response(
-        header, {"throttle_time": 0, "error_code": code, "session_id": 0, "responses": []}
+def _session_error(header: Any, code: ErrorCode) -> EncodedResponse:
+    return EncodedResponse(
+        encode_fetch_response(header.api_version, header.correlation_id, code.value, 0, [])
     )
 
 
