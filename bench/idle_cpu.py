@@ -15,6 +15,7 @@ Modes (side by side, in one run, alternating when `--rounds` > 1):
 
     .venv/bin/python bench/idle_cpu.py                          # 10,000 partitions, 30 s
     .venv/bin/python bench/idle_cpu.py --partitions 1000 --seconds 10 --modes sessions
+    .venv/bin/python bench/idle_cpu.py --modes sessions --py-spy /tmp/profiles   # collapsed stacks
 
 Prints one JSON object per measurement, then a summary. Never part of the test run.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -95,7 +97,29 @@ def measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
         pids = {b.id: b.pid for b in cluster.brokers}
         before = {b: cpu_seconds(pid) for b, pid in pids.items() if pid}
         t0 = time.monotonic()
+        profiler = None
+        if args.py_spy:
+            # Sampled from outside the broker (py-spy's own CPU is not counted against it).
+            args.py_spy.mkdir(parents=True, exist_ok=True)
+            profiler = subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "py-spy"),
+                    "record",
+                    "--pid",
+                    str(pids[1]),
+                    "--duration",
+                    str(int(args.seconds)),
+                    "--format",
+                    "raw",
+                    "--output",
+                    str(args.py_spy / f"idle-{mode}-broker-1.txt"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         time.sleep(args.seconds)
+        if profiler is not None:
+            profiler.wait(timeout=60)
         elapsed = time.monotonic() - t0
         after = {b: cpu_seconds(pid) for b, pid in pids.items() if pid}
         per_broker = {
@@ -126,6 +150,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--modes", default="full,sessions")
     parser.add_argument("--dir", type=Path)
+    parser.add_argument(
+        "--py-spy", type=Path, help="also profile broker 1 with py-spy into this directory"
+    )
     args = parser.parse_args()
     results: dict[str, list[float]] = {}
     for _round in range(args.rounds):

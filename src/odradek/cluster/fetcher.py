@@ -318,8 +318,12 @@ class ReplicaFetcher:
         wanted: dict[tuple[uuid.UUID, int], PartitionParams] = {}
         topic_names: dict[uuid.UUID, str] = {}
         sent: dict[TopicPartition, FetchState] = {}
+        topic_ids: dict[str, uuid.UUID | None] = {}
         for state in states:
-            topic_id = self.manager.topic_id_for(state.partition.topic)
+            topic = state.partition.topic
+            if topic not in topic_ids:
+                topic_ids[topic] = self.manager.topic_id_for(topic)
+            topic_id = topic_ids[topic]
             if topic_id is None:
                 log.info("%s: topic id not known yet; not fetching", state.partition)
                 self._delay(state)

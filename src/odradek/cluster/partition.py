@@ -425,6 +425,11 @@ class Partition:
         follower = self.followers.get(follower_id)
         if follower is None:
             return
+        # An idle in-sync follower fetching at the same offset again (the common case with
+        # thousands of idle partitions) cannot move the ISR, the HW or the low watermark.
+        unchanged = follower.log_end_offset == fetch_offset and (
+            log_start_offset < 0 or follower.log_start_offset == log_start_offset
+        )
         leader_log_end_offset = self.log_end_offset
         if fetch_offset >= leader_log_end_offset:
             follower.last_caught_up_time = max(follower.last_caught_up_time, now)
@@ -437,6 +442,8 @@ class Partition:
         follower.last_fetch_time = now
         if log_start_offset >= 0:
             follower.log_start_offset = log_start_offset
+        if unchanged and not self.isr_state.is_pending and follower_id in self.isr:
+            return
         self._maybe_expand_isr(follower_id, follower)
         self._maybe_increment_high_watermark()
         self._maybe_complete_low_watermark_waiters()

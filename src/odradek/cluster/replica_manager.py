@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -668,12 +669,13 @@ class ReplicaManager:
     # high watermark checkpoint
 
     def checkpoint_high_watermarks(self) -> None:
-        by_dir: dict[Path, dict[TopicPartition, int]] = {}
+        by_parent: dict[str, dict[TopicPartition, int]] = {}
         for key, partition in self.partitions.items():
             if partition.log is None:
                 continue
-            log_dir = Path(partition.log.dir).parent
-            by_dir.setdefault(log_dir, {})[key] = partition.high_watermark
+            parent = os.path.dirname(partition.log.dir)  # cheaper than a Path per partition
+            by_parent.setdefault(parent, {})[key] = partition.high_watermark
+        by_dir = {Path(parent): offsets for parent, offsets in by_parent.items()}
         for log_dir in self.log_manager.log_dirs:
             offsets = by_dir.get(Path(log_dir), {})
             try:
