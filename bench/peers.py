@@ -92,13 +92,24 @@ def wait_port(port: int, process: subprocess.Popen[bytes] | None, timeout: float
 # the load generator
 
 
-def build_loadgen(work: Path) -> Path:
+def build_loadgen(work: Path) -> tuple[Path, str]:
+    """Compile the load generator with Debian's librdkafka-dev headers, linked against the
+    librdkafka that the confluent-kafka wheel ships (2.x, the one the Python clients use) when
+    there is one, else Debian's (2.0.2, whose ApiVersions parsing Tansu's answers defeat)."""
+    import confluent_kafka
+
     source = ROOT / "bench" / "native" / "loadgen.c"
     binary = work / "loadgen"
-    subprocess.run(
-        ["cc", "-O2", "-o", str(binary), str(source), "-lrdkafka", "-lpthread"], check=True
-    )
-    return binary
+    libs = Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs"
+    bundled = sorted(libs.glob("librdkafka*.so*"))
+    if bundled:
+        link = [str(bundled[0]), f"-Wl,-rpath,{libs}"]
+        which = f"confluent-kafka's librdkafka {confluent_kafka.libversion()[0]}"
+    else:
+        link = ["-lrdkafka"]
+        which = "Debian's librdkafka"
+    subprocess.run(["cc", "-O2", "-o", str(binary), str(source), *link, "-lpthread"], check=True)
+    return binary, which
 
 
 # ---------------------------------------------------------------------------------------------
@@ -521,7 +532,8 @@ def main() -> None:
     args.codecs = args.codecs.split(",")
     systems = args.systems.split(",")
     base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-bench-peers-"))
-    loadgen = build_loadgen(base)
+    loadgen, librdkafka = build_loadgen(base)
+    note(f"load generator built with {librdkafka}")
     rows: list[dict[str, Any]] = []
     for round_index in range(args.rounds):
         order = systems if round_index % 2 == 0 else list(reversed(systems))
@@ -545,7 +557,14 @@ def main() -> None:
             finally:
                 system.stop()
                 shutil.rmtree(work, ignore_errors=True)
-    emit({"bench": "peers", "partitions": args.partitions, "table": table(rows, systems)})
+    emit(
+        {
+            "bench": "peers",
+            "partitions": args.partitions,
+            "librdkafka": librdkafka,
+            "table": table(rows, systems),
+        }
+    )
 
 
 if __name__ == "__main__":

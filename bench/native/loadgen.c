@@ -15,7 +15,8 @@
  *       reads them; each record carries its send time, and the end-to-end latency (send to
  *       receive) percentiles p50/p99/p999 are reported in milliseconds.
  *
- * Build: cc -O2 -o loadgen loadgen.c -lrdkafka -lpthread   (bench/peers.py does it)
+ * Build: cc -O2 -o loadgen loadgen.c -lrdkafka -lpthread   (bench/peers.py does it, linking the
+ * librdkafka of the confluent-kafka wheel when there is one)
  */
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -77,7 +78,7 @@ static rd_kafka_t *producer(const char *bootstrap, const char *acks, const char 
     set(conf, "batch.size", "1000000");
     set(conf, "queue.buffering.max.messages", "1000000");
     set(conf, "queue.buffering.max.kbytes", "1048576");
-    set(conf, "message.timeout.ms", "120000");
+    set(conf, "message.timeout.ms", "60000");
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
     if (!rk)
@@ -193,6 +194,7 @@ struct latency_run {
     long expected;
     double *samples;
     long received;
+    volatile int ready; /* the consumer has received a record: it is fetching */
     volatile int stop;
 };
 
@@ -205,6 +207,7 @@ static void *latency_consumer(void *arg) {
             continue;
         if (!m->err && m->len >= 8) {
             int64_t sent;
+            run->ready = 1;
             memcpy(&sent, m->payload, 8);
             if (sent > 0 && run->received < run->expected)
                 run->samples[run->received++] = (now_ns() - sent) / 1e6;
@@ -231,7 +234,7 @@ static double percentile(double *sorted, long n, double q) {
 static int latency(int argc, char **argv) {
     if (argc != 9)
         die("usage", "latency BOOTSTRAP TOPIC PARTITIONS RATE SECONDS SIZE ACKS");
-    struct latency_run run = {argv[2], argv[3], atoi(argv[4]), 0, NULL, 0, 0};
+    struct latency_run run = {argv[2], argv[3], atoi(argv[4]), 0, NULL, 0, 0, 0};
     long rate = atol(argv[5]);
     double seconds = atof(argv[6]);
     int size = atoi(argv[7]);
@@ -244,11 +247,24 @@ static int latency(int argc, char **argv) {
     rd_kafka_t *rk = producer(run.bootstrap, argv[8], "none");
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, run.topic, NULL);
     char *payload = calloc(1, size);
-    /* Let the consumer's assignment settle before the clock starts: records produced before
-       it fetches would count the wait as latency. */
-    double settle = now_s() + 3;
-    while (now_s() < settle)
-        rd_kafka_poll(rk, 50);
+    /* Warm up: until the consumer has received something, send unmeasured records (send time
+       -1) to every partition, so that its assignment, offset lookups and first fetches are
+       done before the clock starts. */
+    double warm_deadline = now_s() + 60;
+    int64_t unmeasured = -1;
+    memcpy(payload, &unmeasured, 8);
+    while (!run.ready && now_s() < warm_deadline) {
+        for (int p = 0; p < run.partitions; p++)
+            rd_kafka_produce(rkt, p, RD_KAFKA_MSG_F_COPY, payload, size, NULL, 0, NULL);
+        rd_kafka_poll(rk, 200);
+    }
+    /* ... and a little longer, so that every partition has been fetched at least once. */
+    double settle = now_s() + 2;
+    while (now_s() < settle) {
+        for (int p = 0; p < run.partitions; p++)
+            rd_kafka_produce(rkt, p, RD_KAFKA_MSG_F_COPY, payload, size, NULL, 0, NULL);
+        rd_kafka_poll(rk, 100);
+    }
     double start = now_s();
     for (long i = 0; i < run.expected; i++) {
         double due = start + (double)i / rate;

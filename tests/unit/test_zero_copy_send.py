@@ -71,9 +71,19 @@ async def _exchange(port: int, count: int, context: ssl.SSLContext | None) -> li
         writer.close()
 
 
+def _run(main: Any, loop: str) -> Any:
+    """asyncio.run on the default loop or on uvloop (which the broker runs on)."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize("tls", [False, True])
 def test_pipelined_file_range_responses_arrive_whole_and_in_order(
-    tls: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tls: bool, loop: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sendfile_calls = []
     real_sendfile = os.sendfile
@@ -121,7 +131,7 @@ def test_pipelined_file_range_responses_arrive_whole_and_in_order(
             await server.stop()
 
     try:
-        frames = asyncio.run(main())
+        frames = _run(main(), loop)
     finally:
         os.close(fd)
     if tls:
@@ -134,7 +144,8 @@ def test_pipelined_file_range_responses_arrive_whole_and_in_order(
         assert frame[4:] == b"head" + data[10 : 10 + size] + b"tail"
 
 
-def test_a_range_past_the_end_of_its_file_closes_the_connection(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_range_past_the_end_of_its_file_closes_the_connection(loop: str, tmp_path: Path) -> None:
     path = tmp_path / "segment.log"
     path.write_bytes(b"x" * 100)
     fd = os.open(path, os.O_RDONLY)
@@ -160,7 +171,7 @@ def test_a_range_past_the_end_of_its_file_closes_the_connection(tmp_path: Path) 
             await server.stop()
 
     try:
-        received = asyncio.run(main())
+        received = _run(main(), loop)
     finally:
         os.close(fd)
     assert len(received) < 5008  # the frame was cut short and the connection closed

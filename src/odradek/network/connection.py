@@ -68,22 +68,6 @@ MAX_IN_FLIGHT_PER_CONNECTION = 64
 """Requests read but not yet answered before the connection stops reading (back-pressure)."""
 
 
-class _FileDescriptor:
-    """A segment's open file descriptor as `loop.sendfile` wants a file: it only asks for the
-    descriptor and, when done, seeks (which must not move the shared descriptor)."""
-
-    __slots__ = ("_fd",)
-
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def seek(self, *_args: object) -> int:
-        return 0
-
-
 class ConnectionState(enum.Enum):
     OPEN = "open"
     CLOSING = "closing"
@@ -112,6 +96,7 @@ class ClientConnection(asyncio.Protocol):
         self._sasl: SaslSession | None = None
         self._sending_file = False  # a response's file ranges are being sent (`_send_rest`)
         self._send_task: asyncio.Future[None] | None = None
+        self._poll_fd = -1  # a dup of the socket, to wait for writability while sending files
         self._socket_fd = -1  # the socket for sendfile; -1 on TLS connections (copying path)
 
     # asyncio.Protocol callbacks
@@ -140,6 +125,12 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._set_state(ConnectionState.CLOSED)
+        if self._send_task is not None:
+            self._send_task.cancel()
+        if self._poll_fd >= 0:
+            asyncio.get_running_loop().remove_writer(self._poll_fd)
+            os.close(self._poll_fd)
+            self._poll_fd = -1
         self._server.on_connection_closed(self)
         for _header, result, _size in self._pending:
             if isinstance(result, asyncio.Future):
@@ -401,35 +392,62 @@ class ClientConnection(asyncio.Protocol):
         return True
 
     async def _send_rest(self, parts: list[bytes | FileRecords]) -> None:
+        """Send the rest of a response whose file range did not fit in the socket: each range
+        by sendfile(2) whenever the transport has flushed what it holds and the socket can take
+        more; bytes through the transport. Waits on the socket's writability through a second
+        descriptor of it (any event loop, uvloop included, refuses a writer on a descriptor its
+        transport owns)."""
         transport = require(self._transport, "the connection's transport")
-        loop = asyncio.get_running_loop()
         try:
             for part in parts:
                 if self.state is ConnectionState.CLOSED:
                     return
-                if isinstance(part, FileRecords):
-                    sent = await loop.sendfile(
-                        transport,
-                        _FileDescriptor(part.fd),
-                        part.position,
-                        part.size,
-                        fallback=False,
-                    )
-                    if sent != part.size:
-                        raise OSError(f"sent {sent} of {part.size} bytes of a segment range")
-                else:
+                if not isinstance(part, FileRecords):
                     transport.write(part)
-        except Exception as e:
-            self.close(f"sendfile failed: {e}")
+                    continue
+                position, remaining = part.position, part.size
+                while remaining:
+                    if self.state is ConnectionState.CLOSED:
+                        return
+                    sent = -1
+                    if transport.get_write_buffer_size() == 0:
+                        try:
+                            sent = os.sendfile(self._socket_fd, part.fd, position, remaining)
+                        except BlockingIOError:
+                            sent = -1
+                        if sent == 0:
+                            raise OSError("the segment ended before the range was sent")
+                    if sent > 0:
+                        position += sent
+                        remaining -= sent
+                        continue
+                    await self._socket_writable()
+        except OSError as e:
+            self.close(f"sendfile failed: {e!r}")
             return
         finally:
             self._sending_file = False
             self._send_task = None
         if self.state is ConnectionState.OPEN:
-            # loop.sendfile paused and resumed reading itself: take the transport's word for it.
-            self._reading_paused = not transport.is_reading()
             self._write_ready_responses()
             self._update_reading()
+
+    async def _socket_writable(self) -> None:
+        if self._poll_fd < 0:
+            self._poll_fd = os.dup(self._socket_fd)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def ready() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        loop.add_writer(self._poll_fd, ready)
+        try:
+            await waiter
+        finally:
+            if self._poll_fd >= 0:  # closed by connection_lost otherwise
+                loop.remove_writer(self._poll_fd)
 
     def _update_reading(self) -> None:
         if self._transport is None or self.state is not ConnectionState.OPEN:
