@@ -319,6 +319,7 @@ class ReplicaFetcher:
         topic_names: dict[uuid.UUID, str] = {}
         sent: dict[TopicPartition, FetchState] = {}
         topic_ids: dict[str, uuid.UUID | None] = {}
+        partition_max_bytes = config["replica.fetch.max.bytes"]
         for state in states:
             topic = state.partition.topic
             if topic not in topic_ids:
@@ -335,7 +336,7 @@ class ReplicaFetcher:
             wanted[(topic_id, state.partition.partition)] = PartitionParams(
                 log_.log_end_offset,
                 log_.log_start_offset,
-                config["replica.fetch.max.bytes"],
+                partition_max_bytes,
                 state.leader_epoch,
                 latest if latest is not None else -1,
             )
