@@ -169,6 +169,7 @@ class Process(System):
         if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
+            process.kill()
             process.wait(30)
         log = getattr(self, "_log", None)
         if log is not None:
@@ -234,9 +235,14 @@ class Kafka(Process):
         super().stop()
         zookeeper = getattr(self, "zookeeper", None)
         if zookeeper is not None and zookeeper.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(zookeeper.pid, signal.SIGKILL)
-            zookeeper.wait(30)
+            # SIGTERM: `odradek zookeeper` then stops its Java server (a SIGKILL would orphan it).
+            zookeeper.terminate()
+            try:
+                zookeeper.wait(30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(zookeeper.pid, signal.SIGKILL)
+                zookeeper.wait(30)
 
 
 def kafka_libs() -> Path:
