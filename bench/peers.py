@@ -23,6 +23,7 @@ best round. A row a system cannot do (an error, a timeout, a refused topic) says
 
     ./dev bench peers                                   # everything, 1 round
     ./dev bench peers --systems odradek,kafka --sizes 100 --codecs none --rounds 2
+    ./dev bench peers --table-from rows.json        # the table again from saved output
 
 Never part of the test run.
 """
@@ -382,6 +383,8 @@ def run_loadgen(loadgen: Path, system: System, command: list[str]) -> dict[str, 
     except ValueError:
         return {"error": f"unreadable output: {lines[-1][:200]}"}
     result["cpu_percent"] = cpu
+    if not result.get("error"):
+        result.pop("error", None)
     if run.returncode != 0:
         result["error"] = (run.stderr.strip().splitlines() or ["failed"])[-1][:300] or (
             result.get("error") or "incomplete"
@@ -468,6 +471,8 @@ def table(rows: list[dict[str, Any]], systems: list[str]) -> dict[str, Any]:
     """Best round per (row, system), side by side, with Odradek's ratio to each peer."""
     best: dict[str, dict[str, dict[str, Any]]] = {}
     for row in rows:
+        if not row.get("error"):
+            row.pop("error", None)
         key = row_key(row) if row["op"] != "latency" else "latency 100 B acks=all"
         cell = best.setdefault(key, {})
         current = cell.get(row["system"])
@@ -533,7 +538,16 @@ def main() -> None:
     parser.add_argument(
         "--peers-dir", type=Path, default=Path.home() / ".cache" / "odradek" / "peers"
     )
+    parser.add_argument(
+        "--table-from", type=Path, help="only rebuild the table from the rows of an earlier run"
+    )
     args = parser.parse_args()
+    if args.table_from:
+        rows = [json.loads(line) for line in args.table_from.read_text().splitlines()]
+        rows = [r for r in rows if "system" in r and r.get("op") != "start"]
+        systems = args.systems.split(",")
+        emit({"bench": "peers", "table": table(rows, systems)})
+        return
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.codecs = args.codecs.split(",")
     systems = args.systems.split(",")
