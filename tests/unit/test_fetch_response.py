@@ -1,4 +1,5 @@
-"""The parts encoder of Fetch responses agrees byte for byte with kio's encoder, v4-v15."""
+"""The parts encoder of Fetch responses agrees byte for byte with kio's encoder, v4-v15 (last
+stable offsets and aborted transactions included)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ partitions = st.lists(
         st.integers(-1, 2**40),
         st.integers(-1, 2**40),
         st.one_of(st.none(), st.binary(max_size=300)),
+        st.integers(-1, 2**40),
+        st.one_of(
+            st.none(),
+            st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**40)), max_size=3),
+        ),
     ),
     max_size=4,
 )
@@ -52,9 +58,20 @@ def kio_bytes(version: int, correlation_id: int, error: int, session: int, answe
                             "partition_index": p.index,
                             "error_code": p.error_code,
                             "high_watermark": p.high_watermark,
-                            "last_stable_offset": p.high_watermark,
+                            "last_stable_offset": (
+                                p.last_stable_offset
+                                if p.last_stable_offset >= 0
+                                else p.high_watermark
+                            ),
                             "log_start_offset": p.log_start_offset,
-                            "aborted_transactions": None,
+                            "aborted_transactions": (
+                                None
+                                if p.aborted_transactions is None
+                                else [
+                                    {"producer_id": pid, "first_offset": first}
+                                    for pid, first in p.aborted_transactions
+                                ]
+                            ),
                             "preferred_read_replica": -1,
                             "records": p.records,
                         }
