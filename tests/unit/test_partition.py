@@ -55,6 +55,9 @@ class FakeLog:
     def truncate_to(self, offset: int) -> None:
         self.log_end_offset = min(self.log_end_offset, offset)
 
+    def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> None:
+        self.leader_epoch_cache.assign(leader_epoch, start_offset)
+
 
 class FakeIsrWriter:
     """Records each write; answers `version` (None: the conditional write was refused), after

@@ -375,7 +375,11 @@ class ControllerBrokerRequestBatch:
                     isr=tuple(state.isr),
                     zk_version=state.zk_version,
                     replicas=tuple(replicas),
-                    offline_replicas=tuple(r for r in replicas if r not in live),
+                    offline_replicas=tuple(
+                        r
+                        for r in replicas
+                        if r not in live or context.is_replica_on_offline_dir(r, tp)
+                    ),
                 )
             )
         # Built once for every recipient (only the broker epoch differs): with 100,000 partitions,

@@ -48,6 +48,7 @@ from odradek.errors import (
 from odradek.log.checkpoints import fsync_dir
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import LeaderEpochCache
+from odradek.log.log_dir_failure import LogDirFailureChannel, is_io_failure
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
@@ -77,14 +78,27 @@ R = TypeVar("R")
 
 
 def _storage_errors(method: Callable[P, R]) -> Callable[P, R]:
-    """Translate OSError into KafkaStorageError at the log's boundary."""
+    """Translate OSError into KafkaStorageError at the log's boundary, and apply KIP-112: a log
+    whose directory is offline refuses every operation, and an I/O error takes the directory
+    offline (see `log_dir_failure`)."""
 
     @functools.wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        log = args[0] if args and isinstance(args[0], Log) else None
+        channel = log.failure_channel if log is not None else None
+        if channel is not None and log is not None and channel.has_offline_log_dir(log.parent_dir):
+            raise KafkaStorageError(f"{log}: log directory {log.parent_dir} is offline")
         try:
             return method(*args, **kwargs)
         except OSError as e:
-            raise KafkaStorageError(f"I/O error in {method.__qualname__}: {e}") from e
+            error = KafkaStorageError(f"I/O error in {method.__qualname__}: {e}")
+            if channel is not None and log is not None:
+                channel.maybe_add_offline_log_dir(log.parent_dir, str(error))
+            raise error from e
+        except KafkaStorageError as e:
+            if channel is not None and log is not None and is_io_failure(e):
+                channel.maybe_add_offline_log_dir(log.parent_dir, str(e))
+            raise
 
     return wrapper
 
@@ -151,6 +165,7 @@ class Log:
         log_end_offset: int,
         recovery_point: int,
         leader_epoch_cache: LeaderEpochCache,
+        failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
         """Use `Log.open`; this only assembles already loaded parts."""
         parsed = parse_log_dir_name(directory.name)
@@ -167,6 +182,8 @@ class Log:
         self._size = sum(segment.size for segment in segments)
         self._leader_epoch_cache = leader_epoch_cache
         self._closed = False
+        self.failure_channel = failure_channel
+        self.parent_dir = directory.parent
 
     @classmethod
     @_storage_errors
@@ -179,6 +196,7 @@ class Log:
         log_start_offset: int,
         clean_shutdown: bool,
         now_ms: int,
+        failure_channel: LogDirFailureChannel | None = None,
     ) -> Log:
         """Open (creating if new) the log in `directory`, named `<topic>-<partition>`.
 
@@ -216,6 +234,7 @@ class Log:
             log_end_offset=loaded.log_end_offset,
             recovery_point=loaded.recovery_point,
             leader_epoch_cache=cache,
+            failure_channel=failure_channel,
         )
         if start > log.log_end_offset:
             # The checkpointed start is past the data (e.g. recovery cut the tail below it):
@@ -547,6 +566,12 @@ class Log:
                     return found
         return None
 
+    @_storage_errors
+    def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> None:
+        """Record that `leader_epoch` starts at `start_offset` (a new leader's first act)."""
+        self._check_open()
+        self._leader_epoch_cache.assign(leader_epoch, start_offset)
+
     # -- truncation ----------------------------------------------------------------------------
 
     @_storage_errors
@@ -710,6 +735,14 @@ class Log:
         self._leader_epoch_cache.sync()
         self._recovery_point = self._log_end_offset
         self._closed = True
+
+    def close_quietly(self) -> None:
+        """Close every file without flushing or writing anything, ignoring errors: for a log
+        whose directory failed (its data stays as the disk has it; recovery sorts it out at the
+        next start-up)."""
+        self._closed = True
+        for segment in self._segments:
+            segment.close_quietly()
 
     @_storage_errors
     def delete(self) -> None:

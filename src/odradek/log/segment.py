@@ -559,6 +559,20 @@ class LogSegment:
             os.close(self._fd)
             self._fd = None
 
+    def close_quietly(self) -> None:
+        """Close every file descriptor, writing nothing and ignoring errors (a failed disk)."""
+        for close in (self.offset_index.close, self.time_index.close):
+            try:
+                close()
+            except OSError:
+                pass
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
     def delete(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -1,0 +1,38 @@
+"""`partition.metadata`: the topic id of a partition directory (KIP-516).
+
+The file is two lines, `version: 0` and `topic_id: <base64 topic id>`; it tells a broker that a
+local log belongs to an older topic of the same name (deleted and re-created while it was down).
+It is written atomically (temp file, rename) like the checkpoints; a torn or unreadable file reads
+as "no topic id", which only skips one stray check, and is rewritten by the next LeaderAndIsr that
+carries the topic id.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from odradek.log.checkpoints import write_atomically
+
+PARTITION_METADATA = "partition.metadata"
+
+
+def read_partition_topic_id(log_dir: Path) -> str | None:
+    """The topic id recorded in a partition directory's `partition.metadata`, if any."""
+    try:
+        text = (log_dir / PARTITION_METADATA).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    lines = text.split("\n")
+    if len(lines) < 3 or lines[0].strip() != "version: 0" or lines[2] != "":
+        return None  # torn: a complete file ends with the topic id line and its newline
+    key, _, value = lines[1].partition(":")
+    if key.strip() != "topic_id":
+        return None
+    return value.strip() or None
+
+
+def write_partition_topic_id(log_dir: Path, topic_id: str) -> None:
+    """Record `topic_id` (KafkaStorageError when the directory cannot be written)."""
+    write_atomically(
+        log_dir / PARTITION_METADATA, f"version: 0\ntopic_id: {topic_id}\n", sync_dir=False
+    )
