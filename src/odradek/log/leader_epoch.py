@@ -64,7 +64,16 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._start_offsets: list[int] = []
         self._unsynced = False
-        for entry in read_checkpoint(path, _parse_epoch_entry):
+        entries = read_checkpoint(path, _parse_epoch_entry)
+        for previous, entry in zip(entries, entries[1:], strict=False):
+            # Both columns increase in every file this cache writes: anything else is damage
+            # (regression: test_torn_writes, a leader-epoch-checkpoint whose last line was cut
+            # to "3 1" read as epoch 3 starting at offset 1 and dropped epoch 2).
+            if entry.epoch <= previous.epoch or entry.start_offset <= previous.start_offset:
+                raise KafkaStorageError(
+                    f"malformed checkpoint file {path}: entry {entry} does not follow {previous}"
+                )
+        for entry in entries:
             self._assign(entry.epoch, entry.start_offset)
 
     # -- queries -------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ Unclean shutdown. Data after the recovery point (the offset up to which everythi
 may be torn. Every segment from the one holding the recovery point onward is validated batch by
 batch (header sanity, CRC, offsets increasing across segment boundaries), its indexes are rebuilt,
 and the file is cut after the last valid batch; every later segment is deleted, since its data
-would follow a hole. Leader epochs found in the recovered batches are re-recorded in the leader
+would follow a hole. So are the segments after one that ends before the next begins (a torn
+write that cut it exactly at a batch boundary, or emptied it): segments are contiguous. Leader epochs found in the recovered batches are re-recorded in the leader
 epoch cache.
 
 Either way, stray files (`.tmp`, `.deleted`, `.cleaned`, `.swap`, indexes without a `.log`) are
@@ -198,5 +199,22 @@ def _recover(
             break
         min_offset = segment.next_offset
         if index < len(segments) - 1:
+            if segment.next_offset < segments[index + 1].base_offset:
+                # A segment that ends before the next one begins lost its tail (cut at a batch
+                # boundary, or emptied): Odradek's segments are contiguous (a roll starts the new
+                # segment at the LEO, and there is no compaction), so the later segments follow
+                # a hole. Regression: test_torn_writes, a .log truncated at a batch boundary.
+                logger.warning(
+                    "%s: %s ends at offset %d but the next segment starts at %d; deleting the "
+                    "segments after the hole",
+                    directory,
+                    segment.log_path,
+                    segment.next_offset,
+                    segments[index + 1].base_offset,
+                )
+                for later in segments[index + 1 :]:
+                    later.delete()
+                del segments[index + 1 :]
+                break
             segment.on_become_inactive()
         index += 1
