@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from odradek.log.checkpoints import write_atomically
+from odradek.protocol.topic_ids import topic_id_to_uuid, uuid_to_topic_id
 
 PARTITION_METADATA = "partition.metadata"
 
@@ -26,9 +27,13 @@ def read_partition_topic_id(log_dir: Path) -> str | None:
     if len(lines) < 3 or lines[0].strip() != "version: 0" or lines[2] != "":
         return None  # torn: a complete file ends with the topic id line and its newline
     key, _, value = lines[1].partition(":")
-    if key.strip() != "topic_id":
+    topic_id = value.strip()
+    if key.strip() != "topic_id" or not topic_id:
         return None
-    return value.strip() or None
+    parsed = topic_id_to_uuid(topic_id)
+    if parsed is None or uuid_to_topic_id(parsed) != topic_id:
+        return None  # damaged: not the base64 of 16 bytes (regression: test_torn_writes)
+    return topic_id
 
 
 def write_partition_topic_id(log_dir: Path, topic_id: str) -> None:

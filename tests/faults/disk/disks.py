@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 COMMAND_TIMEOUT_S = 60
@@ -93,7 +94,24 @@ class Ext4Dir:
         return False
 
     def repair(self) -> None:
-        self.unmount()
+        deadline = time.monotonic() + COMMAND_TIMEOUT_S
+        while True:
+            result = subprocess.run(
+                ["umount", "-d", str(self.path)],
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT_S,
+                check=False,
+            )
+            if result.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                users = subprocess.run(
+                    ["fuser", "-vm", str(self.path)], capture_output=True, text=True, check=False
+                )
+                raise RuntimeError(f"cannot unmount {self.path}: {result.stderr} {users.stderr}")
+            time.sleep(0.2)  # a process that just died may still hold files for a moment
+        self.mounted = False
         subprocess.run(
             ["e2fsck", "-fy", str(self.image)], capture_output=True, timeout=COMMAND_TIMEOUT_S
         )

@@ -15,7 +15,11 @@ order on one cluster (about a minute in all):
 4. the last directory fails: broker 1 halts (as Kafka does), leadership of `healthy` moves;
 5. the faults are repaired and broker 1 restarts: its replicas recover (a torn tail cut, then
    truncation and catch-up), rejoin every ISR, lead again after the preferred-replica
-   rebalance, hold every acknowledged record, and are byte-identical to the other replicas.
+   rebalance, hold every acknowledged record, and are byte-identical to the other replicas;
+6. broker 2 is SIGKILLed and every kind of file in its log directory torn at a random position
+   (segments, both indexes, the four directory-level files, each partition's leader-epoch
+   checkpoint and partition.metadata; `ODRADEK_TORN_SEED` replays a run): it restarts, catches
+   up and ends identical to the others.
 
 Skipped unless run as root with mount, mkfs.ext4, e2fsck and a C compiler.
 """
@@ -23,6 +27,7 @@ Skipped unless run as root with mount, mkfs.ext4, e2fsck and a C compiler.
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,3 +299,73 @@ def test_replicas_recover_after_the_disks_are_repaired_and_the_broker_restarts(
             return copies[0] == copies[1] == copies[2] and len(copies[0]) > 0
 
         wait_until(identical, RECOVERY_TIMEOUT_S, f"the three replicas of {topic} to match")
+
+
+def _tear(path: Path, rng: random.Random, how: str) -> str:
+    data = path.read_bytes()
+    position = rng.randrange(0, len(data) + 1) if data else 0
+    if how == "truncate":
+        path.write_bytes(data[:position])
+    elif how == "zeros":
+        path.write_bytes(data[:position] + bytes(len(data) - position))
+    else:
+        junk = rng.randbytes(8)
+        path.write_bytes(data[:position] + junk + data[position + len(junk) :])
+    return f"{path.name}: {how} at {position} of {len(data)}"
+
+
+def test_a_broker_restarts_after_torn_writes_in_every_file_type(
+    disks: DiskCluster, request: pytest.FixtureRequest
+):
+    """SIGKILL broker 2, damage every kind of file in its log directory at random positions
+    (seed printed on failure), restart it: it starts, truncates, catches up, and its replicas
+    end byte-identical to the others, with every acknowledged record."""
+    cluster = disks.cluster
+    seed = int(os.environ.get("ODRADEK_TORN_SEED", str(random.randrange(2**32))))
+    rng = random.Random(seed)
+    cluster.kill(2)
+    data = cluster.broker(2).data_dir
+    damage = []
+    for name in (
+        "replication-offset-checkpoint",
+        "recovery-point-offset-checkpoint",
+        "log-start-offset-checkpoint",
+        "meta.properties",
+    ):
+        damage.append(_tear(data / name, rng, "truncate"))
+    for topic in ("full", "readonly", "eio", "healthy"):
+        directory = data / log_dir_name(topic, 0)
+        active = max(directory.glob("*.log"))
+        damage.append(_tear(active, rng, "truncate"))
+        for suffix, how in ((".index", "zeros"), (".timeindex", "junk")):
+            index = active.with_suffix(suffix)
+            if index.exists():
+                damage.append(_tear(index, rng, how))
+        damage.append(_tear(directory / "leader-epoch-checkpoint", rng, "truncate"))
+        damage.append(_tear(directory / "partition.metadata", rng, "truncate"))
+    request.node.add_report_section("call", "torn files", f"seed {seed}\n" + "\n".join(damage))
+    cluster.start_broker(2, timeout=RECOVERY_TIMEOUT_S)
+    for topic in ("full", "readonly", "eio", "healthy"):
+
+        def rejoined(topic: str = topic) -> bool:
+            return _state(disks, topic)[1] == [1, 2, 3]
+
+        wait_until(
+            rejoined, RECOVERY_TIMEOUT_S, f"broker 2 to rejoin the ISR of {topic} (seed {seed})"
+        )
+        leader, _ = _state(disks, topic)
+        read = read_committed(cluster.broker(leader), topic, 0)
+        assert_acknowledged_present(
+            disks.acknowledged[topic], read.records, f"{topic}, seed {seed}"
+        )
+
+        def identical(topic: str = topic) -> bool:
+            first = disks.dirs["data" if topic == "healthy" else topic]
+            copies = [
+                _replica_batches(first / log_dir_name(topic, 0)),
+                _replica_batches(cluster.broker(2).data_dir / log_dir_name(topic, 0)),
+                _replica_batches(cluster.broker(3).data_dir / log_dir_name(topic, 0)),
+            ]
+            return copies[0] == copies[1] == copies[2]
+
+        wait_until(identical, RECOVERY_TIMEOUT_S, f"the replicas of {topic} to match (seed {seed})")
