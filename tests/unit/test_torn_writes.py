@@ -269,3 +269,85 @@ def test_a_torn_or_corrupt_file_is_recovered_at_start_up(
             assert {log.partition: log.log_end_offset for log in manager.all_logs()} == ends
         finally:
             _crash(manager)
+
+
+# -- regressions found by the test above, one per scenario ---------------------------------------
+
+
+def _copy(reference: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "logs"
+    shutil.copytree(reference, root)
+    return root
+
+
+def test_meta_properties_cut_inside_the_cluster_id_is_rewritten(reference: Path, tmp_path: Path):
+    root = _copy(reference, tmp_path)
+    path = root / META_PROPERTIES
+    path.write_text(path.read_text()[:-5])  # "cluster.id=cluster-id-of-the" and no newline
+    manager = _reopen(root)
+    try:
+        manager.check_meta_properties(BROKER_ID, CLUSTER_ID)  # not "belongs to cluster ..."
+        assert f"cluster.id={CLUSTER_ID}\n" in path.read_text()
+    finally:
+        _crash(manager)
+
+
+def test_leader_epoch_checkpoint_cut_in_its_last_line_is_rebuilt_from_the_data(
+    reference: Path, tmp_path: Path
+):
+    root = _copy(reference, tmp_path)
+    path = root / "events-0" / LEADER_EPOCH_CHECKPOINT
+    text = path.read_text()
+    assert text.endswith("\n3 120\n")
+    path.write_text(text[:-3])  # "3 1": epoch 3 seemed to start at offset 1
+    manager = _reopen(root)
+    try:
+        log = manager.get_log("events", 0)
+        assert log is not None
+        assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.epoch_entries()] == [
+            (1, 0),
+            (2, 60),
+            (3, 120),
+        ]
+    finally:
+        _crash(manager)
+
+
+def test_segment_cut_at_a_batch_boundary_drops_the_segments_after_the_hole(
+    reference: Path, tmp_path: Path
+):
+    root = _copy(reference, tmp_path)
+    (root / RECOVERY_POINT_CHECKPOINT).unlink()  # recover every segment
+    first = min((root / "events-0").glob("*.log"))
+    first.write_bytes(b"")  # emptied: a batch boundary, no torn batch to notice
+    manager = _reopen(root)
+    try:
+        log = manager.get_log("events", 0)
+        assert log is not None
+        assert log.log_end_offset == 0 and all_values(log) == []  # no data after a hole
+    finally:
+        _crash(manager)
+
+
+def test_unreadable_high_watermark_checkpoint_does_not_stop_start_up(
+    reference: Path, tmp_path: Path
+):
+    root = _copy(reference, tmp_path)
+    (root / HIGH_WATERMARK_CHECKPOINT).write_bytes(b"0\n2\nevents 0 16\xff\n")
+    manager = _reopen(root)
+    try:
+        replica_manager = ReplicaManager(
+            BROKER_ID, manager, None, lambda t: CONFIG, lambda t: 1, None, None, 10_000
+        )
+        replica_manager.load_high_watermarks([root])  # raised KafkaStorageError before
+    finally:
+        _crash(manager)
+
+
+def test_partition_metadata_with_a_damaged_topic_id_reads_as_none(reference: Path, tmp_path: Path):
+    root = _copy(reference, tmp_path)
+    path = root / "events-0" / PARTITION_METADATA
+    path.write_bytes(path.read_bytes().replace(b"AAAA", b"A\x00AA", 1))
+    assert read_partition_topic_id(path.parent) is None
+    path.write_text("version: 0\ntopic_id: AAAA")  # torn
+    assert read_partition_topic_id(path.parent) is None

@@ -8,7 +8,8 @@ Java properties text, as Kafka's ZooKeeper-mode brokers write it::
 
 Checked for every log directory at start-up, once the cluster id is known (`check_meta_properties`):
 
-* missing, or empty (a write torn before any byte reached the disk): written afresh;
+* missing, or empty (a write torn before any byte reached the disk): written afresh; a last line
+  without its newline (torn) is ignored, and what it held written again;
 * a different broker.id or cluster.id: the broker refuses to start (`OperatorError`), as Kafka
   does — the directory belongs to another broker or cluster and must not be mixed in;
 * unreadable (an I/O error) or malformed (no or unknown `version`, a `broker.id` that is not an
@@ -40,7 +41,13 @@ class MetaProperties:
 
 def _parse(text: str, path: Path) -> MetaProperties:
     values: dict[str, str] = {}
-    for raw in text.splitlines():
+    lines = text.split("\n")
+    # Every line we write ends in a newline: an unterminated last line is a torn write, and may
+    # be a prefix of the real one ("cluster.id=ab" of "cluster.id=abcd"). It is ignored, so the
+    # value it held is written again (regression: test_torn_writes, meta.properties cut inside
+    # the cluster id made the broker refuse to start, taking the cut id for another cluster's).
+    lines.pop()
+    for raw in lines:
         line = raw.strip()
         if not line or line[0] in "#!":
             continue
