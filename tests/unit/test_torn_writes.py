@@ -351,3 +351,42 @@ def test_partition_metadata_with_a_damaged_topic_id_reads_as_none(reference: Pat
     assert read_partition_topic_id(path.parent) is None
     path.write_text("version: 0\ntopic_id: AAAA")  # torn
     assert read_partition_topic_id(path.parent) is None
+
+
+def _overwrite_header_field(root: Path, batch_index: int, field_offset: int, value: bytes) -> Path:
+    """Overwrite a field of the `batch_index`-th batch of events-0's first segment (a field the
+    CRC does not cover: the base offset at 0, the partition leader epoch at 12)."""
+    path = min((root / "events-0").glob("*.log"))
+    data = bytearray(path.read_bytes())
+    header = list(iter_batches(bytes(data)))[batch_index]
+    data[header.position + field_offset : header.position + field_offset + len(value)] = value
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_a_flipped_base_offset_bit_is_not_taken_for_a_gap(reference: Path, tmp_path: Path):
+    root = _copy(reference, tmp_path)
+    (root / RECOVERY_POINT_CHECKPOINT).unlink()
+    _overwrite_header_field(root, 6, 4, (24 + (1 << 24)).to_bytes(4, "big"))  # 24 -> 16777240
+    manager = _reopen(root)
+    try:
+        log = manager.get_log("events", 0)
+        assert log is not None
+        assert log.log_end_offset == 24  # cut before the damaged batch, nothing after it
+        assert all_values(log) == expected(0)[:24]
+    finally:
+        _crash(manager)
+
+
+def test_a_leader_epoch_that_goes_down_ends_the_recovered_log(reference: Path, tmp_path: Path):
+    root = _copy(reference, tmp_path)
+    (root / RECOVERY_POINT_CHECKPOINT).unlink()
+    _overwrite_header_field(root, 5, 12, (7).to_bytes(4, "big"))  # batch 5: epoch 1 -> 7
+    manager = _reopen(root)
+    try:
+        log = manager.get_log("events", 0)
+        assert log is not None
+        assert log.log_end_offset == 24  # batch 6 (epoch 1 after 7) and the rest are cut
+        check_log(log, damaged_its_data=True)
+    finally:
+        _crash(manager)

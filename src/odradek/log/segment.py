@@ -60,6 +60,7 @@ class _RecoveryState:
     expected_offset: int
     leader_epoch_cache: LeaderEpochCache | None
     problem: str | None = None
+    previous_epoch: int = -1
 
 
 class LogSegment:
@@ -441,8 +442,14 @@ class LogSegment:
                 state.problem = str(e)
                 return in_chunk
             last_offset = header.base_offset + header.last_offset_delta
+            # Neither the base offset nor the leader epoch is covered by the CRC, so a flipped
+            # bit there passes validate_stored_batch. Odradek's logs are contiguous (leaders
+            # assign consecutive offsets, a roll starts the new segment at the LEO, there is no
+            # compaction), so each batch must start exactly where the previous one ended, and
+            # epochs never go down along a log. Regression: test_torn_writes, a base offset
+            # overwritten to 16777240 in the middle of a segment was taken for a gap.
             if (
-                header.base_offset < state.expected_offset
+                header.base_offset != state.expected_offset
                 or last_offset - self.base_offset > _INT32_MAX
             ):
                 state.problem = (
@@ -450,11 +457,18 @@ class LogSegment:
                     f"{state.expected_offset - 1} in a segment based at {self.base_offset}"
                 )
                 return in_chunk
+            epoch = header.partition_leader_epoch
+            if epoch < state.previous_epoch:
+                state.problem = (
+                    f"batch at offset {header.base_offset} has leader epoch {epoch}, below the "
+                    f"previous batch's {state.previous_epoch}"
+                )
+                return in_chunk
+            state.previous_epoch = epoch
             self._index_batch(header, chunk_position + in_chunk)
             if self._rolling_timestamp is None:
                 self._rolling_timestamp = header.max_timestamp
             cache = state.leader_epoch_cache
-            epoch = header.partition_leader_epoch
             if cache is not None and epoch >= 0 and epoch > cache.latest_epoch:
                 cache.assign(epoch, header.base_offset)
             state.expected_offset = last_offset + 1
