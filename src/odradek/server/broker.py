@@ -13,7 +13,8 @@ Start-up (`Broker.startup`), in Kafka's order and for the same reasons:
   5. register `/brokers/ids/<id>` (ephemeral; its czxid is our broker epoch) with every advertised
      listener and the listener→protocol map;
   6. start the controller component (it competes for `/controller`);
-  7. start the periodic tasks (retention, checkpoints, ISR expiry).
+  7. start the periodic tasks (retention, checkpoints, ISR expiry) and the log directory failure
+     handler (KIP-112: directories that failed at start-up are reported to the controller now).
 
 Shutdown (`Broker.shutdown`): controlled shutdown through the controller (leadership moves away
 first), stop listening, stop the controller and the replica manager (fetchers, HW checkpoint), close
