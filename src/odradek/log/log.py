@@ -28,16 +28,14 @@ synchronous page-cache I/O; fsync happens only in `flush`, `roll` and `close`.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import shutil
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from odradek.errors import (
     InvalidRecordError,
@@ -45,10 +43,11 @@ from odradek.errors import (
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
 )
+from odradek.log.append_info import LogAppendInfo, append_info
 from odradek.log.checkpoints import fsync_dir
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import LeaderEpochCache
-from odradek.log.log_dir_failure import LogDirFailureChannel, is_io_failure
+from odradek.log.log_dir_failure import LogDirFailureChannel, storage_errors
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
@@ -73,78 +72,9 @@ MAX_TIMESTAMP = -3
 
 _INT32_MAX = 2**31 - 1
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _storage_errors(method: Callable[P, R]) -> Callable[P, R]:
-    """Translate OSError into KafkaStorageError at the log's boundary, and apply KIP-112: a log
-    whose directory is offline refuses every operation, and an I/O error takes the directory
-    offline (see `log_dir_failure`)."""
-
-    @functools.wraps(method)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        log = args[0] if args and isinstance(args[0], Log) else None
-        channel = log.failure_channel if log is not None else None
-        if channel is not None and log is not None and channel.has_offline_log_dir(log.parent_dir):
-            raise KafkaStorageError(f"{log}: log directory {log.parent_dir} is offline")
-        try:
-            return method(*args, **kwargs)
-        except OSError as e:
-            error = KafkaStorageError(f"I/O error in {method.__qualname__}: {e}")
-            if channel is not None and log is not None:
-                channel.maybe_add_offline_log_dir(log.parent_dir, str(error))
-            raise error from e
-        except KafkaStorageError as e:
-            if channel is not None and log is not None and is_io_failure(e):
-                channel.maybe_add_offline_log_dir(log.parent_dir, str(e))
-            raise
-
-    return wrapper
-
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
-    """What an append did. Offsets are -1 when there was nothing to append."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time: int
-    """The broker's timestamp when the topic uses LogAppendTime, else -1."""
-    batch_count: int
-    size: int
-    log_start_offset: int
-
-    @property
-    def record_count(self) -> int:
-        return 0 if self.batch_count == 0 else self.last_offset - self.first_offset + 1
-
-
-def _append_info(
-    headers: Sequence[BatchHeader], size: int, log_append_time: int, log_start_offset: int
-) -> LogAppendInfo:
-    max_timestamp, offset_of_max = NO_TIMESTAMP, -1
-    for header in headers:
-        if header.max_timestamp > max_timestamp:
-            max_timestamp = header.max_timestamp
-            offset_of_max = header.base_offset + header.last_offset_delta
-    first, last = headers[0], headers[-1]
-    return LogAppendInfo(
-        first_offset=first.base_offset,
-        last_offset=last.base_offset + last.last_offset_delta,
-        max_timestamp=max_timestamp,
-        offset_of_max_timestamp=offset_of_max,
-        log_append_time=log_append_time,
-        batch_count=len(headers),
-        size=size,
-        log_start_offset=log_start_offset,
-    )
 
 
 class Log:
@@ -186,7 +116,7 @@ class Log:
         self.parent_dir = directory.parent
 
     @classmethod
-    @_storage_errors
+    @storage_errors
     def open(
         cls,
         directory: Path,
@@ -309,7 +239,7 @@ class Log:
 
     # -- appends -------------------------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def append_as_leader(
         self,
         records: bytes | bytearray | memoryview,
@@ -338,7 +268,7 @@ class Log:
             headers = [set_create_time(data, validated.header, validated.max_timestamp)]
         append_time = now_ms if self._config.uses_log_append_time else None
         headers = assign_offsets(data, headers, self._log_end_offset, leader_epoch, append_time)
-        info = _append_info(
+        info = append_info(
             headers, size, NO_TIMESTAMP if append_time is None else now_ms, self._log_start_offset
         )
         self._append(data, headers, info, now_ms)
@@ -346,7 +276,7 @@ class Log:
             self._leader_epoch_cache.assign(leader_epoch, info.first_offset)
         return info
 
-    @_storage_errors
+    @storage_errors
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, now_ms: int | None = None
     ) -> LogAppendInfo:
@@ -361,7 +291,7 @@ class Log:
         self._check_open()
         headers = validate_replicated_batches(records)
         if not headers:
-            return self._empty_append_info()
+            return self._emptyappend_info()
         previous_last = self._log_end_offset - 1
         for header in headers:
             if header.base_offset <= previous_last:
@@ -372,7 +302,7 @@ class Log:
             previous_last = header.base_offset + header.last_offset_delta
         size = len(records)
         self._check_fits_segment(size)
-        info = _append_info(headers, size, NO_TIMESTAMP, self._log_start_offset)
+        info = append_info(headers, size, NO_TIMESTAMP, self._log_start_offset)
         self._append(records, headers, info, _wall_clock_ms() if now_ms is None else now_ms)
         cache = self._leader_epoch_cache
         for header in headers:
@@ -380,7 +310,7 @@ class Log:
                 cache.assign(header.partition_leader_epoch, header.base_offset)
         return info
 
-    def _empty_append_info(self) -> LogAppendInfo:
+    def _emptyappend_info(self) -> LogAppendInfo:
         return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0, self._log_start_offset)
 
     def _check_fits_segment(self, size: int) -> None:
@@ -457,7 +387,7 @@ class Log:
         )
         self._base_offsets.append(base_offset)
 
-    @_storage_errors
+    @storage_errors
     def roll(self, now_ms: int | None = None) -> LogSegment:
         """Start a new segment at the LEO (a no-op when the active segment is empty)."""
         self._check_open()
@@ -467,7 +397,7 @@ class Log:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def read(
         self,
         start_offset: int,
@@ -501,7 +431,7 @@ class Log:
             index += 1
         return b""
 
-    @_storage_errors
+    @storage_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """ListOffsets: (offset, timestamp) of the first record with timestamp >= `timestamp`.
 
@@ -566,7 +496,7 @@ class Log:
                     return found
         return None
 
-    @_storage_errors
+    @storage_errors
     def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> None:
         """Record that `leader_epoch` starts at `start_offset` (a new leader's first act)."""
         self._check_open()
@@ -574,7 +504,7 @@ class Log:
 
     # -- truncation ----------------------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
         """Remove every batch holding offsets >= `offset` (a follower's truncation).
 
@@ -606,7 +536,7 @@ class Log:
         self._leader_epoch_cache.truncate_from_end(self._log_end_offset)
         return True
 
-    @_storage_errors
+    @storage_errors
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
         """Delete everything and restart the log empty at `offset` (a follower whose fetch
         offset fell below the leader's log start)."""
@@ -629,7 +559,7 @@ class Log:
 
     # -- retention -----------------------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def delete_retention_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Delete whole old segments by retention.ms, retention.bytes and the log start offset.
 
@@ -692,7 +622,7 @@ class Log:
             logger.info("%s: deleted %d old segments, log start offset %d", self, count, new_start)
         return count
 
-    @_storage_errors
+    @storage_errors
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up to `offset` (DeleteRecords); segments wholly below it go
         at the next retention pass. Returns whether it moved."""
@@ -710,7 +640,7 @@ class Log:
 
     # -- durability and lifecycle --------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery point, `up_to`) and move the
         recovery point to `up_to` (the LEO when None)."""
@@ -725,7 +655,7 @@ class Log:
         self._leader_epoch_cache.sync()
         self._recovery_point = end
 
-    @_storage_errors
+    @storage_errors
     def close(self) -> None:
         """Seal and fsync the active segment and close every file. Idempotent."""
         if self._closed:
@@ -744,7 +674,7 @@ class Log:
         for segment in self._segments:
             segment.close_quietly()
 
-    @_storage_errors
+    @storage_errors
     def delete(self) -> None:
         """Close the log and remove its directory."""
         if not self._closed:

@@ -23,12 +23,19 @@ listener only schedules its handler on the loop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from odradek.errors import KafkaStorageError
 
 logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _key(log_dir: Path | str) -> str:
@@ -70,3 +77,31 @@ def is_io_failure(error: BaseException) -> bool:
         return True
     cause = error.__cause__
     return isinstance(cause, OSError)
+
+
+def storage_errors(method: Callable[P, R]) -> Callable[P, R]:
+    """Decorates `Log` methods: translate OSError into KafkaStorageError at the log's boundary,
+    and apply KIP-112: a log whose directory is offline refuses every operation, and an I/O
+    error takes the directory offline."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        # Duck-typed (a method of `Log`, whose instances carry these two attributes; a
+        # classmethod's first argument, the class, does not).
+        log: Any = args[0] if args and hasattr(args[0], "failure_channel") else None
+        channel: LogDirFailureChannel | None = log.failure_channel if log is not None else None
+        if channel is not None and log is not None and channel.has_offline_log_dir(log.parent_dir):
+            raise KafkaStorageError(f"{log}: log directory {log.parent_dir} is offline")
+        try:
+            return method(*args, **kwargs)
+        except OSError as e:
+            error = KafkaStorageError(f"I/O error in {method.__qualname__}: {e}")
+            if channel is not None and log is not None:
+                channel.maybe_add_offline_log_dir(log.parent_dir, str(error))
+            raise error from e
+        except KafkaStorageError as e:
+            if channel is not None and log is not None and is_io_failure(e):
+                channel.maybe_add_offline_log_dir(log.parent_dir, str(e))
+            raise
+
+    return wrapper
