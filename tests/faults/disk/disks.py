@@ -93,29 +93,49 @@ class Ext4Dir:
             return e.errno == errno.EROFS
         return False
 
+    def _attached(self) -> bool:
+        """Is the image still on a loop device (its file system still held by the kernel)?"""
+        return bool(run("losetup", "-j", str(self.image)).strip())
+
+    def _mounted_here(self) -> bool:
+        return (
+            subprocess.run(
+                ["findmnt", "-n", str(self.path)], capture_output=True, timeout=COMMAND_TIMEOUT_S
+            ).returncode
+            == 0
+        )
+
     def repair(self) -> None:
+        """Unmount until nothing is mounted here and the loop device is gone (otherwise `mount`
+        would reuse the loop device and the kernel the failed superblock), check, mount."""
         deadline = time.monotonic() + COMMAND_TIMEOUT_S
-        while True:
-            result = subprocess.run(
-                ["umount", "-d", str(self.path)],
-                capture_output=True,
-                text=True,
-                timeout=COMMAND_TIMEOUT_S,
-                check=False,
-            )
-            if result.returncode == 0:
-                break
+        while self._mounted_here() or self._attached():
+            if self._mounted_here():
+                subprocess.run(
+                    ["umount", "-d", str(self.path)], capture_output=True, timeout=COMMAND_TIMEOUT_S
+                )
+            else:
+                for line in run("losetup", "-j", str(self.image)).splitlines():
+                    subprocess.run(
+                        ["losetup", "-d", line.split(":")[0]],
+                        capture_output=True,
+                        timeout=COMMAND_TIMEOUT_S,
+                    )
             if time.monotonic() > deadline:
                 users = subprocess.run(
                     ["fuser", "-vm", str(self.path)], capture_output=True, text=True, check=False
                 )
-                raise RuntimeError(f"cannot unmount {self.path}: {result.stderr} {users.stderr}")
+                raise RuntimeError(
+                    f"cannot release {self.path}: {run('losetup', '-a')} {users.stderr}"
+                )
             time.sleep(0.2)  # a process that just died may still hold files for a moment
         self.mounted = False
         subprocess.run(
             ["e2fsck", "-fy", str(self.image)], capture_output=True, timeout=COMMAND_TIMEOUT_S
         )
         self._mount()
+        if self.is_read_only():
+            raise RuntimeError(f"{self.path} is still read-only after the repair")
 
     def unmount(self) -> None:
         if self.mounted:
