@@ -244,3 +244,26 @@ def test_the_controller_marks_replicas_answered_with_storage_errors_offline():
         assert context.brokers_with_offline_replica(("t", 0)) == set()
 
     asyncio.run(scenario())
+
+
+def test_a_follower_append_that_fails_takes_the_directory_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    manager, (first, _), offline = manager_with(tmp_path, ["a", "b"])
+    leader_copy = manager.get_or_create_log("source", 0)  # in a
+    follower = manager.get_or_create_log("t", 0)  # in b
+    leader_copy.append_as_leader(batch(), 3, 0)
+    replicated = leader_copy.read(0, 1 << 20)
+
+    def eio(*args: Any) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(segment_module.os, "pwrite", eio)
+    with pytest.raises(KafkaStorageError, match="Input/output"):
+        follower.append_as_follower(replicated)
+    monkeypatch.undo()
+    assert offline == [follower.dir.parent.resolve()]
+    assert manager.is_log_dir_online(first)
+    with pytest.raises(KafkaStorageError, match="offline"):
+        follower.truncate_to(0)
+    manager.shutdown()
