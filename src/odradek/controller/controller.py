@@ -8,7 +8,9 @@ callbacks only enqueue, and watches registered by an earlier term are ignored (`
 Callbacks, who invokes them, and their steps:
 
 `_on_controller_failover` — when this broker wins the election:
-  1. register the watches (brokers, topics, topic deletions, ISR change notifications);
+  1. register the watches (brokers, topics, topic deletions, ISR change notifications, log
+     directory events — those left behind are deleted: the failover's LeaderAndIsr finds the
+     offline replicas again);
   2. read the whole cluster state from ZooKeeper into the context (pipelined reads);
   3. start a sender per live broker and send UpdateMetadata to every live broker *before* any
      LeaderAndIsr, so brokers know the cluster before they are told their roles;
@@ -27,6 +29,11 @@ brokers' replicas go OnlineReplica (they truncate and follow); New/Offline parti
 `_on_broker_failure(dead)` — BrokerChange with ids gone (or re-registered with a new epoch): the
 partitions they led go Offline and are re-elected at once (live ISR first; unclean only where the topic
 allows it); their replicas go OfflineReplica (leaving the ISR); UpdateMetadata alone if nothing moved.
+
+`on_replicas_become_offline(replicas)` — replicas on dead brokers, or in a failed log directory of
+a live broker (KIP-112, `log_dir_events`: learnt from KAFKA_STORAGE_ERROR in LeaderAndIsr answers):
+partitions they led go Offline and are re-elected (elections skip replicas on failed directories),
+the replicas go OfflineReplica, and UpdateMetadata lists them in `offline_replicas`.
 
 `_on_new_partition_creation` — TopicChange / PartitionModifications: partitions New, replicas New,
 partitions Online (state znodes created with leader = first live replica, ISR = live AR), replicas
