@@ -735,10 +735,12 @@ class KafkaController:
         """Replicas on dead brokers or failed log directories (KIP-112) go offline."""
         context = self.context
         offline = set(replicas)
+        brokers = {r.replica for r in replicas}  # cheap first test: failovers touch 100,000s
         with_offline_leader = [
             tp
             for tp, state in context.leadership.items()
-            if PartitionReplica(tp[0], tp[1], state.leader) in offline
+            if state.leader in brokers
+            and PartitionReplica(tp[0], tp[1], state.leader) in offline
             and not context.is_topic_queued_for_deletion(tp[0])
         ]
         # 1. partitions whose leader died: Offline, then elect at once
