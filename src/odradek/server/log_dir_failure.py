@@ -79,10 +79,10 @@ class LogDirFailureHandler:
             self._wakeup.set()
 
     def start(self) -> None:
-        self._wakeup = asyncio.Event()
+        wakeup = self._wakeup = asyncio.Event()
         if self._pending:
-            self._wakeup.set()
-        self._task = asyncio.get_running_loop().create_task(self._run())
+            wakeup.set()
+        self._task = asyncio.get_running_loop().create_task(self._run(wakeup))
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -91,11 +91,10 @@ class LogDirFailureHandler:
                 await self._task
             self._task = None
 
-    async def _run(self) -> None:
-        assert self._wakeup is not None
+    async def _run(self, wakeup: asyncio.Event) -> None:
         while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
+            await wakeup.wait()
+            wakeup.clear()
             while self._pending:
                 log_dir = self._pending.pop(0)
                 try:
