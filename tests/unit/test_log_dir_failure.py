@@ -267,3 +267,48 @@ def test_a_follower_append_that_fails_takes_the_directory_offline(
     with pytest.raises(KafkaStorageError, match="offline"):
         follower.truncate_to(0)
     manager.shutdown()
+
+
+def test_the_broker_handler_notifies_the_controller_and_halts_when_no_directory_is_left(
+    tmp_path: Path,
+):
+    from odradek.server.log_dir_failure import LogDirFailureHandler
+
+    manager, (first, second), _ = manager_with(tmp_path, ["a", "b"])
+    replica_manager = SimpleNamespace(
+        partitions={}, offline_partitions=set(), log_manager=manager, fetcher_manager=None
+    )
+
+    class Zk:
+        def __init__(self) -> None:
+            self.created: list[Any] = []
+            self.failures = 1  # the first attempt fails: the handler retries
+
+        async def multi(self, ops: list[Any]) -> None:
+            if self.failures:
+                self.failures -= 1
+                raise ConnectionError("connection loss")
+            self.created += ops
+
+    zk = Zk()
+    halted: list[str] = []
+    handler = LogDirFailureHandler(1, lambda: replica_manager, lambda: zk, halted.append)  # type: ignore[arg-type,return-value]
+    manager.failure_channel.on_offline = handler.on_offline
+
+    async def scenario() -> None:
+        manager.failure_channel.maybe_add_offline_log_dir(first, "before start")  # queued
+        handler.start()
+        async with asyncio.timeout(10):
+            while not zk.created:
+                await asyncio.sleep(0.01)
+        assert LogDirEventNotificationSequenceZNode.decode(zk.created[0].data, 0).broker_id == 1
+        assert not halted
+        manager.failure_channel.maybe_add_offline_log_dir(second, "the last one")
+        async with asyncio.timeout(10):
+            while not halted:
+                await asyncio.sleep(0.01)
+        assert "all log directories have failed" in halted[0]
+        await handler.stop()
+
+    asyncio.run(scenario())
+    manager.shutdown()
