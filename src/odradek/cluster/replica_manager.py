@@ -38,7 +38,7 @@ from odradek.errors import (
     UnknownTopicOrPartitionError,
 )
 from odradek.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
-from odradek.log.partition_metadata import read_partition_topic_id, write_partition_topic_id
+from odradek.log.partition_metadata import read_partition_topic_id as read_partition_topic_id
 from odradek.log.validator import NeedsWorkerThread
 
 log = logging.getLogger(__name__)
@@ -274,9 +274,7 @@ class ReplicaManager:
             try:
                 partition = self._get_or_create_partition(item.topic, item.partition, state.is_new)
                 if item.topic_id and existing is None:
-                    log_dir = Path(partition.log.dir)
-                    if read_partition_topic_id(log_dir) != item.topic_id:
-                        write_partition_topic_id(log_dir, item.topic_id)
+                    partition.log.record_topic_id(item.topic_id)
             except KafkaError as e:
                 results[key] = e
                 continue

@@ -49,6 +49,7 @@ from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import LeaderEpochCache
 from odradek.log.log_dir_failure import LogDirFailureChannel, storage_errors
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
+from odradek.log.partition_metadata import read_partition_topic_id, write_partition_topic_id
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
 from odradek.log.validator import ValidatedRecords, validate_produce_records
@@ -495,6 +496,13 @@ class Log:
                 if found is not None:
                     return found
         return None
+
+    @storage_errors
+    def record_topic_id(self, topic_id: str) -> None:
+        """Write `partition.metadata` with `topic_id` unless it already holds it (KIP-516)."""
+        self._check_open()
+        if read_partition_topic_id(self._dir) != topic_id:
+            write_partition_topic_id(self._dir, topic_id)
 
     @storage_errors
     def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> None:
