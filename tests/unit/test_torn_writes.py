@@ -390,3 +390,15 @@ def test_a_leader_epoch_that_goes_down_ends_the_recovered_log(reference: Path, t
         check_log(log, damaged_its_data=True)
     finally:
         _crash(manager)
+
+
+def test_meta_properties_cut_inside_its_first_line_is_rewritten(reference: Path, tmp_path: Path):
+    root = _copy(reference, tmp_path)
+    path = root / META_PROPERTIES
+    path.write_text("versi")  # found by tests/faults/disk (seed 2700907944)
+    manager = _reopen(root)
+    try:
+        manager.check_meta_properties(BROKER_ID, CLUSTER_ID)  # was: no usable log directory
+        assert path.read_text().startswith("version=0\n")
+    finally:
+        _crash(manager)

@@ -9,7 +9,8 @@ Java properties text, as Kafka's ZooKeeper-mode brokers write it::
 Checked for every log directory at start-up, once the cluster id is known (`check_meta_properties`):
 
 * missing, or empty (a write torn before any byte reached the disk): written afresh; a last line
-  without its newline (torn) is ignored, and what it held written again;
+  without its newline (torn) is ignored, and what it held written again (the whole file when
+  that was the first line);
 * a different broker.id or cluster.id: the broker refuses to start (`OperatorError`), as Kafka
   does — the directory belongs to another broker or cluster and must not be mixed in;
 * unreadable (an I/O error) or malformed (no or unknown `version`, a `broker.id` that is not an
@@ -39,14 +40,14 @@ class MetaProperties:
     cluster_id: str | None
 
 
-def _parse(text: str, path: Path) -> MetaProperties:
+def _parse(text: str, path: Path) -> MetaProperties | None:
     values: dict[str, str] = {}
     lines = text.split("\n")
     # Every line we write ends in a newline: an unterminated last line is a torn write, and may
     # be a prefix of the real one ("cluster.id=ab" of "cluster.id=abcd"). It is ignored, so the
     # value it held is written again (regression: test_torn_writes, meta.properties cut inside
     # the cluster id made the broker refuse to start, taking the cut id for another cluster's).
-    lines.pop()
+    torn = lines.pop() != ""
     for raw in lines:
         line = raw.strip()
         if not line or line[0] in "#!":
@@ -56,6 +57,8 @@ def _parse(text: str, path: Path) -> MetaProperties:
             key, sep, value = line.partition(":")
         values[key.strip()] = value.strip()
     version = values.get("version")
+    if version is None and torn:
+        return None  # torn before the first line was complete: as good as empty
     if version not in SUPPORTED_VERSIONS:
         raise KafkaStorageError(f"malformed {path}: version {version!r}")
     broker_id: int | None = None
@@ -81,7 +84,7 @@ def read_meta_properties(log_dir: Path) -> MetaProperties | None:
         raise KafkaStorageError(f"cannot read {path}: {e}") from e
     if not text.strip():
         return None
-    return _parse(text, path)
+    return _parse(text, path)  # None when torn inside the first line
 
 
 def write_meta_properties(log_dir: Path, broker_id: int, cluster_id: str) -> None:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +80,10 @@ class DiskCluster:
 
 
 @pytest.fixture(scope="module")
-def disks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DiskCluster]:
-    base = tmp_path_factory.mktemp("disk-faults")
+def disks() -> Iterator[DiskCluster]:
+    # Not under pytest's tmp_path root: every pytest session on the machine prunes old
+    # pytest-of-<user>/pytest-N directories, and one doing so would walk into our mounts.
+    base = Path(tempfile.mkdtemp(prefix="odradek-disk-faults-"))
     directory = base / "cluster"
     broker_dir = directory / "broker-1"
     dirs = {name: broker_dir / name for name in ("full", "readonly", "eio", "data")}
@@ -120,6 +124,8 @@ def disks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DiskCluster]:
             readonly.unmount()
         if full is not None:
             full.unmount()
+        if not any(os.path.ismount(d) for d in dirs.values()):
+            shutil.rmtree(base, ignore_errors=True)
 
 
 def _state(disks: DiskCluster, topic: str) -> tuple[int, list[int]]:
