@@ -45,6 +45,7 @@ class FakeLog:
         self.log_end_offset = log_end_offset
         self.log_start_offset = 0
         self.leader_epoch_cache = FakeEpochCache()
+        self.high_watermarks: list[int] = []
 
     def append_as_leader(
         self, records: bytes, leader_epoch: int, now_ms: int, **validation: Any
@@ -57,6 +58,9 @@ class FakeLog:
 
     def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> None:
         self.leader_epoch_cache.assign(leader_epoch, start_offset)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        self.high_watermarks.append(high_watermark)
 
 
 class FakeIsrWriter:
@@ -133,7 +137,7 @@ def test_a_single_replica_leader_commits_on_append() -> None:
 
 
 def test_hw_is_the_minimum_leo_over_the_isr() -> None:
-    partition, _, _, _ = make_partition()
+    partition, log, _, _ = make_partition()
     append(partition, 10)
     assert partition.high_watermark == 0  # no follower has fetched yet
     partition.update_follower_fetch_state(2, 7, now=1.0)
@@ -144,6 +148,7 @@ def test_hw_is_the_minimum_leo_over_the_isr() -> None:
     assert partition.high_watermark == 7
     partition.update_follower_fetch_state(2, 10, now=2.0)
     assert partition.high_watermark == 10
+    assert log.high_watermarks == [4, 7, 10]  # the log (its producer state) hears of each move
 
 
 def test_hw_never_decreases() -> None:

@@ -48,6 +48,7 @@ from odradek.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
+from odradek.protocol.record_batch import iter_batches
 from odradek.zk.errors import SessionExpiredError
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,10 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1
+    aborted_transactions: list[tuple[int, int]] | None = None
+    """(producer id, first offset) of the aborted transactions a read_committed read overlaps;
+    None for other reads."""
 
 
 class Partition:
@@ -255,8 +260,11 @@ class Partition:
         *,
         validated: Any = None,
         budget: int | None = None,
+        origin: Any = None,
     ) -> Any:
         """Validate and append a produce request's records; returns the log's LogAppendInfo.
+        `origin` is the log's AppendOrigin (CLIENT unless given: the transaction markers the
+        broker writes are COORDINATOR).
 
         `budget` and `validated` go to `Log.append_as_leader`: the validation work allowed on
         this (the event loop's) thread, or its result from a worker thread."""
@@ -269,8 +277,9 @@ class Partition:
             raise NotEnoughReplicasError(
                 f"{self}: ISR {sorted(self.isr)} is smaller than min.insync.replicas={min_isr}"
             )
+        extra = {} if origin is None else {"origin": origin}
         info = self.log.append_as_leader(
-            records, self.leader_epoch, now_ms, validated=validated, budget=budget
+            records, self.leader_epoch, now_ms, validated=validated, budget=budget, **extra
         )
         self._maybe_increment_high_watermark()
         self._wake_data_waiters()
@@ -376,8 +385,11 @@ class Partition:
         from_follower: bool,
         current_leader_epoch: int | None = None,
         min_one_batch: bool = True,
+        read_committed: bool = False,
     ) -> ReadResult:
-        """Read for a consumer (up to the HW) or a follower (up to the LEO)."""
+        """Read for a consumer (up to the HW; with `read_committed` up to the last stable
+        offset, with the aborted transactions among the records read) or a follower (up to
+        the LEO)."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self}"
@@ -389,9 +401,30 @@ class Partition:
             raise OffsetOutOfRangeError(
                 f"{self}: offset {fetch_offset} is outside [{self.log_start_offset}, {log_end_offset}]"
             )
+        last_stable_offset = self.log.last_stable_offset(high_watermark)
         max_offset = None if from_follower else high_watermark
-        records = self.log.read(fetch_offset, max_bytes, max_offset, min_one_batch)
-        return ReadResult(bytes(records), high_watermark, self.log_start_offset, log_end_offset)
+        if read_committed and not from_follower:
+            max_offset = last_stable_offset
+        records = bytes(self.log.read(fetch_offset, max_bytes, max_offset, min_one_batch))
+        aborted = None
+        if read_committed and not from_follower:
+            aborted = []
+            if records:
+                upper = fetch_offset
+                for header in iter_batches(records):
+                    upper = header.next_offset
+                aborted = [
+                    (txn.producer_id, txn.first_offset)
+                    for txn in self.log.collect_aborted_transactions(fetch_offset, upper)
+                ]
+        return ReadResult(
+            records,
+            high_watermark,
+            self.log_start_offset,
+            log_end_offset,
+            last_stable_offset,
+            aborted,
+        )
 
     def register_data_waiter(self, future: asyncio.Future[None]) -> None:
         self._data_waiters.add(future)
@@ -542,6 +575,7 @@ class Partition:
 
     def _on_high_watermark_increased(self) -> None:
         high_watermark = self.high_watermark
+        self.log.on_high_watermark_updated(high_watermark)
         if self._hw_waiters:
             remaining = []
             for required_offset, future in self._hw_waiters:
@@ -559,6 +593,7 @@ class Partition:
         new_high_watermark = min(leader_high_watermark, self.log_end_offset)
         if new_high_watermark > self.high_watermark:
             self.high_watermark = new_high_watermark
+            self.log.on_high_watermark_updated(new_high_watermark)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)

@@ -69,6 +69,8 @@ class FetchPartitionRequest:
     log_start_offset: int = -1
     """A follower's own log start offset, as its fetch reports it (-1 from consumers)."""
     last_fetched_epoch: int = -1
+    read_committed: bool = False
+    """A consumer with isolation_level=read_committed: reads end at the last stable offset."""
 
 
 FollowerStateUpdate = Callable[[TopicPartition, int, int, int, bool], bool]
@@ -361,6 +363,7 @@ class ReplicaManager:
         entries: dict[TopicPartition, bytes],
         required_acks: int,
         timeout_ms: int,
+        origin: Any = None,
     ) -> dict[TopicPartition, ProduceResult] | Awaitable[dict[TopicPartition, ProduceResult]]:
         """Append each partition's records; with acks=all, return an awaitable of the results.
 
@@ -376,15 +379,15 @@ class ReplicaManager:
         queue = self.append_queue
         for key, records in entries.items():
             if queue.busy(key):
-                deferred[key] = self._defer_append(key, records, required_acks, now_ms)
+                deferred[key] = self._defer_append(key, records, required_acks, now_ms, origin)
                 continue
             try:
                 partition = self.leader_partition(*key)
                 info = partition.append_records_to_leader(
-                    records, required_acks, now_ms, budget=queue.inline_budget
+                    records, required_acks, now_ms, budget=queue.inline_budget, origin=origin
                 )
             except NeedsWorkerThread:
-                deferred[key] = self._defer_append(key, records, required_acks, now_ms)
+                deferred[key] = self._defer_append(key, records, required_acks, now_ms, origin)
                 continue
             except KafkaError as e:
                 results[key] = ProduceResult(error=e)
@@ -414,7 +417,12 @@ class ReplicaManager:
         return result, partition.wait_for_high_watermark(info.last_offset + 1)
 
     def _defer_append(
-        self, key: TopicPartition, records: bytes, required_acks: int, now_ms: int
+        self,
+        key: TopicPartition,
+        records: bytes,
+        required_acks: int,
+        now_ms: int,
+        origin: Any = None,
     ) -> asyncio.Future[tuple[ProduceResult, Any]]:
         async def append(previous: asyncio.Future[Any] | None) -> tuple[ProduceResult, Any]:
             try:
@@ -423,7 +431,7 @@ class ReplicaManager:
                 await self.append_queue.after(previous)
                 partition = self.leader_partition(*key)
                 info = partition.append_records_to_leader(
-                    records, required_acks, now_ms, validated=validated
+                    records, required_acks, now_ms, validated=validated, origin=origin
                 )
             except KafkaError as e:
                 return ProduceResult(error=e), None
@@ -505,6 +513,7 @@ class ReplicaManager:
                     from_follower=from_follower,
                     current_leader_epoch=request.current_leader_epoch,
                     min_one_batch=total == 0,
+                    read_committed=request.read_committed,
                 )
                 # The follower's LEO is its fetch offset only once the read there succeeded (so
                 # the offset is within [log start, LEO]) and no diverging epoch says it must

@@ -1,4 +1,5 @@
-"""What an append to a log did (`LogAppendInfo`), computed from the batch headers appended."""
+"""What an append did (`LogAppendInfo`), as `Log.append_as_leader` and `append_as_follower`
+return it, and how it is computed from the appended batches' headers."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from odradek.protocol.record_batch import NO_TIMESTAMP, BatchHeader
 
 @dataclass(frozen=True, slots=True)
 class LogAppendInfo:
-    """What an append did. Offsets are -1 when there was nothing to append."""
+    """What an append did. Offsets are -1 when there was nothing to append; `batch_count` 0 with
+    offsets set means a producer's retry of a batch already in the log (its original offsets),
+    not appended again."""
 
     first_offset: int
     last_offset: int

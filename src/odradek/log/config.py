@@ -22,6 +22,7 @@ override the broker's defaults (`log.segment.bytes`, ...), which `from_broker_pr
 | message_timestamp_difference_max_ms | message.timestamp.difference.max.ms | log.message.timestamp.difference.max.ms |
 | decompressed_limit             | (none)                          | socket.request.max.bytes       |
 | cleanup_policy                 | cleanup.policy                  | log.cleanup.policy             |
+| producer_id_expiration_ms      | (none)                          | producer.id.expiration.ms      |
 
 The three timestamp settings bound the record timestamps a CreateTime topic accepts (KIP-937):
 a record's timestamp must lie within [now - before, now + after]. As in Kafka 3.9, a before or
@@ -82,6 +83,8 @@ class LogConfig:
     message_timestamp_difference_max_ms: int = _INT64_MAX
     decompressed_limit: int = 100 * 1024 * 1024
     cleanup_policy: tuple[str, ...] = ("delete",)
+    producer_id_expiration_ms: int = 24 * 60 * 60 * 1000
+    """How long a producer id's state outlives its last write (broker-wide in Kafka)."""
 
     def __post_init__(self) -> None:
         for spec in _TOPIC_PROPERTIES.values():

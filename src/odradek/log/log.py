@@ -50,14 +50,22 @@ from odradek.log.leader_epoch import LeaderEpochCache
 from odradek.log.log_dir_failure import LogDirFailureChannel, storage_errors
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
 from odradek.log.partition_metadata import read_partition_topic_id, write_partition_topic_id
+from odradek.log.producer_state import (
+    AppendOrigin,
+    CompletedTxn,
+    ProducerStateManager,
+    last_sequence,
+)
+from odradek.log.producer_state_loading import markers_in, rebuild_producer_state
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
+from odradek.log.timestamp_search import offset_for_timestamp, offset_of_largest_timestamp
+from odradek.log.transaction_index import AbortedTxn, TransactionIndexes
 from odradek.log.validator import ValidatedRecords, validate_produce_records
 from odradek.protocol.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
     assign_offsets,
-    find_timestamp_in_batch,
     set_create_time,
     validate_replicated_batches,
 )
@@ -97,6 +105,7 @@ class Log:
         recovery_point: int,
         leader_epoch_cache: LeaderEpochCache,
         failure_channel: LogDirFailureChannel | None = None,
+        producer_state: ProducerStateManager | None = None,
     ) -> None:
         """Use `Log.open`; this only assembles already loaded parts."""
         parsed = parse_log_dir_name(directory.name)
@@ -112,6 +121,10 @@ class Log:
         self._recovery_point = recovery_point
         self._size = sum(segment.size for segment in segments)
         self._leader_epoch_cache = leader_epoch_cache
+        self._producer_state = producer_state or ProducerStateManager(
+            directory, f"{self.topic}-{self.partition}", config.producer_id_expiration_ms
+        )
+        self._txn_index = TransactionIndexes(directory)
         self._closed = False
         self.failure_channel = failure_channel
         self.parent_dir = directory.parent
@@ -174,6 +187,19 @@ class Log:
         else:
             cache.truncate_from_end(log.log_end_offset)
             cache.truncate_from_start(start)
+            log._txn_index.truncate_to(log.log_end_offset)  # a torn tail's markers are gone
+            state = log._producer_state
+            state.remove_stray_snapshots(segment.base_offset for segment in log._segments)
+            rebuild_producer_state(
+                state,
+                log._segments,
+                start,
+                log.log_end_offset,
+                now_ms,
+                reload_from_clean_shutdown=clean_shutdown,
+                on_completed=log._index_aborted,
+            )
+            log._txn_index.retain(log._base_offsets)
         if loaded.recovered:
             logger.info(
                 "%s: recovered, log end offset %d, %d segments",
@@ -224,6 +250,14 @@ class Log:
         return self._leader_epoch_cache
 
     @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producer_state
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """The partition's HW moved up: transactions completed below it are no longer unstable."""
+        self._producer_state.on_high_watermark_updated(high_watermark)
+
+    @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
 
@@ -249,9 +283,15 @@ class Log:
         *,
         validated: ValidatedRecords | None = None,
         budget: int | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Validate a produce request's records, assign offsets from the LEO, stamp the leader
         epoch (and LogAppendTime if configured) and append them.
+
+        A batch of a producer id is first checked against the producer state: a duplicate of
+        one of the producer's last 5 batches is answered with that batch's offsets and not
+        appended (`batch_count` 0); a batch out of sequence or of a fenced epoch raises
+        OutOfOrderSequenceError / InvalidProducerEpochError / InvalidTxnStateError.
 
         Raises the validator's errors (CorruptRecordError, InvalidRecordError, RecordTooLargeError,
         InvalidTimestampError, ...) or RecordBatchTooLargeError (more than segment.bytes at once)
@@ -260,9 +300,20 @@ class Log:
         """
         self._check_open()
         if validated is None:
-            validated = validate_produce_records(records, self._config, now_ms, budget)
+            validated = validate_produce_records(
+                records,
+                self._config,
+                now_ms,
+                budget,
+                allow_control=origin is AppendOrigin.COORDINATOR,
+            )
         size = validated.size
         self._check_fits_segment(size)
+        state = self._producer_state
+        if validated.header.producer_id >= 0 and origin is AppendOrigin.CLIENT:
+            duplicate = self._find_duplicate(validated.header)
+            if duplicate is not None:
+                return duplicate
         data = bytearray(memoryview(records)[:size])
         headers = [validated.header]
         if validated.fix_create_time:
@@ -272,10 +323,39 @@ class Log:
         info = append_info(
             headers, size, NO_TIMESTAMP if append_time is None else now_ms, self._log_start_offset
         )
-        self._append(data, headers, info, now_ms)
+        if headers[0].producer_id >= 0:
+            # Kafka's producer state rules (log/producer_state.py): raises before anything is
+            # written; the state changes only once the batch is in the log.
+            infos, completed = state.apply_batches(headers, origin, markers_in(data, headers))
+            self._append(data, headers, info, now_ms)
+            self._index_aborted(completed)
+            state.commit(infos, completed, self._log_end_offset)
+        else:
+            self._append(data, headers, info, now_ms)
+            state.map_end_offset = self._log_end_offset
         if leader_epoch > self._leader_epoch_cache.latest_epoch:
             self._leader_epoch_cache.assign(leader_epoch, info.first_offset)
         return info
+
+    def _find_duplicate(self, header: BatchHeader) -> LogAppendInfo | None:
+        entry = self._producer_state.last_entry(header.producer_id)
+        if entry is None:
+            return None
+        duplicate = entry.find_duplicate_batch(
+            header.producer_epoch, header.base_sequence, last_sequence(header)
+        )
+        if duplicate is None:
+            return None
+        return LogAppendInfo(
+            first_offset=duplicate.first_offset,
+            last_offset=duplicate.last_offset,
+            max_timestamp=duplicate.timestamp,
+            offset_of_max_timestamp=duplicate.last_offset,
+            log_append_time=NO_TIMESTAMP,
+            batch_count=0,
+            size=0,
+            log_start_offset=self._log_start_offset,
+        )
 
     @storage_errors
     def append_as_follower(
@@ -292,7 +372,7 @@ class Log:
         self._check_open()
         headers = validate_replicated_batches(records)
         if not headers:
-            return self._emptyappend_info()
+            return self._empty_append_info()
         previous_last = self._log_end_offset - 1
         for header in headers:
             if header.base_offset <= previous_last:
@@ -304,14 +384,53 @@ class Log:
         size = len(records)
         self._check_fits_segment(size)
         info = append_info(headers, size, NO_TIMESTAMP, self._log_start_offset)
+        state = self._producer_state
+        infos, completed = state.apply_batches(
+            headers, AppendOrigin.REPLICATION, markers_in(records, headers)
+        )
         self._append(records, headers, info, _wall_clock_ms() if now_ms is None else now_ms)
+        self._index_aborted(completed)
+        state.commit(infos, completed, self._log_end_offset)
         cache = self._leader_epoch_cache
         for header in headers:
             if header.partition_leader_epoch > cache.latest_epoch:
                 cache.assign(header.partition_leader_epoch, header.base_offset)
         return info
 
-    def _emptyappend_info(self) -> LogAppendInfo:
+    # -- transactions ------------------------------------------------------------------------------
+
+    def _index_aborted(self, completed: list[CompletedTxn]) -> None:
+        """Record the aborted transactions among `completed` (their markers are in the log, the
+        producer state has not completed them yet) in the `.txnindex` of the marker's segment."""
+        for txn in completed:
+            if not txn.is_aborted:
+                continue
+            segment = self._base_offsets[bisect_right(self._base_offsets, txn.last_offset) - 1]
+            self._txn_index.append(
+                segment,
+                AbortedTxn(
+                    txn.producer_id,
+                    txn.first_offset,
+                    txn.last_offset,
+                    self._producer_state.last_stable_offset(txn),
+                ),
+            )
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO: the first offset of a transaction not yet decided (open, or closed by a marker
+        still above the HW), at most the high watermark (Kafka's UnifiedLog.lastStableOffset)."""
+        state = self._producer_state
+        state.on_high_watermark_updated(high_watermark)
+        first_unstable = state.first_unstable_offset()
+        if first_unstable is None:
+            return high_watermark
+        return min(first_unstable, high_watermark)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed read of [fetch_offset, upper_bound) needs."""
+        return self._txn_index.collect(fetch_offset, upper_bound)
+
+    def _empty_append_info(self) -> LogAppendInfo:
         return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0, self._log_start_offset)
 
     def _check_fits_segment(self, size: int) -> None:
@@ -369,6 +488,10 @@ class Log:
         self._segments.append(segment)
         self._base_offsets.append(new_base_offset)
         fsync_dir(self._dir)
+        # The producer state of everything before the new segment, named by its base offset:
+        # recovery replays at most from here.
+        self._producer_state.update_map_end_offset(new_base_offset)
+        self._producer_state.take_snapshot()
         # Everything before the new segment is now fsynced (on_become_inactive flushed the
         # old segment; older ones were flushed when they were rolled or by flush()).
         self.flush(new_base_offset)
@@ -449,53 +572,16 @@ class Log:
             return self._log_start_offset, NO_TIMESTAMP
         if timestamp == LATEST_TIMESTAMP:
             return self._log_end_offset, NO_TIMESTAMP
+        segments = self._segments_from(self._log_start_offset)
+        limit = self._config.decompressed_limit
         if timestamp == MAX_TIMESTAMP:
-            return self._offset_of_largest_timestamp()
-        start = self._log_start_offset
-        segments = self._segments_from(start)
-        for i, segment in enumerate(segments):
-            if segment.largest_timestamp() < timestamp:
-                continue
-            end = segments[i + 1].base_offset if i + 1 < len(segments) else self._log_end_offset
-            offset = segment.time_index_floor_offset(timestamp, end)
-            header = segment.find_batch(max(offset, start))
-            if header is None:
-                continue
-            for candidate in segment.scan_headers(header.position):
-                if candidate.max_timestamp >= timestamp and candidate.last_offset >= start:
-                    found = self._search_batch(segment, candidate, timestamp)
-                    if found is not None:
-                        return found
-        return None
+            return offset_of_largest_timestamp(segments, self._log_start_offset, limit)
+        return offset_for_timestamp(
+            segments, timestamp, self._log_start_offset, self._log_end_offset, limit
+        )
 
     def _segments_from(self, offset: int) -> list[LogSegment]:
         return self._segments[max(bisect_right(self._base_offsets, offset) - 1, 0) :]
-
-    def _search_batch(
-        self, segment: LogSegment, header: BatchHeader, timestamp: int
-    ) -> tuple[int, int] | None:
-        batch = segment.read_at(header.position, header.size)
-        return find_timestamp_in_batch(
-            batch, timestamp, self._log_start_offset, self._config.decompressed_limit
-        )
-
-    def _offset_of_largest_timestamp(self) -> tuple[int, int] | None:
-        best: tuple[int, LogSegment] | None = None
-        for segment in self._segments_from(self._log_start_offset):
-            if segment.size == 0:
-                continue
-            largest = segment.largest_timestamp()
-            if best is None or largest > best[0]:
-                best = (largest, segment)
-        if best is None:
-            return None
-        largest, segment = best
-        for header in segment.scan_headers(0):
-            if header.max_timestamp >= largest and header.last_offset >= self._log_start_offset:
-                found = self._search_batch(segment, header, largest)
-                if found is not None:
-                    return found
-        return None
 
     @storage_errors
     def record_topic_id(self, topic_id: str) -> None:
@@ -542,6 +628,15 @@ class Log:
         self._recovery_point = min(self._recovery_point, self._log_end_offset)
         self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
         self._leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        self._txn_index.truncate_to(self._log_end_offset)
+        rebuild_producer_state(
+            self._producer_state,
+            self._segments,
+            self._log_start_offset,
+            self._log_end_offset,
+            now_ms,
+            on_completed=self._index_aborted,
+        )
         return True
 
     @storage_errors
@@ -564,6 +659,8 @@ class Log:
         self._size = 0
         self._log_start_offset = self._log_end_offset = self._recovery_point = offset
         self._leader_epoch_cache.clear_and_flush()
+        self._producer_state.truncate_fully_and_start_at(offset)
+        self._txn_index.delete_all()
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -626,6 +723,9 @@ class Log:
             if new_start > self._log_start_offset:
                 self._log_start_offset = new_start
                 self._leader_epoch_cache.truncate_from_start(new_start)
+                self._producer_state.on_log_start_offset_incremented(new_start)
+            self._producer_state.delete_snapshots_before(new_start)
+            self._txn_index.retain(self._base_offsets)
             self._recovery_point = max(self._recovery_point, new_start)
             logger.info("%s: deleted %d old segments, log start offset %d", self, count, new_start)
         return count
@@ -644,6 +744,7 @@ class Log:
             return False
         self._log_start_offset = offset
         self._leader_epoch_cache.truncate_from_start(offset)
+        self._producer_state.on_log_start_offset_incremented(offset)
         return True
 
     # -- durability and lifecycle --------------------------------------------------------------
@@ -668,6 +769,8 @@ class Log:
         """Seal and fsync the active segment and close every file. Idempotent."""
         if self._closed:
             return
+        self._producer_state.update_map_end_offset(self._log_end_offset)
+        self._producer_state.take_snapshot()
         for segment in self._segments:
             segment.close()
         self._leader_epoch_cache.sync()

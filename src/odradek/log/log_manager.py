@@ -433,6 +433,14 @@ class LogManager:
             with contextlib.suppress(KafkaStorageError):
                 log.flush()
 
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget, in every log, producers idle longer than producer.id.expiration.ms (and
+        with no open transaction); returns how many."""
+        now_ms = _wall_clock_ms() if now_ms is None else now_ms
+        return sum(
+            log.producer_state.remove_expired_producers(now_ms) for log in self._logs.values()
+        )
+
     def cleanup(
         self,
         now_ms: int | None = None,

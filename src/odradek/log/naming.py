@@ -12,6 +12,7 @@ over::
             00000000000000000000.log         segment data, named by its 20-digit base offset
             00000000000000000000.index       sparse offset index of that segment
             00000000000000000000.timeindex   sparse time index of that segment
+            00000000000000000000.snapshot    producer state at that offset (log/producer_snapshot.py)
             leader-epoch-checkpoint          leader epoch -> start offset history
         <topic>-<partition>.<uuid>-delete/   a log being deleted
 
@@ -29,6 +30,9 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+SNAPSHOT_SUFFIX = ".snapshot"
+"""A producer state snapshot, named by the offset it describes the state before."""
 
 TEMP_SUFFIX = ".tmp"
 """Half-written checkpoint files; deleted when found at start-up."""
@@ -58,6 +62,18 @@ def index_file_name(base_offset: int) -> str:
 
 def time_index_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}{TIME_INDEX_SUFFIX}"
+
+
+def producer_snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_producer_snapshot_file_name(name: str) -> int | None:
+    """The offset of a producer snapshot file name, or None if `name` is not one."""
+    if not name.endswith(SNAPSHOT_SUFFIX):
+        return None
+    stem = name[: -len(SNAPSHOT_SUFFIX)]
+    return int(stem) if len(stem) == _OFFSET_DIGITS and stem.isdigit() else None
 
 
 def parse_segment_file_name(name: str) -> tuple[int, str] | None:

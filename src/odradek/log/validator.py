@@ -150,7 +150,10 @@ def _single_batch(buf: bytes | bytearray | memoryview) -> BatchHeader:
 
 
 def _check_header(
-    buf: bytes | bytearray | memoryview, header: BatchHeader, config: LogConfig
+    buf: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    config: LogConfig,
+    allow_control: bool = False,
 ) -> None:
     if header.base_offset != 0:
         raise InvalidRecordError(f"a producer's batch has baseOffset 0, not {header.base_offset}")
@@ -177,8 +180,9 @@ def _check_header(
             f"{header.records_count}"
         )
     if header.is_control:
-        raise InvalidRecordError("clients may not write control batches")
-    if header.producer_id >= 0 and header.base_sequence < 0:
+        if not allow_control:
+            raise InvalidRecordError("clients may not write control batches")
+    elif header.producer_id >= 0 and header.base_sequence < 0:
         raise InvalidRecordError(
             f"batch of producer id {header.producer_id} has no sequence number "
             f"({header.base_sequence})"
@@ -196,12 +200,15 @@ def validate_produce_records(
     config: LogConfig,
     now_ms: int,
     budget: int | None = None,
+    *,
+    allow_control: bool = False,
 ) -> ValidatedRecords:
     """Check a produce request's records for one partition (module docstring); raise the
     KafkaError of the first problem, or NeedsWorkerThread when `budget` (bytes of records to
-    walk on this thread, None = unlimited) would be exceeded."""
+    walk on this thread, None = unlimited) would be exceeded. `allow_control` lets a
+    transaction coordinator's marker batches through (never a client's)."""
     header = _single_batch(records)
-    _check_header(records, header, config)
+    _check_header(records, header, config, allow_control)
     if _SKIP_RECORDS:
         return ValidatedRecords(header, header.size, header.max_timestamp, False)
     payload = memoryview(records)[HEADER_SIZE : header.size]

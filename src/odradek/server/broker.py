@@ -45,7 +45,10 @@ from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.metadata import GroupConfig
 from odradek.coordinator.group.metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.group.placement import OFFSETS_TOPIC
+from odradek.coordinator.group.txn_offsets import PendingTxnOffsets
 from odradek.coordinator.group.zk_import import ZkLegacyOffsets
+from odradek.coordinator.transaction.coordinator import TransactionCoordinator
+from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
 from odradek.errors import KafkaError, OperatorError, require
 from odradek.log.log_dir_failure import LogDirFailureChannel
 from odradek.log.log_manager import LogManager
@@ -73,6 +76,7 @@ from odradek.server.listeners import (
 from odradek.server.log_dir_failure import LogDirFailureHandler
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
+from odradek.server.transaction_topic import TransactionTopicCreator, build_transaction_coordinator
 from odradek.zk.client import CreateOp, SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
 from odradek.zk.znodes import (
@@ -120,6 +124,10 @@ class Broker:
         self.admin: AdminManager = None  # type: ignore[assignment]
         self.topic_configs: TopicConfigs = None  # type: ignore[assignment]
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]
+        self.transaction_coordinator: TransactionCoordinator = None  # type: ignore[assignment]
+        self.producer_id_manager: ProducerIdManager = None  # type: ignore[assignment]
+        self.txn_offsets: PendingTxnOffsets = None  # type: ignore[assignment]
+        self._transaction_topic: TransactionTopicCreator | None = None
         self._offsets_topic: OffsetsTopicCreator | None = None
         self.log_dir_failure = LogDirFailureHandler(
             self.broker_id, lambda: self.replica_manager, lambda: self.zk
@@ -178,6 +186,7 @@ class Broker:
         # it serves groups once its timers start with the other periodic work (7), and loads
         # offsets partitions as LeaderAndIsr makes us their leader.
         cache = self.metadata_cache
+        self.producer_id_manager = ProducerIdManager(self.broker_id, self._zk)
         self.group_coordinator = GroupCoordinator(
             self.broker_id,
             GroupConfig.from_broker_config(config),
@@ -187,6 +196,15 @@ class Broker:
                 partition_count=lambda: cache.partition_count(OFFSETS_TOPIC),
                 legacy=ZkLegacyOffsets(self.zk),
             ),
+        )
+        self.txn_offsets = PendingTxnOffsets(self.group_coordinator)
+        self.transaction_coordinator = build_transaction_coordinator(
+            self.broker_id,
+            config,
+            lambda: self.replica_manager,
+            cache,
+            self.producer_id_manager,
+            self.inter_broker_client,
         )
         apis = KafkaApis(self)
         quotas, pool = connection_quotas(config), memory_pool(config)
@@ -233,6 +251,9 @@ class Broker:
         self._offsets_topic = OffsetsTopicCreator(
             config, self.admin, self.metadata_cache.alive_broker_ids
         )
+        self._transaction_topic = TransactionTopicCreator(
+            config, self.admin, self.metadata_cache.alive_broker_ids
+        )
         self.controller = KafkaController(
             self.broker_id,
             self.zk,
@@ -263,7 +284,9 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
+        self._tasks.append(loop.create_task(self._producer_expiration_loop()))
         self.group_coordinator.start()
+        self.transaction_coordinator.start()
         self.started = True
         log.info(
             "broker %d started: listening on %s, cluster %s, %d logs",
@@ -383,6 +406,11 @@ class Broker:
         """Create `__consumer_offsets` if need be (FindCoordinator found no such topic)."""
         if self._offsets_topic is not None:
             self._offsets_topic.ensure()
+
+    def ensure_transaction_topic(self) -> None:
+        """Create `__transaction_state` if need be (FindCoordinator found no such topic)."""
+        if self._transaction_topic is not None:
+            self._transaction_topic.ensure()
 
     def _topic_id_for(self, topic: str) -> uuid.UUID | None:
         """The topic's id for Fetch v13+: as LeaderAndIsr or UpdateMetadata stated it."""
@@ -507,6 +535,17 @@ class Broker:
             except Exception:
                 log.exception("log retention failed")
 
+    async def _producer_expiration_loop(self) -> None:
+        interval = self.config["producer.id.expiration.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                expired = self._log_manager.remove_expired_producers()
+                if expired:
+                    log.info("expired %d idle producer ids", expired)
+            except Exception:
+                log.exception("producer id expiration failed")
+
     async def _log_checkpoint_loop(self) -> None:
         interval = self.config["log.flush.offset.checkpoint.interval.ms"] / 1000
         while True:
@@ -586,6 +625,8 @@ class Broker:
             if self.group_coordinator is not None:
                 # Parked JoinGroup/SyncGroup requests get NOT_COORDINATOR while we still can answer.
                 await self.group_coordinator.shutdown()
+            if self.transaction_coordinator is not None:
+                await self.transaction_coordinator.shutdown()
             for server in self.socket_servers:
                 await server.stop()
             if self.controller is not None:

@@ -104,6 +104,8 @@ _DEFS = [
     ConfigDef("log.retention.hours", "int", 168),
     ConfigDef("log.retention.bytes", "long", -1),
     ConfigDef("log.retention.check.interval.ms", "long", 300000, _at_least(1)),
+    ConfigDef("producer.id.expiration.ms", "int", 86400000, _at_least(1)),
+    ConfigDef("producer.id.expiration.check.interval.ms", "int", 600000, _at_least(1)),
     ConfigDef("log.index.interval.bytes", "int", 4096, _at_least(0)),
     ConfigDef("log.index.size.max.bytes", "int", 10 * 1024 * 1024, _at_least(4)),
     ConfigDef(
@@ -148,6 +150,20 @@ _DEFS = [
     ConfigDef("offsets.retention.check.interval.ms", "long", 600000, _at_least(1)),
     ConfigDef("offsets.load.buffer.size", "int", 5242880, _at_least(1)),
     ConfigDef("offset.metadata.max.bytes", "int", 4096),
+    # Transactions (Kafka's TransactionStateManagerConfigs and TransactionLogConfigs).
+    ConfigDef("transactional.id.expiration.ms", "int", 604800000, _at_least(1)),
+    ConfigDef("transaction.max.timeout.ms", "int", 900000, _at_least(1)),
+    ConfigDef("transaction.state.log.num.partitions", "int", 50, _at_least(1)),
+    ConfigDef("transaction.state.log.replication.factor", "int", 3, _at_least(1)),
+    ConfigDef("transaction.state.log.min.isr", "int", 2, _at_least(1)),
+    ConfigDef("transaction.state.log.segment.bytes", "int", 104857600, _at_least(1)),
+    ConfigDef("transaction.state.log.load.buffer.size", "int", 5242880, _at_least(1)),
+    ConfigDef(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000, _at_least(1)
+    ),
+    ConfigDef(
+        "transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000, _at_least(1)
+    ),
     ConfigDef("group.initial.rebalance.delay.ms", "int", 3000, _at_least(0)),
     ConfigDef("group.min.session.timeout.ms", "int", 6000, _at_least(0)),
     ConfigDef("group.max.session.timeout.ms", "int", 1800000, _at_least(0)),

@@ -113,6 +113,7 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     # (name or None for an unknown topic id, topic id, partition indexes)
     order: list[tuple[str | None, Any, list[int]]] = []
     keys: list[tuple[str, int]] = []
+    read_committed = replica_id < 0 and int(getattr(request, "isolation_level", 0)) == 1
     for topic in request.topics:
         name = broker.metadata_cache.topic_name(topic.topic_id) if by_id else topic.topic
         indexes = [p.partition for p in topic.partitions]
@@ -130,6 +131,7 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                     _epoch_or_none(getattr(partition, "current_leader_epoch", None)),
                     int(getattr(partition, "log_start_offset", -1)),
                     int(getattr(partition, "last_fetched_epoch", -1)),
+                    read_committed=read_committed,
                 )
             )
     refused: dict[tuple[str, int], ErrorCode] = {}
@@ -192,9 +194,16 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                         "partition_index": index,
                         "error_code": ErrorCode.none,
                         "high_watermark": read.high_watermark,
-                        "last_stable_offset": read.high_watermark,
+                        "last_stable_offset": read.last_stable_offset,
                         "log_start_offset": read.log_start_offset,
-                        "aborted_transactions": None,
+                        "aborted_transactions": (
+                            None
+                            if read.aborted_transactions is None
+                            else [
+                                {"producer_id": producer_id, "first_offset": first_offset}
+                                for producer_id, first_offset in read.aborted_transactions
+                            ]
+                        ),
                         "preferred_read_replica": -1,
                         "records": read.records,
                     }
@@ -223,6 +232,7 @@ def handle_list_offsets(broker: BrokerServices, context: RequestContext, request
     header = context.header
     replica_manager = broker.replica_manager
     from_follower = int(request.replica_id) >= 0
+    read_committed = not from_follower and int(getattr(request, "isolation_level", 0)) == 1
     allowed = broker.authorizer.filter(context, DESCRIBE, TOPIC, {t.name for t in request.topics})
     topics = []
     for topic in request.topics:
@@ -248,9 +258,12 @@ def handle_list_offsets(broker: BrokerServices, context: RequestContext, request
                 if timestamp == EARLIEST_TIMESTAMP:
                     entry["offset"] = partition.log_start_offset
                 elif timestamp == LATEST_TIMESTAMP:
-                    entry["offset"] = (
-                        partition.log_end_offset if from_follower else partition.high_watermark
-                    )
+                    if from_follower:
+                        entry["offset"] = partition.log_end_offset
+                    elif read_committed:
+                        entry["offset"] = partition.log.last_stable_offset(partition.high_watermark)
+                    else:
+                        entry["offset"] = partition.high_watermark
                 else:
                     found = partition.log.fetch_offset_by_timestamp(timestamp)
                     limit = partition.log_end_offset if from_follower else partition.high_watermark

@@ -206,4 +206,5 @@ def log_config_for(broker_config: KafkaConfig, overrides: Mapping[str, str]) -> 
         message_timestamp_difference_max_ms=values["message.timestamp.difference.max.ms"],
         decompressed_limit=broker_config["socket.request.max.bytes"],
         cleanup_policy=values["cleanup.policy"],
+        producer_id_expiration_ms=broker_config["producer.id.expiration.ms"],
     )
