@@ -61,6 +61,7 @@ FILE_TYPES = (
     ".log",
     ".index",
     ".timeindex",
+    ".snapshot",
     LEADER_EPOCH_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -75,11 +76,19 @@ def _epoch_of_batch(i: int) -> int:
 
 
 def _batch(partition: int, i: int) -> bytes:
+    """Partition 1 is written by an idempotent producer, so that its `.snapshot` files hold
+    producer state; partition 0's batches carry no producer id."""
+    idempotent = (
+        {"producer_id": 4242, "producer_epoch": 0, "base_sequence": RECORDS_PER_BATCH * i}
+        if partition == 1 and i < BATCHES
+        else {}
+    )
     return build_batch(
         [
             (None, f"p{partition}-r{i}-{j}".encode(), [], 1_000 + RECORDS_PER_BATCH * i + j)
             for j in range(RECORDS_PER_BATCH)
-        ]
+        ],
+        **idempotent,  # type: ignore[arg-type]
     )
 
 
@@ -123,7 +132,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _files_of_type(root: Path, file_type: str) -> list[Path]:
-    if file_type in (".log", ".index", ".timeindex"):
+    if file_type in (".log", ".index", ".timeindex", ".snapshot"):
         found = [p for p in root.rglob(f"*{file_type}") if p.suffix == file_type]
     else:
         found = [p for p in root.rglob(file_type) if p.is_file()]
