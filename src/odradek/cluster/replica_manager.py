@@ -427,7 +427,9 @@ class ReplicaManager:
         async def append(previous: asyncio.Future[Any] | None) -> tuple[ProduceResult, Any]:
             try:
                 config = self.leader_partition(*key).log.config
-                validated = await self.append_queue.validate(records, config, now_ms)
+                validated = await self.append_queue.validate(
+                    records, config, now_ms, f"{key[0]}-{key[1]}"
+                )
                 await self.append_queue.after(previous)
                 partition = self.leader_partition(*key)
                 info = partition.append_records_to_leader(

@@ -33,7 +33,7 @@ import os
 import shutil
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,7 @@ from odradek.log.producer_state import (
 from odradek.log.producer_state_loading import markers_in, rebuild_producer_state
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
+from odradek.log.segment_swap import delete_cleaned_files, swap_in
 from odradek.log.timestamp_search import offset_for_timestamp, offset_of_largest_timestamp
 from odradek.log.transaction_index import AbortedTxn, TransactionIndexes
 from odradek.log.validator import ValidatedRecords, validate_produce_records
@@ -128,6 +129,9 @@ class Log:
         self._closed = False
         self.failure_channel = failure_channel
         self.parent_dir = directory.parent
+        self.on_truncate: Callable[[Log, int], None] | None = None
+        """Called before a truncation with the new end offset (the log cleaner aborts a cleaning
+        of this log and lowers its checkpoint); set by the log manager."""
 
     @classmethod
     @storage_errors
@@ -305,6 +309,7 @@ class Log:
                 self._config,
                 now_ms,
                 budget,
+                f"{self.topic}-{self.partition}",
                 allow_control=origin is AppendOrigin.COORDINATOR,
             )
         size = validated.size
@@ -314,7 +319,10 @@ class Log:
             duplicate = self._find_duplicate(validated.header)
             if duplicate is not None:
                 return duplicate
-        data = bytearray(memoryview(records)[:size])
+        if validated.batch is not None:  # recompressed for the topic's compression.type
+            data = bytearray(validated.batch)
+        else:
+            data = bytearray(memoryview(records)[:size])
         headers = [validated.header]
         if validated.fix_create_time:
             headers = [set_create_time(data, validated.header, validated.max_timestamp)]
@@ -468,7 +476,7 @@ class Log:
             time_waited = now_ms - active.created_ms
         if (
             active.size + info.size > config.segment_bytes
-            or time_waited > config.segment_ms
+            or time_waited > config.max_segment_ms
             or active.offset_index.is_full
             or active.time_index.is_full
             or not offsets_fit
@@ -612,6 +620,8 @@ class Log:
             raise OffsetOutOfRangeError(f"{self}: cannot truncate to negative offset {offset}")
         if offset >= self._log_end_offset:
             return False
+        if self.on_truncate is not None:
+            self.on_truncate(self, offset)
         now_ms = _wall_clock_ms() if now_ms is None else now_ms
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, now_ms)
@@ -644,6 +654,8 @@ class Log:
         """Delete everything and restart the log empty at `offset` (a follower whose fetch
         offset fell below the leader's log start)."""
         self._check_open()
+        if self.on_truncate is not None:
+            self.on_truncate(self, offset)
         for segment in self._segments:
             segment.delete()
         segment = LogSegment.create(
@@ -661,6 +673,56 @@ class Log:
         self._leader_epoch_cache.clear_and_flush()
         self._producer_state.truncate_fully_and_start_at(offset)
         self._txn_index.delete_all()
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    @storage_errors
+    def replace_segments(
+        self, old: Sequence[LogSegment], sizes: Sequence[int], cleaned_size: int, now_ms: int
+    ) -> bool:
+        """Swap the segment the log cleaner wrote (`<base>.*.cleaned`, base = old[0]'s) in for
+        the consecutive sealed segments `old` (see segment_swap for the crash-safe steps).
+
+        Refused (False, the cleaned files deleted) when the log is closed or the old segments are
+        no longer exactly what the cleaner read: the same objects, consecutive, not the active
+        segment, with the `sizes` it read (retention, a truncation or a deletion got there
+        first). On success the old segments' files carry the `.deleted` suffix: the caller
+        removes them after file.delete.delay.ms.
+        """
+        base_offset = old[0].base_offset
+        if not self._can_replace(old, sizes):
+            delete_cleaned_files(self._dir, base_offset)
+            return False
+        first = self._segments.index(old[0])
+        for segment in old:
+            segment.release()
+        swap_in(self._dir, base_offset, list(old))
+        cleaned = LogSegment(
+            self._dir,
+            base_offset,
+            max_index_bytes=self._config.segment_index_bytes,
+            index_interval_bytes=self._config.index_interval_bytes,
+            size=cleaned_size,
+            created_ms=now_ms,
+        )
+        self._segments[first : first + len(old)] = [cleaned]
+        self._base_offsets[first : first + len(old)] = [base_offset]
+        self._size += cleaned_size - sum(sizes)
+        return True
+
+    def _can_replace(self, old: Sequence[LogSegment], sizes: Sequence[int]) -> bool:
+        if self._closed or not old or len(old) != len(sizes):
+            return False
+        try:
+            first = self._segments.index(old[0])
+        except ValueError:
+            return False
+        if first + len(old) >= len(self._segments):  # would include the active segment
+            return False
+        current = self._segments[first : first + len(old)]
+        return all(a is b for a, b in zip(current, old, strict=True)) and all(
+            segment.size == size for segment, size in zip(old, sizes, strict=True)
+        )
 
     # -- retention -----------------------------------------------------------------------------
 

@@ -18,8 +18,10 @@ would follow a hole. So are the segments after one that ends before the next beg
 write that cut it exactly at a batch boundary, or emptied it): segments are contiguous. Leader epochs found in the recovered batches are re-recorded in the leader
 epoch cache.
 
-Either way, stray files (`.tmp`, `.deleted`, `.cleaned`, `.swap`, indexes without a `.log`) are
-removed, and a segment whose index files are missing gets them rebuilt from its data.
+Either way, a segment swap of the log cleaner that a crash interrupted is first finished or
+discarded (`segment_swap.complete_interrupted_swap`: `.cleaned` and `.swap` files), then stray
+files (`.tmp`, `.deleted`, indexes without a `.log`) are removed, and a segment whose index files
+are missing gets them rebuilt from its data.
 
 Concurrency: runs inside `Log.open`, before the log is shared with anyone.
 """
@@ -43,6 +45,7 @@ from odradek.log.naming import (
     parse_segment_file_name,
 )
 from odradek.log.segment import LogSegment
+from odradek.log.segment_swap import complete_interrupted_swap
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +112,7 @@ def load_segments(
     """Open the segments of `directory`, recovering the unflushed tail if the shutdown was
     unclean (see the module docstring). Creates a first segment at `log_start_offset` when the
     directory holds none."""
+    complete_interrupted_swap(directory)
     files = _scan_directory(directory)
 
     def segment_for(base_offset: int, size: int) -> LogSegment:
@@ -165,7 +169,11 @@ def load_segments(
             segment.on_become_inactive()
 
     if recover_from is not None:
-        _recover(directory, segments, recover_from, leader_epoch_cache)
+        # A compacted log has offset gaps (the cleaner removes records): only Kafka's weaker
+        # rule, offsets increasing, holds there.
+        _recover(
+            directory, segments, recover_from, leader_epoch_cache, contiguous=not config.compact
+        )
 
     log_end_offset = segments[-1].next_offset
     # After a clean shutdown everything was fsynced; after recovery, what was validated may
@@ -182,13 +190,17 @@ def _recover(
     segments: list[LogSegment],
     recover_from: int,
     leader_epoch_cache: LeaderEpochCache,
+    *,
+    contiguous: bool = True,
 ) -> None:
-    """Validate segments[recover_from:] in place; drop everything after the first bad batch."""
+    """Validate segments[recover_from:] in place; drop everything after the first bad batch.
+    With `contiguous`, also after a batch or segment that does not start where the previous
+    one ended."""
     min_offset = segments[recover_from].base_offset
     index = recover_from
     while index < len(segments):
         segment = segments[index]
-        truncated = segment.recover(min_offset, leader_epoch_cache)
+        truncated = segment.recover(min_offset, leader_epoch_cache, contiguous=contiguous)
         if truncated:
             for later in segments[index + 1 :]:
                 logger.warning(
@@ -199,7 +211,7 @@ def _recover(
             break
         min_offset = segment.next_offset
         if index < len(segments) - 1:
-            if segment.next_offset < segments[index + 1].base_offset:
+            if contiguous and segment.next_offset < segments[index + 1].base_offset:
                 # A segment that ends before the next one begins lost its tail (cut at a batch
                 # boundary, or emptied): Odradek's segments are contiguous (a roll starts the new
                 # segment at the LEO, and there is no compaction), so the later segments follow

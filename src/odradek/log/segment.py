@@ -61,6 +61,8 @@ class _RecoveryState:
     leader_epoch_cache: LeaderEpochCache | None
     problem: str | None = None
     previous_epoch: int = -1
+    contiguous: bool = True
+    """Each batch starts where the previous ended (no compaction); else only increasing."""
 
 
 class LogSegment:
@@ -78,16 +80,20 @@ class LogSegment:
         index_interval_bytes: int,
         size: int,
         created_ms: int,
+        suffix: str = "",
     ) -> None:
+        """`suffix` follows every file name (`.swap` for a segment being swapped in, see
+        segment_swap; empty for a segment of the log)."""
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         """`index.interval.bytes`; the log updates it when its config changes."""
-        self.log_path = directory / log_file_name(base_offset)
+        self.suffix = suffix
+        self.log_path = directory / (log_file_name(base_offset) + suffix)
         self.offset_index = OffsetIndex(
-            directory / index_file_name(base_offset), base_offset, max_index_bytes
+            directory / (index_file_name(base_offset) + suffix), base_offset, max_index_bytes
         )
         self.time_index = TimeIndex(
-            directory / time_index_file_name(base_offset), base_offset, max_index_bytes
+            directory / (time_index_file_name(base_offset) + suffix), base_offset, max_index_bytes
         )
         self.size = size
         self.created_ms = created_ms
@@ -374,7 +380,13 @@ class LogSegment:
 
     # -- recovery --------------------------------------------------------------------------------
 
-    def recover(self, min_offset: int, leader_epoch_cache: LeaderEpochCache | None = None) -> int:
+    def recover(
+        self,
+        min_offset: int,
+        leader_epoch_cache: LeaderEpochCache | None = None,
+        *,
+        contiguous: bool = True,
+    ) -> int:
         """Validate every batch, rebuild both indexes and cut the file after the last valid batch.
 
         A batch is valid when its header is sane, its CRC matches, its offsets lie in this
@@ -388,7 +400,9 @@ class LogSegment:
         self._reset_tail_state()
         self.offset_index.reset()
         self.time_index.reset()
-        state = _RecoveryState(max(min_offset, self.base_offset), leader_epoch_cache)
+        state = _RecoveryState(
+            max(min_offset, self.base_offset), leader_epoch_cache, contiguous=contiguous
+        )
         valid_end = 0
         while valid_end < file_size and state.problem is None:
             chunk = self.read_at(valid_end, min(RECOVERY_CHUNK_BYTES, file_size - valid_end))
@@ -449,7 +463,8 @@ class LogSegment:
             # epochs never go down along a log. Regression: test_torn_writes, a base offset
             # overwritten to 16777240 in the middle of a segment was taken for a gap.
             if (
-                header.base_offset != state.expected_offset
+                header.base_offset < state.expected_offset
+                or (state.contiguous and header.base_offset != state.expected_offset)
                 or last_offset - self.base_offset > _INT32_MAX
             ):
                 state.problem = (
@@ -594,6 +609,36 @@ class LogSegment:
         self.offset_index.delete()
         self.time_index.delete()
         self.log_path.unlink(missing_ok=True)
+
+    def change_file_suffix(self, suffix: str) -> None:
+        """Rename the segment's files from their current suffix to `suffix` (data file first,
+        then the indexes; an index file that was never written is skipped). Open descriptors
+        stay valid: they follow the files."""
+
+        def renamed(path: Path) -> Path:
+            return path.with_name(path.name[: len(path.name) - len(self.suffix)] + suffix)
+
+        new_log_path = renamed(self.log_path)
+        os.rename(self.log_path, new_log_path)
+        self.log_path = new_log_path
+        for index in (self.offset_index, self.time_index):
+            new_path = renamed(index.path)
+            try:
+                os.rename(index.path, new_path)
+            except FileNotFoundError:
+                pass
+            index.path = new_path
+        self.suffix = suffix
+
+    def release(self) -> None:
+        """Close every descriptor (the segment leaves its log; its files stay)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.offset_index.close()
+        self.time_index.close()
+        self.offset_index.unload()
+        self.time_index.unload()
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
