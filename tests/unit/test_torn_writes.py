@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -411,3 +412,34 @@ def test_meta_properties_cut_inside_its_first_line_is_rewritten(reference: Path,
         assert path.read_text().startswith("version=0\n")
     finally:
         _crash(manager)
+
+
+def test_a_compacted_log_keeps_its_offset_gaps_through_recovery(tmp_path: Path):
+    """Recovery's contiguity rule is only for topics that are not compacted: the cleaner leaves
+    gaps, which must survive an unclean restart."""
+    compacted = replace(CONFIG, cleanup_policy=("compact",))
+    log = Log.open(
+        tmp_path / "kept-0",
+        compacted,
+        recovery_point=0,
+        log_start_offset=0,
+        clean_shutdown=True,
+        now_ms=0,
+    )
+    log.append_as_follower(
+        build_batch([(b"k", b"a", [], 1)], base_offset=0, partition_leader_epoch=1)
+    )
+    log.append_as_follower(
+        build_batch([(b"k", b"b", [], 2)], base_offset=5, partition_leader_epoch=1)
+    )
+    log.close_quietly()
+    reopened = Log.open(
+        tmp_path / "kept-0",
+        compacted,
+        recovery_point=0,
+        log_start_offset=0,
+        clean_shutdown=False,
+        now_ms=0,
+    )
+    assert reopened.log_end_offset == 6
+    assert [o for o, _ in all_values(reopened)] == [0, 5]
