@@ -63,6 +63,7 @@ from odradek.log.segment_swap import delete_cleaned_files, swap_in
 from odradek.log.timestamp_search import offset_for_timestamp, offset_of_largest_timestamp
 from odradek.log.transaction_index import AbortedTxn, TransactionIndexes
 from odradek.log.validator import ValidatedRecords, validate_produce_records
+from odradek.protocol.fetch_response import FileHandle, FileRecords
 from odradek.protocol.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
@@ -560,6 +561,37 @@ class Log:
             data = segments[index].read(start_offset, max_bytes, limit, min_one_batch)
             if data is not None:
                 return data
+            index += 1
+        return b""
+
+    @storage_errors
+    def read_file_records(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FileRecords | bytes:
+        """`read`, as a range of a segment file rather than its bytes (zero-copy fetch): the
+        same batches, found from the indexes and batch headers only. b"" when there is
+        nothing to read."""
+        self._check_open()
+        end = self._log_end_offset
+        if start_offset < self._log_start_offset or start_offset > end:
+            raise OffsetOutOfRangeError(
+                f"{self}: offset {start_offset} is outside [{self._log_start_offset}, {end}]"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        if start_offset >= limit:
+            return b""
+        index = max(bisect_right(self._base_offsets, start_offset) - 1, 0)
+        segments = self._segments
+        while index < len(segments):
+            segment = segments[index]
+            found = segment.read_range(start_offset, max_bytes, limit, min_one_batch)
+            if found is not None:
+                position, size = found
+                return FileRecords(FileHandle(segment.fd), position, size) if size else b""
             index += 1
         return b""
 

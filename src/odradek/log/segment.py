@@ -263,6 +263,40 @@ class LogSegment:
             cut += batch_size
         return data if cut == available else data[:cut]
 
+    def read_range(
+        self, start_offset: int, max_bytes: int, limit_offset: int, min_one_batch: bool
+    ) -> tuple[int, int] | None:
+        """`read`'s answer as a (position, size) range of this segment's file, found without
+        reading the records: whole batches, the same ones `read` returns.
+
+        The end is where the first batch at or beyond `limit_offset` starts (the end of the file
+        when `limit_offset` is past the segment's last offset; otherwise an index lookup and a
+        short header scan); when more than `max_bytes` would follow, the headers up to there are
+        scanned for the last batch boundary within it."""
+        first = self.find_batch(start_offset)
+        if first is None:
+            return None
+        start = first.position
+        if first.base_offset >= limit_offset:
+            return (start, 0)
+        if first.size > max_bytes:
+            return (start, first.size if min_one_batch else 0)
+        if limit_offset >= self.next_offset:
+            end = self.size
+        else:
+            boundary = self.find_batch(limit_offset)
+            if boundary is None:
+                end = self.size
+            elif boundary.base_offset >= limit_offset:
+                end = boundary.position
+            else:
+                end = boundary.position + boundary.size
+        if end - start > max_bytes:
+            end = start
+            for header in self.scan_headers(start, start + max_bytes):
+                end = header.position + header.size
+        return (start, end - start)
+
     # -- tail state and appends ------------------------------------------------------------------
 
     @property

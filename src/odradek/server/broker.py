@@ -71,6 +71,7 @@ from odradek.server.apis import KafkaApis, answer_api_versions
 from odradek.server.authorization import RequestAuthorizer
 from odradek.server.broker_security import BrokerSecurity, zookeeper_identity
 from odradek.server.config import KafkaConfig
+from odradek.server.fetch_session import FetchManager, FetchSessionCache
 from odradek.server.listeners import (
     broker_client_security,
     connection_quotas,
@@ -115,6 +116,11 @@ class Broker:
         listeners = config.listener_config
         self.metadata_cache = MetadataCache(self.broker_id, listeners.inter_broker_listener)
         self.security = BrokerSecurity(config, lambda: self.broker_epoch)
+        # Incremental fetch sessions (KIP-227), shared by every listener's connections.
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(config["max.incremental.fetch.session.cache.slots"]),
+            lambda: int(time.time() * 1000),
+        )
         # How this broker reaches others: the inter-broker listener (fetchers, controlled
         # shutdown) and the control-plane listener (the controller's requests).
         self.inter_broker_client: ClientSecurity = broker_client_security(
