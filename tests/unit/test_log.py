@@ -531,3 +531,21 @@ def test_delete_removes_the_directory(tmp_path: Path) -> None:
     fill(log, 5)
     log.delete()
     assert not log.dir.exists()
+
+
+def test_file_records_reads_name_the_same_bytes_as_reads(tmp_path: Path) -> None:
+    """Zero-copy reads (`read_file_records`) answer exactly `read`'s batches, at every offset,
+    size limit and upper bound, across segments and batches of different sizes."""
+    log = open_log(tmp_path, LogConfig(segment_bytes=2000, index_interval_bytes=64))
+    for i in range(40):
+        log.append_as_leader(records(1 + i % 4, 1_000 + i, tag=f"b{i}-", value_size=8 + i), 0, 0)
+    end = log.log_end_offset
+    for start in range(end + 1):
+        for max_bytes in (0, 50, 120, 400, 5000):
+            for limit in (None, start, start + 1, start + 5, end):
+                for min_one in (True, False):
+                    copied = log.read(start, max_bytes, limit, min_one)
+                    ranged = log.read_file_records(start, max_bytes, limit, min_one)
+                    got = ranged.read() if not isinstance(ranged, bytes) else ranged
+                    assert got == copied, (start, max_bytes, limit, min_one)
+    log.close()

@@ -41,12 +41,14 @@ from typing import Any
 from odradek.cluster.isr import CommittedIsr, IsrState, PendingExpandIsr, PendingShrinkIsr
 from odradek.errors import (
     FencedLeaderEpochError,
+    KafkaError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
+from odradek.protocol.fetch_response import FileRecords
 from odradek.protocol.record_batch import iter_batches
 from odradek.zk.errors import SessionExpiredError
 
@@ -98,7 +100,8 @@ IsrWriter = Callable[[IsrUpdate], Awaitable[int | None]]
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    records: bytes
+    records: bytes | FileRecords
+    """Bytes, or with a zero-copy read a range of a segment file."""
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -177,14 +180,16 @@ class Partition:
         """
         now = time.monotonic() if now is None else now
         was_leader = self.is_leader
+        if state.leader_epoch != self.leader_epoch or not was_leader:
+            # First, before any state changes: a failed log directory (KafkaStorageError) must
+            # leave the partition as it was.
+            self.log.assign_leader_epoch(state.leader_epoch, self.log_end_offset)
+            self.leader_epoch_start_offset = self.log_end_offset
         self.controller_epoch = state.controller_epoch
         self.assignment = tuple(state.replicas)
         self.isr_state = CommittedIsr(frozenset(state.isr))
         self.partition_epoch = state.zk_version
         self.fenced = False
-        if state.leader_epoch != self.leader_epoch or not was_leader:
-            self.log.leader_epoch_cache.assign(state.leader_epoch, self.log_end_offset)
-            self.leader_epoch_start_offset = self.log_end_offset
         self.leader_epoch = state.leader_epoch
         self.leader_id = self.local_broker_id
         followers = {}
@@ -218,10 +223,11 @@ class Partition:
         self._wake_data_waiters()
         return leader_changed
 
-    def make_offline(self) -> None:
-        """Stop serving (StopReplica or deletion): fail every waiter."""
+    def make_offline(self, error: KafkaError | None = None) -> None:
+        """Stop serving (StopReplica, deletion, a failed log directory): fail every waiter with
+        `error` (NOT_LEADER_OR_FOLLOWER by default)."""
         self.leader_id = NO_LEADER
-        self._fail_hw_waiters(NotLeaderOrFollowerError(f"{self} was stopped"))
+        self._fail_hw_waiters(error or NotLeaderOrFollowerError(f"{self} was stopped"))
         self._wake_data_waiters()
 
     def fence(self, reason: str) -> None:
@@ -382,10 +388,13 @@ class Partition:
         current_leader_epoch: int | None = None,
         min_one_batch: bool = True,
         read_committed: bool = False,
+        zero_copy: bool = False,
     ) -> ReadResult:
         """Read for a consumer (up to the HW; with `read_committed` up to the last stable
         offset, with the aborted transactions among the records read) or a follower (up to
-        the LEO)."""
+        the LEO). With `zero_copy` the records are a range of a segment file (`FileRecords`),
+        for sendfile; a read_committed read always copies (its aborted transactions are
+        bounded by the batches it read)."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self}"
@@ -401,6 +410,11 @@ class Partition:
         max_offset = None if from_follower else high_watermark
         if read_committed and not from_follower:
             max_offset = last_stable_offset
+        elif zero_copy:
+            found = self.log.read_file_records(fetch_offset, max_bytes, max_offset, min_one_batch)
+            return ReadResult(
+                found, high_watermark, self.log_start_offset, log_end_offset, last_stable_offset
+            )
         records = bytes(self.log.read(fetch_offset, max_bytes, max_offset, min_one_batch))
         aborted = None
         if read_committed and not from_follower:
@@ -451,6 +465,11 @@ class Partition:
         follower = self.followers.get(follower_id)
         if follower is None:
             return
+        # An idle in-sync follower fetching at the same offset again (the common case with
+        # thousands of idle partitions) cannot move the ISR, the HW or the low watermark.
+        unchanged = follower.log_end_offset == fetch_offset and (
+            log_start_offset < 0 or follower.log_start_offset == log_start_offset
+        )
         leader_log_end_offset = self.log_end_offset
         if fetch_offset >= leader_log_end_offset:
             follower.last_caught_up_time = max(follower.last_caught_up_time, now)
@@ -463,6 +482,8 @@ class Partition:
         follower.last_fetch_time = now
         if log_start_offset >= 0:
             follower.log_start_offset = log_start_offset
+        if unchanged and not self.isr_state.is_pending and follower_id in self.isr:
+            return
         self._maybe_expand_isr(follower_id, follower)
         self._maybe_increment_high_watermark()
         self._maybe_complete_low_watermark_waiters()

@@ -150,6 +150,7 @@ _DEFS = [
     ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, _at_least(0)),
     ConfigDef("fetch.max.bytes", "int", 55 * 1024 * 1024, _at_least(1024)),
     ConfigDef("replica.fetch.wait.max.ms", "int", 500, _at_least(0)),
+    ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, _at_least(0)),
     ConfigDef("replica.fetch.min.bytes", "int", 1, _at_least(0)),
     ConfigDef("replica.fetch.backoff.ms", "int", 1000, _at_least(0)),
     ConfigDef("replica.socket.timeout.ms", "int", 30000),
