@@ -50,6 +50,8 @@ from tests.integration._clients import (
     unique_topic,
     wait_until_serving,
 )
+from tests.integration._transactions import read_all as txn_read_all
+from tests.integration._transactions import txn_producer, unique_id
 
 OFFSETS_PARTITIONS = 2
 INVALID_RECORD = 87
@@ -462,3 +464,43 @@ def test_the_coordinator_loads_a_cleaned_offsets_partition(cluster: LocalCluster
         cluster.restart(broker_id, timeout=START_TIMEOUT_S)
         wait_until_serving(cluster.bootstrap_servers)
         assert wait_until(lambda: committed() == expected, CLIENT_TIMEOUT_S, "the offsets")
+
+
+def test_cleaning_keeps_committed_transactions_and_removes_aborted_ones(
+    cluster: LocalCluster,
+) -> None:
+    """A transactional producer commits and aborts rounds over the same keys of a compacted
+    topic: cleaning removes every aborted record from the segment files and a read_committed
+    consumer reads exactly the latest committed value of each key."""
+    topic = unique_topic("compacted-txn")
+    bootstrap = cluster.bootstrap_servers
+    create_topic(bootstrap, topic, replication_factor=2, configs=COMPACTED)
+    producer = txn_producer(bootstrap, unique_id("cleantxn"))
+    expected: dict[bytes, bytes] = {}
+    parts = [[(r.key, r.value) for r in part] for part in rounds(30, 6, "txn")]
+    parts += [[(r.key, r.value) for r in part] for part in tail("txn")]
+    for i, part in enumerate(parts):
+        commit = i % 2 == 0 or i >= 6
+        producer.begin_transaction()
+        for key, value in part:
+            producer.produce(topic, key=key, value=value if commit else b"aborted-" + value)
+        producer.flush(CLIENT_TIMEOUT_S)
+        if commit:
+            producer.commit_transaction(CLIENT_TIMEOUT_S)
+            expected.update(part)
+        else:
+            producer.abort_transaction(CLIENT_TIMEOUT_S)
+
+    def cleaned() -> bool:
+        data = [
+            (k, v) for b in cluster.broker_ids for _, k, v in replica_records(cluster, b, topic)
+        ]
+        data = [(k, v) for k, v in data if k is not None and k.startswith((b"k", b"tail"))]
+        return (
+            not any(v is not None and v.startswith(b"aborted-") for _, v in data)
+            and len(data) <= 2 * len(expected) + 2 * 35
+        )
+
+    wait_until(cleaned, CLEANING_TIMEOUT_S, f"{topic} to be cleaned", interval=0.5)
+    values = txn_read_all(bootstrap, topic, 1, "read_committed", expected=len(expected))
+    assert sorted(values) == sorted(v.decode() for v in expected.values())
