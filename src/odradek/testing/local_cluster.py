@@ -66,8 +66,13 @@ from odradek.testing.cluster_status import (
     read_status,
     zk_session,
 )
+from odradek.testing.netns import NetworkLab
 from odradek.testing.processes import ClusterProcess, ProcessState, free_ports, request_exit
-from odradek.zk.server import ZooKeeperServer, port_is_free
+from odradek.testing.zookeeper_ensemble import ZooKeeperEnsemble
+from odradek.zk.server import port_is_free
+
+# A broker in a network namespace of its own listens on Kafka's usual port on its own address.
+NAMESPACE_BROKER_PORT = 9092
 
 T = TypeVar("T")
 
@@ -89,7 +94,8 @@ class LocalCluster:
     zookeeper: ZooKeeperInfo
     _brokers: dict[int, LocalBroker] = field(default_factory=dict)
     _processes: dict[int, ClusterProcess] = field(default_factory=dict)
-    _zk_server: ZooKeeperServer | None = None
+    _ensemble: ZooKeeperEnsemble | None = None
+    network: NetworkLab | None = None
     _log_offsets: dict[int, int] = field(default_factory=dict)
     client_config: Path | None = None
 
@@ -110,6 +116,8 @@ class LocalCluster:
         inter_broker_listener: str | None = None,
         client_config: Path | None = None,
         before_brokers: Callable[[str], None] | None = None,
+        zookeepers: int = 1,
+        network: NetworkLab | None = None,
     ) -> LocalCluster:
         """Start ZooKeeper (unless `zookeeper` names an external one) and brokers 1..`brokers`.
 
@@ -125,6 +133,12 @@ class LocalCluster:
         brokers use between themselves, and `client_config` is the client properties file the
         harness connects with; `before_brokers(zookeeper_connect)` runs once ZooKeeper is up
         and before any broker starts (a secure cluster creates its SCRAM users there).
+
+        `zookeepers` > 1 runs a private ensemble of that many members
+        (`odradek.testing.zookeeper_ensemble`). With `network`, every ZooKeeper server and every
+        broker runs in a node of that `NetworkLab` of its own (`zk1`..., `broker1`...), on its
+        own address with Kafka's usual ports; the calling thread must have entered one of the
+        lab's nodes (`network.entered("client")`), since it talks to them.
         """
         if brokers < 1:
             raise OperatorError(f"--brokers must be at least 1, not {brokers}")
@@ -133,7 +147,12 @@ class LocalCluster:
         _refuse_running_cluster(directory)
         names = list(listeners or {})
         per_broker = max(1, len(names))
-        if base_port is not None:
+        if network is not None:
+            if listeners:
+                raise OperatorError("named listeners are not supported in a network lab")
+            zk_port = 0
+            all_ports = [NAMESPACE_BROKER_PORT] * brokers
+        elif base_port is not None:
             if base_port < 1 or base_port + brokers * per_broker > 65535:
                 raise OperatorError(f"--base-port {base_port} leaves ports out of range")
             zk_port = base_port
@@ -141,22 +160,32 @@ class LocalCluster:
         else:
             zk_port, *all_ports = free_ports(brokers * per_broker + 1, HOST)
         broker_ports = all_ports[:brokers]
-        for index, port in enumerate(all_ports):
+        for index, port in enumerate(all_ports if network is None else []):
             if not port_is_free(port, HOST):
                 raise OperatorError(
                     f"port {port} (broker {index % brokers + 1}) is in use on {HOST}"
                 )
 
+        ensemble = None
         if zookeeper is not None:
             zk_info = ZooKeeperInfo(connect=zookeeper)
-        else:
+        elif zookeepers == 1 and network is None:
             zk_info = ZooKeeperInfo(
                 connect=f"{HOST}:{zk_port}",
                 port=zk_port,
                 dir=directory / "zookeeper",
                 log=directory / "zookeeper.log",
             )
-        cluster = cls(directory, zk_info, client_config=client_config)
+        else:
+            ensemble = ZooKeeperEnsemble(directory, zookeepers, network)
+            zk_info = ZooKeeperInfo(
+                connect=ensemble.connect,
+                port=ensemble.peers[0].client_port,
+                dir=ensemble.member_dir(1),
+                log=ensemble.servers[1].log_file,
+            )
+        cluster = cls(directory, zk_info, client_config=client_config, network=network)
+        cluster._ensemble = ensemble
         properties = {**development_defaults(brokers), **(overrides or {})}
         if listeners:
             properties["listener.security.protocol.map"] = ",".join(
@@ -167,7 +196,7 @@ class LocalCluster:
             broker_dir = directory / f"broker-{broker_id}"
             broker = LocalBroker(
                 id=broker_id,
-                host=HOST,
+                host=HOST if network is None else network.add_node(f"broker{broker_id}").address,
                 port=port,
                 dir=broker_dir,
                 data_dir=broker_dir / "data",
@@ -255,12 +284,22 @@ class LocalCluster:
         """True while the broker's process exists (running or stopped by SIGSTOP)."""
         return self.process_state(broker_id) is not ProcessState.DEAD
 
+    @property
+    def ensemble(self) -> ZooKeeperEnsemble:
+        """The private ZooKeeper servers this object started (for faults on them)."""
+        if self._ensemble is None:
+            raise OperatorError("this cluster's ZooKeeper was not started by this object")
+        return self._ensemble
+
     def zookeeper_alive(self) -> bool | None:
-        """Whether the private ZooKeeper's process runs; None for an external ZooKeeper."""
+        """Whether the private ZooKeeper's process runs (any member of an ensemble); None for an
+        external ZooKeeper."""
         if self.zookeeper.external:
             return None
-        if self._zk_server is not None:
-            return self._zk_server.is_running
+        if self._ensemble is not None:
+            return any(s.is_running for s in self._ensemble.servers.values())
+        if self.zookeeper.servers:
+            return any(p.alive for p in self._zookeeper_member_processes())
         process = self._zookeeper_process()
         return process is not None and process.alive
 
@@ -292,10 +331,12 @@ class LocalCluster:
             return
         # fsync off: a development cluster's ZooKeeper need not survive a power cut, and
         # ZooKeeper's fsync per transaction would dominate topic creation on slow disks.
-        server = ZooKeeperServer(info.port, info.dir, info.log, fsync=False)
-        server.start(timeout=timeout)
-        self._zk_server = server
-        info.pid = server.pid
+        if self._ensemble is None:
+            self._ensemble = ZooKeeperEnsemble(self.directory, 1, client_port=info.port)
+        self._ensemble.start(timeout)
+        info.pid = self._ensemble.servers[min(self._ensemble.servers)].pid
+        if len(self._ensemble.servers) > 1 or self.network is not None:
+            info.servers = self._ensemble.describe()
 
     def _command(self, broker: LocalBroker) -> list[str]:
         return [
@@ -321,7 +362,10 @@ class LocalCluster:
             log.write(f"=== odradek cluster: starting broker {broker_id} at {stamp} ===\n".encode())
             log.flush()
             popen = subprocess.Popen(
-                self._command(broker),
+                [
+                    *(self.network.exec_prefix(f"broker{broker_id}") if self.network else []),
+                    *self._command(broker),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -338,7 +382,7 @@ class LocalCluster:
         broker = self.broker(broker_id)
         if self.is_alive(broker_id):
             return
-        if not port_is_free(broker.port, broker.host):
+        if self.network is None and not port_is_free(broker.port, broker.host):
             raise OperatorError(f"port {broker.port} (broker {broker_id}) is in use on {HOST}")
         previous = self._registered_epochs() if wait else {}
         self._spawn(broker_id)
@@ -453,19 +497,27 @@ class LocalCluster:
 
     def _zookeeper_process(self) -> ClusterProcess | None:
         """The private ZooKeeper of a cluster loaded from cluster.json (one started by this
-        object is `_zk_server` instead)."""
+        object is `_ensemble` instead)."""
         info = self.zookeeper
         if info.pid is None or info.config_file is None:
             return None
         return ClusterProcess(info.pid, str(info.config_file))
 
     def _stop_zookeeper(self, kill: bool) -> None:
-        if self._zk_server is not None:
-            if kill:
-                self._zk_server.kill()
-            else:
-                self._zk_server.stop()
-            self._zk_server = None
+        if self._ensemble is not None:
+            self._ensemble.stop(kill=kill)
+            self._ensemble = None
+        elif self.zookeeper.servers:
+            for process in self._zookeeper_member_processes():
+                if not process.alive:
+                    continue
+                if kill:
+                    process.kill()
+                else:
+                    process.signal(signal.SIGCONT)
+                    process.signal(signal.SIGTERM)
+                    if not process.wait(10.0):
+                        process.kill()
         else:
             process = self._zookeeper_process()
             if process is not None and process.alive:
@@ -476,6 +528,16 @@ class LocalCluster:
                     if not process.wait(10.0):
                         process.kill()
         self.zookeeper.pid = None
+        for member in self.zookeeper.servers:
+            member["pid"] = None
+
+    def _zookeeper_member_processes(self) -> list[ClusterProcess]:
+        """The members of an ensemble of a cluster loaded from cluster.json."""
+        return [
+            ClusterProcess(m["pid"], m["config"])
+            for m in self.zookeeper.servers
+            if m.get("pid") is not None
+        ]
 
     # -- cluster.json -------------------------------------------------------------------------
 
