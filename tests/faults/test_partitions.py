@@ -1,0 +1,239 @@
+"""Network partitions, slow links and ZooKeeper failures, each a scenario on one shared cluster.
+
+The cluster (`tests.faults.lab`): a 3-member ZooKeeper ensemble and three brokers, each in a
+network namespace of its own, clients in a fourth. Every scenario writes with acks=all through
+the fault, heals, requires the cluster to converge, and checks the history Jepsen-style
+(`tests.faults.history`): zero acknowledged records lost, nothing read that later disappeared,
+per-partition order, HW and leader epochs monotonic. What Kafka guarantees in each scenario and
+what Odradek does is in the README's failure-behaviour table.
+
+Needs root, `ip` and `iptables` (skipped, visibly, without them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from odradek.testing import LocalCluster
+from odradek.testing.link_emulator import LinkProfile
+from odradek.testing.netns import NetworkLab, available, sweep_stale
+from tests.faults.lab import SESSION_TIMEOUT_MS, LabCluster, ScenarioContext, run_scenario
+
+pytestmark = pytest.mark.skipif(available() is not None, reason=str(available()))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabCluster]:
+    sweep_stale()
+    directory = tmp_path_factory.mktemp("partitions")
+    with NetworkLab() as network:
+        network.add_node("client")
+        with network.entered("client"):
+            cluster = LocalCluster.up(
+                directory,
+                3,
+                zookeepers=3,
+                network=network,
+                overrides={
+                    "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
+                    "replica.lag.time.max.ms": "6000",
+                },
+                timeout=120,
+            )
+            try:
+                yield LabCluster(network, cluster, Path(directory))
+            finally:
+                cluster.kill_all()
+
+
+@pytest.fixture
+def seed(fault_seed: int) -> int:
+    return fault_seed
+
+
+def _run(lab: LabCluster, name: str, fault, seed: int, summary: list[str]) -> None:  # type: ignore[no-untyped-def]
+    run_scenario(lab, name, fault, seed, summary)
+
+
+# ---------------------------------------------------------------------------------------------
+# network
+
+
+def test_zombie_leader_isolated_from_zookeeper_and_brokers(
+    lab: LabCluster, seed: int, fault_summary: list[str]
+) -> None:
+    """The seeds' zombie leader: cut off from ZooKeeper and the other brokers, still reachable
+    by producers. Its ZooKeeper session expires, the controller elects another leader; writes
+    it takes meanwhile cannot reach the ISR, so they must fail or time out, never be
+    acknowledged and lost."""
+
+    def fault(context: ScenarioContext) -> None:
+        partition = context.rng.randrange(3)
+        zombie = context.leader_of(partition)
+        node = lab.broker_node(zombie)
+        lab.network.isolate(node, except_=["client"])
+        time.sleep(SESSION_TIMEOUT_MS / 1000 * 2.5)
+        context.notes.append(f"broker {zombie} isolated (but for clients)")
+        moved = context.leader_of(partition)
+        assert moved not in (zombie, -1), f"partition {partition} still led by {moved}"
+
+    _run(lab, "zombie-leader", fault, seed, fault_summary)
+
+
+def test_leader_isolated_from_followers_only(
+    lab: LabCluster, seed: int, fault_summary: list[str]
+) -> None:
+    """The leader still reaches ZooKeeper: it shrinks the ISR to itself, and with
+    min.insync.replicas=2 refuses acks=all writes (NOT_ENOUGH_REPLICAS) until healed."""
+
+    def fault(context: ScenarioContext) -> None:
+        partition = context.rng.randrange(3)
+        leader = context.leader_of(partition)
+        others = [lab.broker_node(b) for b in lab.cluster.broker_ids if b != leader]
+        lab.network.partition([lab.broker_node(leader)], others)
+        time.sleep(12)
+        context.notes.append(f"broker {leader} cut off from brokers {others}")
+
+    _run(lab, "leader-from-followers", fault, seed, fault_summary)
+
+
+def test_controller_isolated_from_brokers_not_zookeeper(
+    lab: LabCluster, seed: int, fault_summary: list[str]
+) -> None:
+    def fault(context: ScenarioContext) -> None:
+        controller = lab.cluster.controller_id()
+        assert controller is not None
+        others = [lab.broker_node(b) for b in lab.cluster.broker_ids if b != controller]
+        lab.network.partition([lab.broker_node(controller)], others)
+        time.sleep(12)
+        context.notes.append(f"controller {controller} cut off from the brokers")
+
+    _run(lab, "controller-from-brokers", fault, seed, fault_summary)
+
+
+def test_controller_isolated_from_zookeeper(
+    lab: LabCluster, seed: int, fault_summary: list[str]
+) -> None:
+    """Its session expires, another broker becomes controller (epoch + 1); the old one resigns
+    and, healed, re-registers."""
+
+    def fault(context: ScenarioContext) -> None:
+        controller = lab.cluster.controller_id()
+        assert controller is not None
+        lab.network.partition([lab.broker_node(controller)], lab.zookeeper_nodes)
+        time.sleep(SESSION_TIMEOUT_MS / 1000 * 2.5)
+        now = lab.cluster.controller_id()
+        context.notes.append(f"controller {controller} cut off from ZooKeeper, now {now}")
+        assert now not in (None, controller)
+
+    _run(lab, "controller-from-zookeeper", fault, seed, fault_summary)
+
+
+def test_broker_on_slow_lossy_link(lab: LabCluster, seed: int, fault_summary: list[str]) -> None:
+    """200 ms each way with 20 ms jitter and 5% loss (both directions), some reordering."""
+
+    def fault(context: ScenarioContext) -> None:
+        broker = context.rng.choice(lab.cluster.broker_ids)
+        profile = LinkProfile(delay_ms=200, jitter_ms=20, loss_percent=5, reorder_percent=2)
+        lab.network.set_link(lab.broker_node(broker), profile, seed=seed)
+        start = time.monotonic()
+        time.sleep(15)
+        acks = context.acks_between(start, time.monotonic())
+        context.notes.append(f"broker {broker} on {profile}: {acks} acks meanwhile")
+        assert acks > 0, "nothing was acknowledged through a slow link"
+
+    _run(lab, "slow-lossy-link", fault, seed, fault_summary)
+
+
+def test_flapping_links(lab: LabCluster, seed: int, fault_summary: list[str]) -> None:
+    """Random brokers' and ZooKeeper members' links go down and up, 0.2-3 s at a time."""
+
+    def fault(context: ScenarioContext) -> None:
+        nodes = lab.broker_nodes + lab.zookeeper_nodes
+        flaps = 0
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            node = context.rng.choice(nodes)
+            lab.network.flap(node, 1, context.rng.uniform(0.2, 3.0), context.rng.uniform(0.2, 2.0))
+            flaps += 1
+        context.notes.append(f"{flaps} flaps")
+
+    _run(lab, "flapping-links", fault, seed, fault_summary)
+
+
+# ---------------------------------------------------------------------------------------------
+# ZooKeeper
+
+
+def test_zookeeper_leader_killed_and_member_partitioned(
+    lab: LabCluster, seed: int, fault_summary: list[str]
+) -> None:
+    """One member killed (the leader), then another cut off from the brokers: a quorum
+    remains throughout, brokers only change the member they talk to."""
+
+    def fault(context: ScenarioContext) -> None:
+        ensemble = lab.cluster.ensemble
+        leader = ensemble.leader()
+        assert leader is not None
+        ensemble.kill(leader)
+        time.sleep(5)
+        other = context.rng.choice([i for i in ensemble.ids if i != leader])
+        lab.network.partition([f"zk{other}"], lab.broker_nodes)
+        time.sleep(8)
+        context.notes.append(f"ZooKeeper {leader} killed, {other} cut off from the brokers")
+
+    _run(lab, "zookeeper-member-faults", fault, seed, fault_summary)
+
+
+def test_zookeeper_quorum_lost_longer_than_session_timeout(
+    lab: LabCluster, seed: int, fault_summary: list[str]
+) -> None:
+    """Two members of three paused for three session timeouts: no quorum, ZooKeeper serves
+    nobody. As in Kafka, brokers keep serving reads and writes that need no metadata change
+    (acks=all writes are acknowledged while the ISR stays whole), and when the quorum returns
+    the sessions are still valid (ZooKeeper restarts their clocks on a new leader), so no
+    broker re-registers and no partition changes leader."""
+
+    def fault(context: ScenarioContext) -> None:
+        ensemble = lab.cluster.ensemble
+        before = context.states()
+        paused = context.rng.sample(ensemble.ids, 2)
+        start = time.monotonic()
+        with ensemble.paused(*paused):
+            time.sleep(SESSION_TIMEOUT_MS / 1000 * 3)
+            acks = context.acks_between(start + 2, time.monotonic())
+        context.notes.append(f"ZooKeeper {paused} paused: {acks} acks without a quorum")
+        assert acks > 0, "no write was acknowledged while ZooKeeper had no quorum"
+        time.sleep(8)
+        after = context.states()
+        flapped = {
+            p: (before[p].leader, before[p].leader_epoch, after[p].leader, after[p].leader_epoch)
+            for p in before
+            if (before[p].leader, before[p].leader_epoch)
+            != (after[p].leader, after[p].leader_epoch)
+        }
+        assert not flapped, f"leaders changed across the ZooKeeper outage: {flapped}"
+
+    _run(lab, "zookeeper-quorum-lost", fault, seed, fault_summary)
+
+
+def test_zookeeper_unreachable_from_every_broker(
+    lab: LabCluster, seed: int, fault_summary: list[str]
+) -> None:
+    """The whole ensemble partitioned from every broker for two session timeouts: the
+    sessions expire, and when the network heals every broker re-registers and the controller
+    is re-elected; writes keep being acknowledged while the ISR is whole."""
+
+    def fault(context: ScenarioContext) -> None:
+        lab.network.partition(lab.zookeeper_nodes, lab.broker_nodes)
+        start = time.monotonic()
+        time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)
+        acks = context.acks_between(start + 2, time.monotonic())
+        context.notes.append(f"ZooKeeper cut off from every broker: {acks} acks meanwhile")
+        assert acks > 0, "no write was acknowledged while ZooKeeper was unreachable"
+
+    _run(lab, "zookeeper-unreachable", fault, seed, fault_summary)
