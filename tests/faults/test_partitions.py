@@ -12,6 +12,7 @@ Needs root, `ip` and `iptables` (skipped, visibly, without them).
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,9 +142,20 @@ def test_broker_on_slow_lossy_link(lab: LabCluster, seed: int, fault_summary: li
         profile = LinkProfile(delay_ms=200, jitter_ms=20, loss_percent=5, reorder_percent=2)
         lab.network.set_link(lab.broker_node(broker), profile, seed=seed)
         start = time.monotonic()
-        time.sleep(15)
+        # A TCP handshake is one round trip: ~400 ms through the emulated link (or a lost SYN).
+        address = (lab.cluster.broker(broker).host, lab.cluster.broker(broker).port)
+        handshakes = []
+        for _ in range(3):
+            began = time.monotonic()
+            with socket.create_connection(address, timeout=10):
+                handshakes.append(time.monotonic() - began)
+        assert min(handshakes) > 0.3, f"handshakes took {handshakes}: the link is not slow"
+        time.sleep(max(0.0, 15 - (time.monotonic() - start)))
         acks = context.acks_between(start, time.monotonic())
-        context.notes.append(f"broker {broker} on {profile}: {acks} acks meanwhile")
+        context.notes.append(
+            f"broker {broker} on {profile}: handshake {min(handshakes) * 1000:.0f} ms, "
+            f"{acks} acks meanwhile"
+        )
         assert acks > 0, "nothing was acknowledged through a slow link"
 
     _run(lab, "slow-lossy-link", fault, seed, fault_summary)

@@ -262,21 +262,25 @@ class NetworkLab:
                 self._iptables(node, "-D", hook, *_queue_rule(hook))
         if profile is None:
             return
-        for hook in ("INPUT", "OUTPUT"):
-            self._iptables(node, "-A", hook, *_queue_rule(hook))
+        # Not `python -m`: this package imports the module already, and runpy would warn.
         command = [
-            *self.exec_prefix(name), sys.executable, "-m", "odradek.testing.link_emulator",
+            *self.exec_prefix(name), sys.executable, "-c",
+            "import sys; from odradek.testing.link_emulator import main; sys.exit(main())",
             f"--queue={QUEUE_NUMBER}", f"--seed={seed}", *profile.arguments(),
         ]  # fmt: skip
-        node.emulator = subprocess.Popen(
+        emulator = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
-        assert node.emulator.stdout is not None
-        line = node.emulator.stdout.readline().decode(errors="replace")
+        assert emulator.stdout is not None
+        line = emulator.stdout.readline().decode(errors="replace")
         if "bound to queue" not in line:
-            node.emulator.wait(5)
-            node.emulator = None
+            emulator.kill()
+            emulator.wait()
             raise OperatorError(f"the link emulator of {name} did not start: {line.strip()}")
+        node.emulator = emulator
+        # Queue only once the emulator listens (with --queue-bypass nothing is held before).
+        for hook in ("INPUT", "OUTPUT"):
+            self._iptables(node, "-A", hook, *_queue_rule(hook))
 
     def link_down(self, name: str) -> None:
         _run("ip", "-n", self._hub, "link", "set", self.node(name).hub_interface, "down")

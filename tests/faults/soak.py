@@ -1,0 +1,129 @@
+"""Mixed faults for the soak (`./dev soak`, never CI): network, ZooKeeper and process faults one
+after another on the namespaced cluster of `tests.faults.lab`.
+
+A seeded schedule picks each fault's kind and victims and how long it lasts (0.5-4 s); after
+each one everything is healed and killed processes are started again, and every
+`CONVERGE_EVERY` faults the cluster must converge before the next. The kinds:
+
+* network: a random split of all brokers and ZooKeeper members into two sides (symmetric or
+  one-way), one node isolated (optionally but for the clients), a slow/lossy/reordering link
+  on one node, a link flap;
+* ZooKeeper: a member killed (restarted at heal), a member paused, a majority paused (quorum
+  lost);
+* process: a broker SIGKILLed (restarted at heal), a broker paused (SIGSTOP), a broker
+  restarted with a controlled shutdown.
+
+Faults run in rounds (`FAULTS_PER_ROUND`), each round a `run_scenario` on a fresh topic whose
+history is checked; `SoakReport` collects the counts for the JSON summary.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from odradek.testing.link_emulator import LinkProfile
+from tests.faults.lab import LabCluster, ScenarioContext, wait_converged
+
+FAULTS_PER_ROUND = 100
+CONVERGE_EVERY = 10
+
+
+@dataclass
+class SoakReport:
+    faults: Counter[str] = field(default_factory=Counter)
+    rounds: list[dict[str, object]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "faults": sum(self.faults.values()),
+            "faults_by_kind": dict(sorted(self.faults.items())),
+            "rounds": self.rounds,
+            "acknowledged": sum(int(r["acknowledged"]) for r in self.rounds),  # type: ignore[call-overload]
+            "anomalies": sum(int(r["anomalies"]) for r in self.rounds),  # type: ignore[call-overload]
+        }
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def _inject_one(lab: LabCluster, context: ScenarioContext, report: SoakReport) -> str:
+    rng = context.rng
+    network = lab.network
+    cluster = lab.cluster
+    ensemble = cluster.ensemble
+    nodes = lab.broker_nodes + lab.zookeeper_nodes
+    hold = rng.uniform(0.5, 4.0)
+    kind = rng.choice(
+        [
+            "partition", "one-way-partition", "isolate", "isolate-but-clients", "slow-link",
+            "flap", "zookeeper-kill", "zookeeper-pause", "zookeeper-quorum-loss",
+            "broker-kill", "broker-pause", "broker-restart",
+        ]
+    )  # fmt: skip
+    killed_brokers: list[int] = []
+    paused_brokers: list[int] = []
+    if kind in ("partition", "one-way-partition"):
+        shuffled = rng.sample(nodes, len(nodes))
+        cut = rng.randrange(1, len(nodes))
+        network.partition(shuffled[:cut], shuffled[cut:], one_way=kind == "one-way-partition")
+    elif kind in ("isolate", "isolate-but-clients"):
+        network.isolate(rng.choice(nodes), except_=["client"] if kind.endswith("clients") else [])
+    elif kind == "slow-link":
+        profile = LinkProfile(
+            delay_ms=rng.choice([20, 100, 200]),
+            jitter_ms=rng.choice([0, 10, 50]),
+            loss_percent=rng.choice([0, 1, 5, 20]),
+            reorder_percent=rng.choice([0, 5]),
+        )
+        network.set_link(rng.choice(nodes), profile, seed=rng.randrange(1 << 30))
+    elif kind == "flap":
+        network.flap(rng.choice(nodes), rng.randint(1, 4), rng.uniform(0.1, 1.0), 0.3)
+        hold = 0.0
+    elif kind == "zookeeper-kill":
+        ensemble.kill(rng.choice(ensemble.ids))
+    elif kind == "zookeeper-pause":
+        ensemble.pause(rng.choice(ensemble.ids))
+    elif kind == "zookeeper-quorum-loss":
+        for server_id in rng.sample(ensemble.ids, 2):
+            ensemble.pause(server_id)
+        hold = rng.uniform(2.0, 9.0)  # sometimes longer than the session timeout
+    elif kind == "broker-kill":
+        broker = rng.choice(cluster.broker_ids)
+        cluster.kill(broker)
+        killed_brokers.append(broker)
+    elif kind == "broker-pause":
+        broker = rng.choice(cluster.broker_ids)
+        cluster.stop(broker)
+        paused_brokers.append(broker)
+    elif kind == "broker-restart":
+        cluster.restart(rng.choice(cluster.broker_ids), timeout=90)
+        hold = 0.0
+    time.sleep(hold)
+    for broker in paused_brokers:
+        cluster.cont(broker)
+    lab.heal()
+    for broker in killed_brokers:
+        cluster.start_broker(broker, wait=False)
+    report.faults[kind] += 1
+    return kind
+
+
+def mixed_faults(lab: LabCluster, report: SoakReport, count: int):  # type: ignore[no-untyped-def]
+    """A `run_scenario` fault function injecting `count` mixed faults."""
+
+    def fault(context: ScenarioContext) -> None:
+        for index in range(1, count + 1):
+            _inject_one(lab, context, report)
+            if index % CONVERGE_EVERY == 0:
+                lab.heal()
+                for broker in lab.cluster.broker_ids:
+                    if not lab.cluster.is_alive(broker):
+                        lab.cluster.start_broker(broker, wait=False)
+                wait_converged(lab, context.topic, 180)
+        context.notes.append(f"{count} mixed faults")
+
+    return fault
