@@ -104,11 +104,14 @@ class HistoryReader:
     """Polls one broker for the HW and leader epoch of each partition it leads and reads the
     records below the HW from where it left off, into the history."""
 
-    def __init__(self, broker: LocalBroker, topic: str, history: History) -> None:
+    def __init__(
+        self, broker: LocalBroker, topic: str, history: History, partitions: int = PARTITIONS
+    ) -> None:
         self.broker = broker
         self.topic = topic
         self.history = history
-        self.positions = dict.fromkeys(range(PARTITIONS), 0)
+        self.partitions = partitions
+        self.positions = dict.fromkeys(range(partitions), 0)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"reader-{broker.id}", daemon=True)
 
@@ -123,7 +126,7 @@ class HistoryReader:
     def _run(self) -> None:
         name = f"broker{self.broker.id}"
         while not self._stopping.wait(READER_INTERVAL_S):
-            for partition in range(PARTITIONS):
+            for partition in range(self.partitions):
                 try:
                     answer = self._list_offsets(partition)
                     if answer.error_code != ErrorCode.none:
