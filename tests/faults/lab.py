@@ -36,7 +36,7 @@ from odradek.protocol.codec import ApiKey
 from odradek.testing import LocalCluster
 from odradek.testing.cluster_files import LocalBroker
 from odradek.testing.netns import NetworkLab
-from tests.faults.checker import CheckResult
+from tests.faults.checker import CheckResult, replicas_agree_below_high_watermark
 from tests.faults.history import History, check_history, record_final
 from tests.faults.workload import PartitionState, ProducerWorkload, read_partition_states
 from tests.integration._replication import (
@@ -46,6 +46,7 @@ from tests.integration._replication import (
     create_topic,
     fetch_records,
     read_committed,
+    replica_batches,
     request,
 )
 
@@ -201,6 +202,30 @@ def wait_converged(lab: LabCluster, topic: str, timeout: float) -> dict[int, Par
     raise AssertionError(f"the cluster did not converge in {timeout:g}s: {last}")
 
 
+def wait_replicas_agree(
+    lab: LabCluster, topic: str, states: dict[int, PartitionState], timeout: float = 60.0
+) -> CheckResult:
+    """Every replica's files byte-identical below the leader's HW (followers fetch what they
+    lack after a heal; a replica that diverged would never agree)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        high_watermarks = {}
+        for partition, state in states.items():
+            try:
+                answer = read_committed(lab.cluster.broker(state.leader), topic, partition)
+            except (NetworkError, OdradekError):
+                answer = None
+            high_watermarks[partition] = answer.high_watermark if answer else 0
+        batches = {
+            p: {b: replica_batches(lab.cluster.broker(b), topic, p) for b in s.replicas}
+            for p, s in states.items()
+        }
+        result = replicas_agree_below_high_watermark(batches, high_watermarks)
+        if result.passed or time.monotonic() >= deadline:
+            return result
+        time.sleep(0.5)
+
+
 def run_scenario(
     lab: LabCluster,
     name: str,
@@ -238,6 +263,7 @@ def run_scenario(
         for reader in readers:
             reader.stop()
     states = wait_converged(lab, topic, CONVERGE_TIMEOUT_S)
+    agreement = wait_replicas_agree(lab, topic, states)
     for partition, state in states.items():
         answer = read_committed(lab.cluster.broker(state.leader), topic, partition)
         assert answer.error == ErrorCode.none, (
@@ -248,7 +274,7 @@ def run_scenario(
             partition,
             ((r.offset, (r.value or b"").decode(errors="replace")) for r in answer.records),
         )
-    results = check_history(history)
+    results = [*check_history(history), agreement]
     errors = [s.error for s in stats if s.error]
     failures: dict[str, int] = {}
     for s in stats:
