@@ -336,7 +336,44 @@ def test_unauthorized_principal_is_refused_with_the_resource_codes_and_nothing_c
         assert acls.error_code == ErrorCode.cluster_authorization_failed
         users = connection.request(50, 0, {"users": None})
         assert users.error_code == ErrorCode.cluster_authorization_failed
+        # DeleteRecords: DELETE on the topic; OffsetDelete: DELETE on the group; DescribeLogDirs:
+        # DESCRIBE on the cluster; DescribeCluster: allowed, on this listener, with no operations.
+        deleted_records = connection.request(
+            ApiKey.DELETE_RECORDS,
+            2,
+            {
+                "topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": -1}]}],
+                "timeout": 5000,
+            },
+        )
+        refused = deleted_records.topics[0].partitions[0]
+        assert refused.error_code == ErrorCode.topic_authorization_failed
+        offsets_deleted = connection.request(
+            ApiKey.OFFSET_DELETE,
+            0,
+            {
+                "group_id": _name("eve-group"),
+                "topics": [{"name": topic, "partitions": [{"partition_index": 0}]}],
+            },
+        )
+        assert offsets_deleted.error_code == ErrorCode.group_authorization_failed
+        log_dirs = connection.request(ApiKey.DESCRIBE_LOG_DIRS, 4, {"topics": None})
+        assert log_dirs.error_code == ErrorCode.cluster_authorization_failed
+        assert not log_dirs.results
+        cluster = connection.request(
+            ApiKey.DESCRIBE_CLUSTER,
+            1,
+            {"include_cluster_authorized_operations": True, "endpoint_type": 1},
+        )
+        assert cluster.error_code == ErrorCode.none
+        assert cluster.cluster_authorized_operations == 0
+        bootstrap_port = int(eve.bootstrap.rsplit(":", 1)[1])
+        assert bootstrap_port in {b.port for b in cluster.brokers}
+        assert len(cluster.brokers) == 3
     assert _end_offsets(secure_cluster, topic) == {0: 2}  # the topic is still there
+    admin = secure_cluster.admin()
+    start = admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.earliest()})
+    assert [f.result(timeout=30).offset for f in start.values()] == [0]  # no record deleted
 
 
 def test_controller_and_follower_requests_need_cluster_action(secure_cluster: SecureEnv) -> None:

@@ -14,6 +14,7 @@ coordinator only ever sees what the principal may touch (`odradek.security.api_a
 FindCoordinator's answer is also given the coordinator's address on the listener the client came
 in on (the coordinator itself knows brokers by their inter-broker address).
 | DescribeGroups, DeleteGroups | DESCRIBE / DELETE on each group | that group |
+| OffsetDelete | DELETE on the group, then READ on each topic | whole request / those topics' partitions: TOPIC_AUTHORIZATION_FAILED |
 | ListGroups | DESCRIBE on the cluster lists every group; otherwise only describable groups | silently left out |
 
 A refused part of a request is taken out before the handler runs and answered here; the handler's
@@ -130,6 +131,39 @@ def _offset_commit(handler: Handler) -> Handler:
             return build_response(header, {"topics": errors})
         result = handler(broker, context, dataclasses.replace(request, topics=kept))
         return _then(result, lambda response: _merge(response, "topics", list(errors)))
+
+    return wrapped
+
+
+def _offset_delete(handler: Handler) -> Handler:
+    def wrapped(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+        header = context.header
+        authorizer = broker.authorizer
+        if not authorizer.allowed(context, DELETE, GROUP, request.group_id):
+            return build_response(
+                header, {"error_code": GROUP_AUTHORIZATION_FAILED, "throttle_time": 0, "topics": ()}
+            )
+        allowed = authorizer.filter(context, READ, TOPIC, {t.name for t in request.topics})
+        refused = [t for t in request.topics if t.name not in allowed]
+        if not refused:
+            return handler(broker, context, request)
+        errors = build_response(
+            header,
+            {
+                "error_code": ErrorCode.none,
+                "throttle_time": 0,
+                "topics": _partition_errors(refused, TOPIC_AUTHORIZATION_FAILED),
+            },
+        ).topics
+        kept = tuple(t for t in request.topics if t.name in allowed)
+        result = handler(broker, context, dataclasses.replace(request, topics=kept))
+
+        def finish(response: Any) -> Any:
+            if response.error_code != ErrorCode.none:
+                return response
+            return _merge(response, "topics", list(errors))
+
+        return _then(result, finish)
 
     return wrapped
 
@@ -377,6 +411,7 @@ _WRAPPERS: dict[int, Callable[[Handler], Handler]] = {
     ApiKey.LEAVE_GROUP: _group_membership,
     ApiKey.OFFSET_COMMIT: _offset_commit,
     ApiKey.OFFSET_FETCH: _offset_fetch,
+    ApiKey.OFFSET_DELETE: _offset_delete,
     ApiKey.FIND_COORDINATOR: _find_coordinator,
     ApiKey.DESCRIBE_GROUPS: _describe_groups,
     ApiKey.DELETE_GROUPS: _delete_groups,

@@ -14,8 +14,14 @@ DescribeLogDirs answers for this broker's log directories: each partition's size
 offset lag (high watermark minus log end offset, never below 0: 0 on a healthy replica), and from
 v4 the directory's total and usable bytes.
 
-DescribeCluster is Metadata without topics: the live brokers, the controller and the cluster id
-(v1's endpoint type 2, controllers, exists only in KRaft mode: UNSUPPORTED_ENDPOINT_TYPE).
+DescribeCluster is Metadata without topics: the live brokers (with the address of the listener the
+client came in on, as Metadata), the controller and the cluster id (v1's endpoint type 2,
+controllers, exists only in KRaft mode: UNSUPPORTED_ENDPOINT_TYPE).
+
+Authorization, as Kafka's: DeleteRecords needs DELETE on each topic (TOPIC_AUTHORIZATION_FAILED for
+that topic's partitions, which are not touched); DescribeLogDirs DESCRIBE on the cluster (without
+it: no directories and CLUSTER_AUTHORIZATION_FAILED); DescribeCluster needs nothing, and its
+`cluster_authorized_operations`, when asked for, are the cluster operations the principal has.
 """
 
 from __future__ import annotations
@@ -28,6 +34,14 @@ from kio.schema.errors import ErrorCode
 from odradek.coordinator.group.placement import OFFSETS_TOPIC
 from odradek.errors import KafkaError
 from odradek.protocol.build import build_response
+from odradek.security.acl import AclOperation
+from odradek.server.authorization import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    DELETE,
+    DESCRIBE,
+    TOPIC,
+    TOPIC_AUTHORIZATION_FAILED,
+)
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -36,10 +50,17 @@ if TYPE_CHECKING:
 ADMIN_CLIENT_ID = "__admin_client"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-# Kafka's AclOperation codes a cluster allows: ALTER (4), CREATE (7), DESCRIBE (8),
-# CLUSTER_ACTION (9), DESCRIBE_CONFIGS (10), ALTER_CONFIGS (11), IDEMPOTENT_WRITE (12); with no
-# authorizer every one of them is allowed.
-CLUSTER_AUTHORIZED_OPERATIONS = sum(1 << op for op in (4, 7, 8, 9, 10, 11, 12))
+# Kafka's AclOperations that apply to a cluster: ALTER (4), CREATE (7), DESCRIBE (8),
+# CLUSTER_ACTION (9), DESCRIBE_CONFIGS (10), ALTER_CONFIGS (11), IDEMPOTENT_WRITE (12).
+CLUSTER_OPERATIONS = (
+    AclOperation.ALTER,
+    AclOperation.CREATE,
+    AclOperation.DESCRIBE,
+    AclOperation.CLUSTER_ACTION,
+    AclOperation.DESCRIBE_CONFIGS,
+    AclOperation.ALTER_CONFIGS,
+    AclOperation.IDEMPOTENT_WRITE,
+)
 BROKER_ENDPOINTS = 1
 
 
@@ -47,10 +68,13 @@ def handle_delete_records(broker: BrokerServices, context: RequestContext, reque
     header = context.header
     offsets: dict[tuple[str, int], int] = {}
     refused: dict[tuple[str, int], ErrorCode] = {}
+    allowed = broker.authorizer.filter(context, DELETE, TOPIC, {t.name for t in request.topics})
     for topic in request.topics:
         for partition in topic.partitions:
             key = (topic.name, partition.partition_index)
-            if topic.name in INTERNAL_TOPICS and header.client_id != ADMIN_CLIENT_ID:
+            if topic.name not in allowed:
+                refused[key] = TOPIC_AUTHORIZATION_FAILED
+            elif topic.name in INTERNAL_TOPICS and header.client_id != ADMIN_CLIENT_ID:
                 refused[key] = ErrorCode.invalid_topic_exception
             else:
                 offsets[key] = int(partition.offset)
@@ -81,6 +105,10 @@ def handle_delete_records(broker: BrokerServices, context: RequestContext, reque
 
 def handle_describe_log_dirs(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
     header = context.header
+    if not broker.authorizer.cluster(context, DESCRIBE):
+        return build_response(
+            header, {"throttle_time": 0, "error_code": CLUSTER_AUTHORIZATION_FAILED, "results": ()}
+        )
     replica_manager = broker.replica_manager
     log_manager = replica_manager.log_manager
     wanted: dict[str, set[int]] | None = None
@@ -151,13 +179,18 @@ def handle_describe_cluster(broker: BrokerServices, context: RequestContext, req
             "cluster_id": broker.cluster_id,
             "controller_id": cache.controller_id,
             "brokers": [
-                {"broker_id": b.id, "host": b.host, "port": b.port, "rack": b.rack}
+                {"broker_id": e.id, "host": e.host, "port": e.port, "rack": e.rack}
                 for b in sorted(cache.brokers.values(), key=lambda b: b.id)
+                if (e := b.endpoint(context.listener)) is not None
             ]
             if error is None
             else [],
             "cluster_authorized_operations": (
-                CLUSTER_AUTHORIZED_OPERATIONS
+                sum(
+                    1 << int(op)
+                    for op in CLUSTER_OPERATIONS
+                    if broker.authorizer.cluster(context, op, log_if_denied=False)
+                )
                 if include_operations
                 else AUTHORIZED_OPERATIONS_OMITTED
             ),
