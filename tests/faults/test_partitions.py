@@ -249,3 +249,60 @@ def test_zookeeper_unreachable_from_every_broker(
         assert acks > 0, "no write was acknowledged while ZooKeeper was unreachable"
 
     _run(lab, "zookeeper-unreachable", fault, seed, fault_summary)
+
+
+def test_zookeeper_member_cut_off_from_its_peers(
+    lab: LabCluster, seed: int, fault_summary: list[str]
+) -> None:
+    """A minority member stops serving (it has no quorum): the brokers connected to it move to
+    the other two within their session, nothing expires and no leader changes."""
+
+    def fault(context: ScenarioContext) -> None:
+        ensemble = lab.cluster.ensemble
+        member = context.rng.choice(ensemble.ids)
+        others = [f"zk{i}" for i in ensemble.ids if i != member]
+        before = context.states()
+        lab.network.partition([f"zk{member}"], others)
+        time.sleep(SESSION_TIMEOUT_MS / 1000 * 2)
+        modes = ensemble.modes()
+        context.notes.append(f"ZooKeeper {member} cut off from its peers: modes {modes}")
+        assert modes[member] is None, f"a member without a quorum still serves: {modes}"
+        after = context.states()
+        assert {p: s.leader_epoch for p, s in after.items()} == {
+            p: s.leader_epoch for p, s in before.items()
+        }, "leaders changed though a quorum remained"
+
+    _run(lab, "zookeeper-minority-member", fault, seed, fault_summary)
+
+
+def test_broker_dies_while_zookeeper_has_no_quorum(
+    lab: LabCluster, seed: int, fault_summary: list[str]
+) -> None:
+    """A metadata change that has to wait: a broker is killed while two ZooKeeper members are
+    paused. Nothing can elect new leaders until the quorum returns (as in Kafka); then its
+    session expires, the controller moves its leaderships to ISR members, and, restarted, it
+    catches up. No acknowledged write may be lost across both faults."""
+
+    def fault(context: ScenarioContext) -> None:
+        ensemble = lab.cluster.ensemble
+        paused = context.rng.sample(ensemble.ids, 2)
+        victim = context.rng.choice(lab.cluster.broker_ids)
+        with ensemble.paused(*paused):
+            time.sleep(2)
+            lab.cluster.kill(victim)
+            time.sleep(SESSION_TIMEOUT_MS / 1000 * 1.5)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            states = context.states()
+            if all(s.leader not in (victim, -1) for s in states.values()):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"broker {victim}'s leaderships did not move: {states}")
+        context.notes.append(
+            f"broker {victim} killed while ZooKeeper {paused} paused; leaders moved "
+            f"{time.monotonic() - (deadline - 60):.1f}s after the quorum returned"
+        )
+        lab.cluster.start_broker(victim, timeout=90)
+
+    _run(lab, "broker-dies-without-quorum", fault, seed, fault_summary)
