@@ -97,6 +97,11 @@ class ScenarioContext:
     def leader_of(self, partition: int) -> int:
         return self.states()[partition].leader
 
+    def nemesis(self, description: str) -> None:
+        """Record a fault in the history (Jepsen's nemesis operations), so that a dumped history
+        shows what happened when."""
+        self.history.record("nemesis", "nemesis", -1, error=description)
+
     def acks_between(self, start: float, end: float) -> int:
         return sum(1 for e in self.history.snapshot() if e.kind == "ack" and start <= e.time <= end)
 

@@ -102,6 +102,12 @@ def _inject_one(lab: LabCluster, context: ScenarioContext, report: SoakReport) -
     elif kind == "broker-restart":
         cluster.restart(rng.choice(cluster.broker_ids), timeout=90)
         hold = 0.0
+    context.nemesis(
+        f"{kind} for {hold:.1f}s: cuts {[(sorted(a), sorted(b)) for a, b in network.partitions]}, "
+        f"links {[n.name for n in network.nodes.values() if n.emulator]}, "
+        f"brokers killed {killed_brokers} paused {paused_brokers}, "
+        f"ZooKeeper modes {ensemble.modes() if kind.startswith('zookeeper') else 'unchanged'}"
+    )
     time.sleep(hold)
     for broker in paused_brokers:
         cluster.cont(broker)
@@ -109,6 +115,7 @@ def _inject_one(lab: LabCluster, context: ScenarioContext, report: SoakReport) -
     for broker in killed_brokers:
         cluster.start_broker(broker, wait=False)
     report.faults[kind] += 1
+    context.nemesis("heal")
     return kind
 
 

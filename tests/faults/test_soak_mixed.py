@@ -38,7 +38,12 @@ def test_mixed_fault_soak(
                 lab, f"soak-{round_number}", mixed_faults(lab, report, count), seed, fault_summary
             )
         except AssertionError as e:
-            row.update(acknowledged=0, anomalies=1, failure=str(e)[:2000])
+            # The minimal re-run: this round alone, from its own seed.
+            rerun = (
+                f"ODRADEK_SOAK=1 ODRADEK_FAULT_SEED={seed} ODRADEK_SOAK_FAULTS={count} "
+                ".venv/bin/python -m pytest tests/faults/test_soak_mixed.py"
+            )
+            row.update(acknowledged=0, anomalies=1, failure=str(e)[:2000], rerun=rerun)
             report.rounds.append(row)
             report.write(results)
             raise
