@@ -258,6 +258,9 @@ def run_scenario(
     try:
         time.sleep(WARM_UP_S)
         fault(context)
+    except BaseException:
+        history.dump(lab.directory / f"history-{name}-{seed}.jsonl")
+        raise
     finally:
         lab.heal()
     try:

@@ -37,13 +37,15 @@ def test_mixed_fault_soak(
             checks = run_scenario(
                 lab, f"soak-{round_number}", mixed_faults(lab, report, count), seed, fault_summary
             )
-        except AssertionError as e:
+        except Exception as e:  # an anomaly, or the harness giving up: either ends the soak
             # The minimal re-run: this round alone, from its own seed.
             rerun = (
                 f"ODRADEK_SOAK=1 ODRADEK_FAULT_SEED={seed} ODRADEK_SOAK_FAULTS={count} "
                 ".venv/bin/python -m pytest tests/faults/test_soak_mixed.py"
             )
-            row.update(acknowledged=0, anomalies=1, failure=str(e)[:2000], rerun=rerun)
+            row.update(
+                acknowledged=0, anomalies=1, failure=f"{type(e).__name__}: {e}"[:2000], rerun=rerun
+            )
             report.rounds.append(row)
             report.write(results)
             raise
