@@ -41,6 +41,7 @@ from tests.integration._clients import (
     create_topic,
     unique_topic,
 )
+from tests.integration._controller import zk_broker_epoch
 
 HOUR_MS = 3600 * 1000
 RSS_GROWTH_BOUND = 150 * 1024 * 1024
@@ -240,37 +241,46 @@ def test_large_batches_keep_their_order_and_the_loop_keeps_serving(make_cluster:
     ]
 
 
-def fetch_size(bootstrap: str, topic: str, replica_id: int, max_bytes: int) -> int:
+def fetch_size(
+    bootstrap: str, topic: str, replica_id: int, max_bytes: int, replica_epoch: int = -1
+) -> int:
+    """The bytes of records one Fetch at offset 0 gets: a consumer's (replica id -1, v11) or a
+    follower's (Fetch v15 with the broker epoch, as the broker refuses a follower fetch without
+    one, and the topic by id)."""
+    partition = {
+        "partition": 0,
+        "current_leader_epoch": -1,
+        "fetch_offset": 0,
+        "log_start_offset": -1,
+        "partition_max_bytes": max_bytes,
+    }
+    body: dict[str, Any] = {
+        "max_wait": 0,
+        "min_bytes": 0,
+        "max_bytes": max_bytes,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
     with _wire.WireConnection.to(bootstrap) as connection:
-        response = connection.request(
-            ApiKey.FETCH,
-            _wire.FETCH_VERSION,
-            {
-                "replica_id": replica_id,
-                "max_wait": 0,
-                "min_bytes": 0,
-                "max_bytes": max_bytes,
-                "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
-                "topics": [
-                    {
-                        "topic": topic,
-                        "partitions": [
-                            {
-                                "partition": 0,
-                                "current_leader_epoch": -1,
-                                "fetch_offset": 0,
-                                "log_start_offset": -1,
-                                "partition_max_bytes": max_bytes,
-                            }
-                        ],
-                    }
-                ],
-                "forgotten_topics_data": [],
-                "rack_id": "",
-            },
-        )
+        if replica_id < 0:
+            version = _wire.FETCH_VERSION
+            body |= {"replica_id": -1, "topics": [{"topic": topic, "partitions": [partition]}]}
+        else:
+            version = 15
+            metadata = connection.request(
+                ApiKey.METADATA,
+                12,
+                {"topics": [{"name": topic}], "allow_auto_topic_creation": False},
+            )
+            body |= {
+                "cluster_id": None,
+                "replica_state": {"replica_id": replica_id, "replica_epoch": replica_epoch},
+                "topics": [{"topic_id": metadata.topics[0].topic_id, "partitions": [partition]}],
+            }
+        response = connection.request(ApiKey.FETCH, version, body)
     (answer,) = response.responses[0].partitions
     assert answer.error_code == ErrorCode.none, answer
     return len(answer.records or b"")
@@ -294,7 +304,8 @@ def test_fetch_responses_are_capped_by_the_broker(make_cluster: Any) -> None:
         assert produce_raw(bootstrap, topic, batch).error_code == ErrorCode.none
     total = 30 * len(batch)
     assert fetch_size(bootstrap, topic, -1, 2**31 - 1) <= 64 * 1024
-    assert 0 < fetch_size(bootstrap, topic, 1, 2**31 - 1) <= 32 * 1024
+    epoch = zk_broker_epoch(cluster, 1)
+    assert 0 < fetch_size(bootstrap, topic, 1, 2**31 - 1, epoch) <= 32 * 1024
     assert fetch_size(bootstrap, topic, -1, 100) == len(batch)  # one batch, whatever the size
     assert fetch_size(bootstrap, topic, -1, -5) == len(batch)
     assert fetch_size(bootstrap, topic, -1, 64 * 1024) < total
