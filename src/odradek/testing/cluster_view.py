@@ -74,7 +74,10 @@ class ClusterView:
             message += f": {summary}" if summary else f"; last lines of {broker.log}:\n{last}"
             raise OperatorError(message)
 
-    def _registered_epochs(self) -> dict[int, int]:
+    def registered_epochs(self) -> dict[int, int]:
+        """Broker id -> broker epoch (the czxid of its `/brokers/ids` znode: a new one at every
+        registration) of every registered broker."""
+
         async def read() -> dict[int, int]:
             async with zk_session(self.zookeeper.connect, 10.0) as zk:
                 return {i: b.broker_epoch for i, b in (await read_registrations(zk)).items()}
@@ -181,4 +184,4 @@ class ClusterView:
 
     def registered_brokers(self) -> list[int]:
         """Broker ids with a registration in `/brokers/ids`."""
-        return sorted(self._registered_epochs())
+        return sorted(self.registered_epochs())

@@ -380,7 +380,7 @@ class LocalCluster(ClusterView):
             return
         if self.network is None and not port_is_free(broker.port, broker.host):
             raise OperatorError(f"port {broker.port} (broker {broker_id}) is in use on {HOST}")
-        previous = self._registered_epochs() if wait else {}
+        previous = self.registered_epochs() if wait else {}
         self._spawn(broker_id)
         self._save([broker_id])
         if wait:
