@@ -19,6 +19,8 @@ SOAK = os.environ.get("ODRADEK_SOAK") == "1"
 FAULTS = int(os.environ.get("ODRADEK_SOAK_FAULTS", "1000"))
 
 
+@pytest.mark.soak
+@pytest.mark.timeout(0)  # hours, not the suite's per-test limit
 @pytest.mark.skipif(not SOAK, reason="the soak runs only with ODRADEK_SOAK=1 (./dev soak)")
 def test_mixed_fault_soak(
     lab: LabCluster,  # noqa: F811
