@@ -133,13 +133,41 @@ def _restart_stopped_brokers(lab: LabCluster) -> None:
             lab.cluster.start_broker(broker, wait=False)
 
 
+# What a broker prints when it gives up at start-up because ZooKeeper did not answer within
+# zookeeper.connection.timeout.ms: Kafka's broker exits the same way (ZooKeeperClientTimeoutException).
+_ZOOKEEPER_UNREACHABLE_AT_START = "odradek: error: ZooKeeper at "
+
+
 def _require_no_crash(lab: LabCluster, context: ScenarioContext, index: int) -> None:
     """Every broker runs before each fault (the previous heal restarted the ones the nemesis
-    killed): one that does not exited by itself -- a crash, or a failed start-up."""
+    killed). One that does not either gave up at start-up because ZooKeeper had no quorum then
+    (restarted, and recorded: Kafka does the same), or crashed (the soak fails)."""
     dead = [b for b in lab.cluster.broker_ids if not lab.cluster.is_alive(b)]
+    for broker in list(dead):
+        last = tail(lab.cluster.broker(broker).log, 3)
+        if _ZOOKEEPER_UNREACHABLE_AT_START in last and "unreachable" in last:
+            context.nemesis(
+                f"broker {broker} gave up at start-up, ZooKeeper unreachable: restarted"
+            )
+            lab.cluster.start_broker(broker, wait=False)
+            dead.remove(broker)
     if dead:
         logs = {b: tail(lab.cluster.broker(b).log, 15) for b in dead}
         raise AssertionError(f"before fault {index}: brokers {dead} are not running: {logs}")
+
+
+def _converge(lab: LabCluster, context: ScenarioContext, index: int) -> None:
+    """Wait for the cluster to converge, restarting (once ZooKeeper serves) a broker that gave
+    up at start-up during a ZooKeeper outage."""
+    deadline = time.monotonic() + 180
+    while True:
+        _require_no_crash(lab, context, index)
+        try:
+            wait_converged(lab, context.topic, min(30.0, max(1.0, deadline - time.monotonic())))
+            return
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                raise
 
 
 def mixed_faults(lab: LabCluster, report: SoakReport, count: int):  # type: ignore[no-untyped-def]
@@ -160,7 +188,7 @@ def mixed_faults(lab: LabCluster, report: SoakReport, count: int):  # type: igno
                 _restart_stopped_brokers(lab)
             if index % CONVERGE_EVERY == 0:
                 lab.heal()
-                wait_converged(lab, context.topic, 180)
+                _converge(lab, context, index)
         context.notes.append(f"{count} mixed faults")
 
     return fault
