@@ -234,3 +234,26 @@ class GroupStateError(KafkaError):
     should exist but does not. A bug, never a client mistake: reported as UNKNOWN_SERVER_ERROR."""
 
     code = ErrorCode.unknown_server_error
+
+
+# Idempotent and transactional producers (the producer state of `odradek.log.producer_state`)
+
+
+class OutOfOrderSequenceError(KafkaError):
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class InvalidProducerEpochError(KafkaError):
+    code = ErrorCode.invalid_producer_epoch
+
+
+class InvalidTxnStateError(KafkaError):
+    code = ErrorCode.invalid_txn_state
+
+
+class TransactionCoordinatorFencedError(KafkaError):
+    code = ErrorCode.transaction_coordinator_fenced
+
+
+class CoordinatorNotAvailableError(KafkaError):
+    code = ErrorCode.coordinator_not_available

@@ -29,6 +29,11 @@ The invariants:
 6. `every_partition_led`: at the end, every partition has a registered leader and a full ISR.
 7. `brokers_never_crash`: no broker process exited unless the schedule killed or stopped it
    (a start-up that fails, or a broker found dead, is a crash).
+8. `idempotent_writes_once`: per partition, the values of each idempotent producer appear in
+   the committed log in the order it sent them, each at most once: no retry through a fault
+   (a lost answer, a leader change, a restarted leader) stored a batch twice or out of order; and
+   a record librdkafka acknowledged without an offset (its implicit acknowledgement of a retried
+   batch, once a later batch succeeded) is there.
 
 `LeaderEpochHistory` and `ControllerEpochHistory` accept observations while the run goes on, so
 the safety phase can stop at the first violation; their checkers read what they accumulated.
@@ -125,6 +130,45 @@ def producer_order(
                     f"after offset {floor} was acknowledged"
                 )
     return _result("producer_order", checked, violations)
+
+
+def idempotent_writes_once(
+    records: Mapping[int, Sequence[Record]],
+    producers: Iterable[str],
+    persisted: Mapping[int, Iterable[bytes]] | None = None,
+) -> CheckResult:
+    """partition -> committed records: for each of `producers` (names of idempotent producers,
+    whose values are `<name>-<sequence>`), its sequences increase strictly with the offset; and
+    every value of `persisted` (acknowledged without an offset: librdkafka's implicit
+    acknowledgement of a retried batch) is stored in its partition."""
+    names = set(producers)
+    violations = []
+    checked = 0
+    for partition, values in sorted((persisted or {}).items()):
+        stored = {record.value for record in records.get(partition, ())}
+        for value in values:
+            checked += 1
+            if value not in stored:
+                violations.append(
+                    f"partition {partition}: {value!r} acknowledged (without an offset) but "
+                    "not stored"
+                )
+    for partition, partition_records in sorted(records.items()):
+        last: dict[str, tuple[int, int]] = {}
+        for record in partition_records:
+            name, _, sequence = (record.value or b"").decode(errors="replace").rpartition("-")
+            if name not in names or not sequence.isdigit():
+                continue
+            checked += 1
+            previous = last.get(name)
+            if previous is not None and int(sequence) <= previous[0]:
+                kind = "twice" if int(sequence) == previous[0] else "out of order"
+                violations.append(
+                    f"partition {partition}: {name}-{sequence} at offset {record.offset} "
+                    f"stored {kind} (after {name}-{previous[0]} at offset {previous[1]})"
+                )
+            last[name] = (int(sequence), record.offset)
+    return _result("idempotent_writes_once", checked, violations)
 
 
 def replicas_agree_below_high_watermark(

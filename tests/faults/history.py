@@ -12,7 +12,8 @@ Values are unique per producer (`f"{producer}-{seq}"`), so a value names one sen
 (`check_history`), each its own `CheckResult`:
 
 1. `no_lost_acknowledged_write`: every acknowledged (partition, offset, value) is in the final
-   log at that offset;
+   log at that offset (a value acknowledged without an offset, an idempotent producer's implicit
+   acknowledgement, anywhere in its partition);
 2. `no_duplicate`: no value appears twice in the final log. A producer without idempotence may
    legitimately write a retried batch twice (Kafka's at-least-once), so this check is skipped --
    reported as such, never silently passed -- unless the history says the producers were
@@ -99,11 +100,21 @@ def no_lost_acknowledged_write(events: Sequence[Event]) -> CheckResult:
     final = _final_log(events)
     violations = []
     checked = 0
+    values_by_partition = {p: set(log.values()) for p, log in final.items()}
     for e in events:
         if e.kind != "ack":
             continue
         checked += 1
-        found = final.get(e.partition, {}).get(e.offset)  # type: ignore[arg-type]
+        if e.offset is None:
+            # Acknowledged without an offset (an idempotent producer's implicit acknowledgement
+            # of a retried batch): it must be somewhere in the partition.
+            if e.value not in values_by_partition.get(e.partition, set()):
+                violations.append(
+                    f"{e.value} acknowledged (offset unknown) in partition {e.partition} "
+                    f"(t={e.time:.3f}), not in the final log"
+                )
+            continue
+        found = final.get(e.partition, {}).get(e.offset)
         if found != e.value:
             violations.append(
                 f"{e.value} acknowledged at partition {e.partition} offset {e.offset} "

@@ -5,7 +5,8 @@ One run:
 1. *Set-up.* A seeded schedule (`schedule.make_schedule`) decides the cluster size and the faults.
    `make_cluster` starts a private ZooKeeper and the brokers; one topic, RF=3,
    min.insync.replicas=2, unclean leader election off. Producers (`workload.ProducerWorkload`,
-   confluent-kafka, acks=all) write unique values to every partition from their own threads; the
+   confluent-kafka, acks=all; one of them idempotent) write unique values to every partition from
+   their own threads; the
    observer (`workload.ClusterObserver`) records every leader, leader epoch and controller epoch
    it sees.
 2. *Safety phase.* The faults run one after another (`schedule.FaultInjector`). After each one
@@ -50,6 +51,7 @@ from tests.faults.checker import (
     brokers_never_crash,
     controller_epoch_monotonic,
     every_partition_led,
+    idempotent_writes_once,
     one_leader_per_epoch,
     producer_order,
     read_state_change_log,
@@ -75,6 +77,7 @@ from tests.faults.workload import (
     duplicate_acknowledgements,
     merge_acknowledged,
     merge_floors,
+    merge_persisted,
     read_partition_states,
 )
 from tests.fixtures.cluster import wait_until
@@ -86,6 +89,8 @@ from tests.integration._replication import (
 )
 
 SESSION_TIMEOUT_MS = 5000
+IDEMPOTENT_PRODUCERS = 1
+"""Idempotent producers beside the plain ones (checked by `idempotent_writes_once`)."""
 CI = ScheduleSettings(
     mode="ci",
     faults=36,
@@ -246,6 +251,7 @@ class FaultRun:
             settings.partitions,
             settings.producers,
             history=self.history,
+            idempotent=IDEMPOTENT_PRODUCERS,
         )
         self.readers = [
             HistoryReader(b, self.topic, self.history, settings.partitions)
@@ -341,6 +347,9 @@ class FaultRun:
             *_producer_checks(stats),
             acknowledged_records_readable(acknowledged, records),
             producer_order(acknowledged, merge_floors(stats)),
+            idempotent_writes_once(
+                records, self.workload.idempotent_producers, merge_persisted(stats)
+            ),
             replicas_agree_below_high_watermark(
                 committed.replicas if committed else {},
                 committed.high_watermarks if committed else {},
@@ -525,6 +534,15 @@ def test_each_checker_detects_the_violation_it_exists_for():
     assert every_partition_led(led, [1, 2, 3], 1).passed
     assert not every_partition_led(led, [2, 3], 1).passed
     assert not every_partition_led([FinalPartition(0, 1, (1,), (1, 2, 3))], [1, 2, 3], 1).passed
+
+    def records(*values: bytes) -> dict[int, list[Record]]:
+        return {0: [Record(i, 0, None, v, []) for i, v in enumerate(values)]}
+
+    assert idempotent_writes_once(records(b"i0-0", b"p0-0", b"i0-2", b"p0-0"), ["i0"]).passed
+    assert not idempotent_writes_once(records(b"i0-0", b"i0-1", b"i0-1"), ["i0"]).passed
+    assert not idempotent_writes_once(records(b"i0-3", b"i0-2"), ["i0"]).passed
+    assert idempotent_writes_once(records(b"i0-0", b"i0-1"), ["i0"], {0: [b"i0-1"]}).passed
+    assert not idempotent_writes_once(records(b"i0-0"), ["i0"], {0: [b"i0-1"]}).passed
 
 
 def test_a_seed_gives_the_same_schedule_and_every_kind_early():

@@ -3,8 +3,9 @@ records who leads what and who controls the cluster.
 
 * `ProducerWorkload`: several confluent-kafka producers, each in its own thread, writing unique
   values `f"{producer}-{seq}"` (seq 0, 1, 2, ...) round-robin over the topic's partitions with
-  acks=all, retries on, idempotence off (the brokers have no InitProducerId) and one request in
-  flight per connection. Every delivery report is kept, with the highest offset the producer had
+  acks=all, retries on, idempotence off and one request in flight per connection; plus
+  `idempotent` producers (`i0`, `i1`, ...) with enable.idempotence=true and librdkafka's default of
+  five requests in flight, whose committed values the checker `idempotent_writes_once` reads. Every delivery report is kept, with the highest offset the producer had
   seen acknowledged in that partition when it handed the record to the client (its "floor").
   Continuously checked: a record acknowledged at or below its floor (Kafka orders what a producer
   sends after an acknowledgement behind it; a broker that lost an acknowledged record and handed
@@ -129,6 +130,9 @@ class ProducerStats:
     violations: list[str] = field(default_factory=list)
     unfinished: int = 0
     error: str | None = None
+    idempotent: bool = False
+    persisted: dict[int, list[bytes]] = field(default_factory=dict)
+    """Idempotent producers' records acknowledged without an offset, by partition."""
 
 
 class ProducerWorkload:
@@ -144,6 +148,7 @@ class ProducerWorkload:
         max_queued: int = 2000,
         history: History | None = None,
         message_timeout_ms: int = 120_000,
+        idempotent: int = 0,
     ) -> None:
         self.history = history
         self.topic = topic
@@ -160,10 +165,20 @@ class ProducerWorkload:
             request_timeout_ms=5000,
             socket_timeout_ms=10_000,
         )
+        self._idempotent_config = producer_config(
+            bootstrap,
+            "all",
+            enable_idempotence=True,
+            linger_ms=5,
+            message_timeout_ms=120_000,
+            request_timeout_ms=5000,
+            socket_timeout_ms=10_000,
+        )
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._abandoning = threading.Event()
         self._stats = [ProducerStats(f"p{i}") for i in range(count)]
+        self._stats += [ProducerStats(f"i{i}", idempotent=True) for i in range(idempotent)]
         self._threads = [
             threading.Thread(target=self._run, args=(s,), name=f"fault-{s.name}", daemon=True)
             for s in self._stats
@@ -189,9 +204,11 @@ class ProducerWorkload:
                     error=error.name(),
                 )  # fmt: skip
             else:
+                offset = message.offset()
                 self.history.record(
                     "ack", stats.name, message.partition() or 0, value=value_text,
-                    offset=message.offset(),
+                    # None: librdkafka's implicit acknowledgement (idempotent producers only)
+                    offset=offset if offset is not None and offset >= 0 else None,
                 )  # fmt: skip
         with self._lock:
             if error is not None:
@@ -203,6 +220,13 @@ class ProducerWorkload:
                     )
                 return
             partition, offset, value = message.partition(), message.offset(), message.value()
+            implicit = offset is None or offset < 0
+            if stats.idempotent and implicit and partition is not None and value is not None:
+                # librdkafka's implicit acknowledgement: a retried batch whose answer was lost is
+                # known to be stored once a later batch of the producer is, but at an offset it
+                # never learns. `idempotent_writes_once` checks that it is there.
+                stats.persisted.setdefault(partition, []).append(value)
+                return
             if partition is None or offset is None or value is None or offset < 0:
                 stats.violations.append(f"{stats.name}: acknowledged without an offset: {value!r}")
                 return
@@ -217,7 +241,7 @@ class ProducerWorkload:
 
     def _run(self, stats: ProducerStats) -> None:
         try:
-            producer = Producer(self._config)
+            producer = Producer(self._idempotent_config if stats.idempotent else self._config)
             sequence = 0
             while not self._stopping.is_set():
                 if len(producer) < self.max_queued:
@@ -253,6 +277,10 @@ class ProducerWorkload:
         except BaseException as e:  # reported by stop(), in the test thread
             with self._lock:
                 stats.error = repr(e)
+
+    @property
+    def idempotent_producers(self) -> list[str]:
+        return [s.name for s in self._stats if s.idempotent]
 
     def acknowledged_count(self) -> int:
         with self._lock:
@@ -298,6 +326,15 @@ def merge_floors(stats: Sequence[ProducerStats]) -> dict[int, dict[int, int]]:
     for s in stats:
         for partition, floors in s.floors.items():
             merged.setdefault(partition, {}).update(floors)
+    return merged
+
+
+def merge_persisted(stats: Sequence[ProducerStats]) -> dict[int, list[bytes]]:
+    """partition -> values acknowledged without an offset (idempotent producers only)."""
+    merged: dict[int, list[bytes]] = {}
+    for s in stats:
+        for partition, values in s.persisted.items():
+            merged.setdefault(partition, []).extend(values)
     return merged
 
 

@@ -241,7 +241,8 @@ def _produce_kafka_python(
         compression_type=None if codec == "none" else codec,
         acks=_kafka_python_acks(acks),
         linger_ms=linger_ms,
-        # kafka-python 3 defaults to idempotence, which needs InitProducerId (not implemented).
+        # kafka-python 3 defaults to idempotence, which needs acks=all; these tests also use
+        # acks=0 and 1 (test_idempotent_producer.py runs it at its defaults).
         enable_idempotence=False,
     )
     try:

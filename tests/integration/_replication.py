@@ -572,8 +572,8 @@ class Delivery:
 
 
 def producer_config(bootstrap: str, acks: str, **overrides: Any) -> dict[str, Any]:
-    """A librdkafka producer configuration (idempotence stays off: the broker has no
-    InitProducerId yet); `overrides` use librdkafka's names with dots as underscores."""
+    """A librdkafka producer configuration (idempotence off unless `enable_idempotence=True`);
+    `overrides` use librdkafka's names with dots as underscores."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "acks": acks,

@@ -395,7 +395,7 @@ def test_the_store_its_errors_and_group_admin(cluster3: LocalCluster) -> None:
     assert coordinator_id == offsets_leader(bootstrap, group)
     other_id = next(b for b in cluster3.broker_ids if b != coordinator_id)
     with _wire.WireConnection.to(cluster3.broker(other_id).bootstrap) as elsewhere:
-        # v4 batches keys (KIP-699); any broker answers; there are no transaction coordinators.
+        # v4 batches keys (KIP-699); any broker answers.
         batched = elsewhere.request(
             ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [group, "other"]}
         )
@@ -406,7 +406,12 @@ def test_the_store_its_errors_and_group_admin(cluster3: LocalCluster) -> None:
         transactional = elsewhere.request(
             ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["txn"]}
         )
-        assert transactional.coordinators[0].error_code == ErrorCode.invalid_request
+        # Key type 1 finds transaction coordinators (tests/integration/test_transactions.py);
+        # the first ask may find `__transaction_state` still being created.
+        assert transactional.coordinators[0].error_code in (
+            ErrorCode.none,
+            ErrorCode.coordinator_not_available,
+        )
         assert fetch_offsets(elsewhere, group, topic, [0])[0] == ErrorCode.not_coordinator
         # Clients may not write to the internal topic.
         refused = _wire.produce(elsewhere, OFFSETS_TOPIC, 0, _wire_batch(), acks=1)

@@ -3,7 +3,7 @@
 // Job: {brokers: ["host:port"], ssl: null | {ca, cert?, key?} (PEM file paths),
 //       sasl: null | {mechanism: "plain"|"scram-sha-256"|"scram-sha-512", username, password},
 //       topic, partitions, replicationFactor, group, count, steps: ["admin","produce","consume"],
-//       timeoutMs}
+//       timeoutMs, idempotent (an idempotent producer: InitProducerId, sequence numbers)}
 // Answer: {ok: true, created, produced, consumed: [values], topics} or
 //         {ok: false, step, name, type, code, message} (KafkaJS error fields).
 "use strict";
@@ -57,7 +57,11 @@ async function run(job) {
     }
     if (job.steps.includes("produce")) {
       step = "produce";
-      const producer = kafka.producer({ allowAutoTopicCreation: false });
+      const producer = kafka.producer(
+        job.idempotent
+          ? { allowAutoTopicCreation: false, idempotent: true, maxInFlightRequests: 1 }
+          : { allowAutoTopicCreation: false },
+      );
       await producer.connect();
       const messages = [];
       const values = job.values || Array.from({ length: job.count }, (_, i) => `v${i}`);

@@ -89,3 +89,10 @@ def test_a_dumped_history_loads_back_identical(tmp_path: Path) -> None:
     history.dump(tmp_path / "h.jsonl")
     loaded = load_history(tmp_path / "h.jsonl")
     assert loaded.idempotent and loaded.events == history.events
+
+
+def test_an_acknowledgement_without_an_offset_must_be_somewhere_in_the_partition() -> None:
+    implicit = ("ack", "i0", 0, {"value": "p0-1", "offset": None})
+    assert _verdicts(_history(*CLEAN, implicit))["no_lost_acknowledged_write"] is True
+    missing = ("ack", "i0", 0, {"value": "i0-9", "offset": None})
+    assert _verdicts(_history(*CLEAN, missing))["no_lost_acknowledged_write"] is False

@@ -45,6 +45,7 @@ class FakeLog:
         self.log_end_offset = log_end_offset
         self.log_start_offset = 0
         self.leader_epoch_cache = FakeEpochCache()
+        self.high_watermarks: list[int] = []
 
     def append_as_leader(
         self, records: bytes, leader_epoch: int, now_ms: int, **validation: Any
@@ -54,6 +55,9 @@ class FakeLog:
 
     def truncate_to(self, offset: int) -> None:
         self.log_end_offset = min(self.log_end_offset, offset)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        self.high_watermarks.append(high_watermark)
 
 
 class FakeIsrWriter:
@@ -130,7 +134,7 @@ def test_a_single_replica_leader_commits_on_append() -> None:
 
 
 def test_hw_is_the_minimum_leo_over_the_isr() -> None:
-    partition, _, _, _ = make_partition()
+    partition, log, _, _ = make_partition()
     append(partition, 10)
     assert partition.high_watermark == 0  # no follower has fetched yet
     partition.update_follower_fetch_state(2, 7, now=1.0)
@@ -141,6 +145,7 @@ def test_hw_is_the_minimum_leo_over_the_isr() -> None:
     assert partition.high_watermark == 7
     partition.update_follower_fetch_state(2, 10, now=2.0)
     assert partition.high_watermark == 10
+    assert log.high_watermarks == [4, 7, 10]  # the log (its producer state) hears of each move
 
 
 def test_hw_never_decreases() -> None:

@@ -139,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     from odradek.cli import log_admin as log_admin_cli
     from odradek.cli import reassign as reassign_cli
     from odradek.cli import topics as topics_cli
+    from odradek.cli import transactions as transactions_cli
 
     cluster_cli.add_parser(sub)
     topics_cli.add_parser(sub)
@@ -148,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     log_admin_cli.add_parsers(sub)
     acls_cli.add_parser(sub)
     configs_cli.add_parser(sub)
+    transactions_cli.add_parser(sub)
     return parser
 
 

@@ -47,6 +47,8 @@ from odradek.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
+from odradek.protocol.fetch_response import FileRecords
+from odradek.protocol.record_batch import iter_batches
 from odradek.zk.errors import SessionExpiredError
 
 log = logging.getLogger(__name__)
@@ -97,10 +99,15 @@ IsrWriter = Callable[[IsrUpdate], Awaitable[int | None]]
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    records: bytes
+    records: bytes | FileRecords
+    """Bytes, or with a zero-copy read a range of a segment file."""
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1
+    aborted_transactions: list[tuple[int, int]] | None = None
+    """(producer id, first offset) of the aborted transactions a read_committed read overlaps;
+    None for other reads."""
 
 
 class Partition:
@@ -251,8 +258,11 @@ class Partition:
         *,
         validated: Any = None,
         budget: int | None = None,
+        origin: Any = None,
     ) -> Any:
         """Validate and append a produce request's records; returns the log's LogAppendInfo.
+        `origin` is the log's AppendOrigin (CLIENT unless given: the transaction markers the
+        broker writes are COORDINATOR).
 
         `budget` and `validated` go to `Log.append_as_leader`: the validation work allowed on
         this (the event loop's) thread, or its result from a worker thread."""
@@ -265,8 +275,9 @@ class Partition:
             raise NotEnoughReplicasError(
                 f"{self}: ISR {sorted(self.isr)} is smaller than min.insync.replicas={min_isr}"
             )
+        extra = {} if origin is None else {"origin": origin}
         info = self.log.append_as_leader(
-            records, self.leader_epoch, now_ms, validated=validated, budget=budget
+            records, self.leader_epoch, now_ms, validated=validated, budget=budget, **extra
         )
         self._maybe_increment_high_watermark()
         self._wake_data_waiters()
@@ -372,8 +383,14 @@ class Partition:
         from_follower: bool,
         current_leader_epoch: int | None = None,
         min_one_batch: bool = True,
+        read_committed: bool = False,
+        zero_copy: bool = False,
     ) -> ReadResult:
-        """Read for a consumer (up to the HW) or a follower (up to the LEO)."""
+        """Read for a consumer (up to the HW; with `read_committed` up to the last stable
+        offset, with the aborted transactions among the records read) or a follower (up to
+        the LEO). With `zero_copy` the records are a range of a segment file (`FileRecords`),
+        for sendfile; a read_committed read always copies (its aborted transactions are
+        bounded by the batches it read)."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self}"
@@ -385,9 +402,35 @@ class Partition:
             raise OffsetOutOfRangeError(
                 f"{self}: offset {fetch_offset} is outside [{self.log_start_offset}, {log_end_offset}]"
             )
+        last_stable_offset = self.log.last_stable_offset(high_watermark)
         max_offset = None if from_follower else high_watermark
-        records = self.log.read(fetch_offset, max_bytes, max_offset, min_one_batch)
-        return ReadResult(bytes(records), high_watermark, self.log_start_offset, log_end_offset)
+        if read_committed and not from_follower:
+            max_offset = last_stable_offset
+        elif zero_copy:
+            found = self.log.read_file_records(fetch_offset, max_bytes, max_offset, min_one_batch)
+            return ReadResult(
+                found, high_watermark, self.log_start_offset, log_end_offset, last_stable_offset
+            )
+        records = bytes(self.log.read(fetch_offset, max_bytes, max_offset, min_one_batch))
+        aborted = None
+        if read_committed and not from_follower:
+            aborted = []
+            if records:
+                upper = fetch_offset
+                for header in iter_batches(records):
+                    upper = header.next_offset
+                aborted = [
+                    (txn.producer_id, txn.first_offset)
+                    for txn in self.log.collect_aborted_transactions(fetch_offset, upper)
+                ]
+        return ReadResult(
+            records,
+            high_watermark,
+            self.log_start_offset,
+            log_end_offset,
+            last_stable_offset,
+            aborted,
+        )
 
     def register_data_waiter(self, future: asyncio.Future[None]) -> None:
         self._data_waiters.add(future)
@@ -418,6 +461,11 @@ class Partition:
         follower = self.followers.get(follower_id)
         if follower is None:
             return
+        # An idle in-sync follower fetching at the same offset again (the common case with
+        # thousands of idle partitions) cannot move the ISR, the HW or the low watermark.
+        unchanged = follower.log_end_offset == fetch_offset and (
+            log_start_offset < 0 or follower.log_start_offset == log_start_offset
+        )
         leader_log_end_offset = self.log_end_offset
         if fetch_offset >= leader_log_end_offset:
             follower.last_caught_up_time = max(follower.last_caught_up_time, now)
@@ -430,6 +478,8 @@ class Partition:
         follower.last_fetch_time = now
         if log_start_offset >= 0:
             follower.log_start_offset = log_start_offset
+        if unchanged and not self.isr_state.is_pending and follower_id in self.isr:
+            return
         self._maybe_expand_isr(follower_id, follower)
         self._maybe_increment_high_watermark()
         self._maybe_complete_low_watermark_waiters()
@@ -538,6 +588,7 @@ class Partition:
 
     def _on_high_watermark_increased(self) -> None:
         high_watermark = self.high_watermark
+        self.log.on_high_watermark_updated(high_watermark)
         if self._hw_waiters:
             remaining = []
             for required_offset, future in self._hw_waiters:
@@ -555,6 +606,7 @@ class Partition:
         new_high_watermark = min(leader_high_watermark, self.log_end_offset)
         if new_high_watermark > self.high_watermark:
             self.high_watermark = new_high_watermark
+            self.log.on_high_watermark_updated(new_high_watermark)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)

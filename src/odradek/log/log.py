@@ -35,7 +35,6 @@ import shutil
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -45,18 +44,29 @@ from odradek.errors import (
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
 )
+from odradek.log.append_info import LogAppendInfo, append_info
 from odradek.log.checkpoints import fsync_dir
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import LeaderEpochCache
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
+from odradek.log.producer_state import (
+    AppendOrigin,
+    CompletedTxn,
+    ProducerStateManager,
+    last_sequence,
+)
+from odradek.log.producer_state_loading import markers_in, rebuild_producer_state
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
+from odradek.log.segment_swap import delete_cleaned_files, swap_in
+from odradek.log.timestamp_search import offset_for_timestamp, offset_of_largest_timestamp
+from odradek.log.transaction_index import AbortedTxn, TransactionIndexes
 from odradek.log.validator import ValidatedRecords, validate_produce_records
+from odradek.protocol.fetch_response import FileHandle, FileRecords
 from odradek.protocol.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
     assign_offsets,
-    find_timestamp_in_batch,
     set_create_time,
     validate_replicated_batches,
 )
@@ -93,46 +103,6 @@ def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
-    """What an append did. Offsets are -1 when there was nothing to append."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time: int
-    """The broker's timestamp when the topic uses LogAppendTime, else -1."""
-    batch_count: int
-    size: int
-    log_start_offset: int
-
-    @property
-    def record_count(self) -> int:
-        return 0 if self.batch_count == 0 else self.last_offset - self.first_offset + 1
-
-
-def _append_info(
-    headers: Sequence[BatchHeader], size: int, log_append_time: int, log_start_offset: int
-) -> LogAppendInfo:
-    max_timestamp, offset_of_max = NO_TIMESTAMP, -1
-    for header in headers:
-        if header.max_timestamp > max_timestamp:
-            max_timestamp = header.max_timestamp
-            offset_of_max = header.base_offset + header.last_offset_delta
-    first, last = headers[0], headers[-1]
-    return LogAppendInfo(
-        first_offset=first.base_offset,
-        last_offset=last.base_offset + last.last_offset_delta,
-        max_timestamp=max_timestamp,
-        offset_of_max_timestamp=offset_of_max,
-        log_append_time=log_append_time,
-        batch_count=len(headers),
-        size=size,
-        log_start_offset=log_start_offset,
-    )
-
-
 class Log:
     """A partition's segmented log (semantics in the module docstring).
 
@@ -151,6 +121,7 @@ class Log:
         log_end_offset: int,
         recovery_point: int,
         leader_epoch_cache: LeaderEpochCache,
+        producer_state: ProducerStateManager | None = None,
     ) -> None:
         """Use `Log.open`; this only assembles already loaded parts."""
         parsed = parse_log_dir_name(directory.name)
@@ -166,7 +137,14 @@ class Log:
         self._recovery_point = recovery_point
         self._size = sum(segment.size for segment in segments)
         self._leader_epoch_cache = leader_epoch_cache
+        self._producer_state = producer_state or ProducerStateManager(
+            directory, f"{self.topic}-{self.partition}", config.producer_id_expiration_ms
+        )
+        self._txn_index = TransactionIndexes(directory)
         self._closed = False
+        self.on_truncate: Callable[[Log, int], None] | None = None
+        """Called before a truncation with the new end offset (the log cleaner aborts a cleaning
+        of this log and lowers its checkpoint); set by the log manager."""
 
     @classmethod
     @_storage_errors
@@ -224,6 +202,19 @@ class Log:
         else:
             cache.truncate_from_end(log.log_end_offset)
             cache.truncate_from_start(start)
+            log._txn_index.truncate_to(log.log_end_offset)  # a torn tail's markers are gone
+            state = log._producer_state
+            state.remove_stray_snapshots(segment.base_offset for segment in log._segments)
+            rebuild_producer_state(
+                state,
+                log._segments,
+                start,
+                log.log_end_offset,
+                now_ms,
+                reload_from_clean_shutdown=clean_shutdown,
+                on_completed=log._index_aborted,
+            )
+            log._txn_index.retain(log._base_offsets)
         if loaded.recovered:
             logger.info(
                 "%s: recovered, log end offset %d, %d segments",
@@ -274,6 +265,14 @@ class Log:
         return self._leader_epoch_cache
 
     @property
+    def producer_state(self) -> ProducerStateManager:
+        return self._producer_state
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """The partition's HW moved up: transactions completed below it are no longer unstable."""
+        self._producer_state.on_high_watermark_updated(high_watermark)
+
+    @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
 
@@ -299,9 +298,15 @@ class Log:
         *,
         validated: ValidatedRecords | None = None,
         budget: int | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Validate a produce request's records, assign offsets from the LEO, stamp the leader
         epoch (and LogAppendTime if configured) and append them.
+
+        A batch of a producer id is first checked against the producer state: a duplicate of
+        one of the producer's last 5 batches is answered with that batch's offsets and not
+        appended (`batch_count` 0); a batch out of sequence or of a fenced epoch raises
+        OutOfOrderSequenceError / InvalidProducerEpochError / InvalidTxnStateError.
 
         Raises the validator's errors (CorruptRecordError, InvalidRecordError, RecordTooLargeError,
         InvalidTimestampError, ...) or RecordBatchTooLargeError (more than segment.bytes at once)
@@ -310,22 +315,66 @@ class Log:
         """
         self._check_open()
         if validated is None:
-            validated = validate_produce_records(records, self._config, now_ms, budget)
+            validated = validate_produce_records(
+                records,
+                self._config,
+                now_ms,
+                budget,
+                f"{self.topic}-{self.partition}",
+                allow_control=origin is AppendOrigin.COORDINATOR,
+            )
         size = validated.size
         self._check_fits_segment(size)
-        data = bytearray(memoryview(records)[:size])
+        state = self._producer_state
+        if validated.header.producer_id >= 0 and origin is AppendOrigin.CLIENT:
+            duplicate = self._find_duplicate(validated.header)
+            if duplicate is not None:
+                return duplicate
+        if validated.batch is not None:  # recompressed for the topic's compression.type
+            data = bytearray(validated.batch)
+        else:
+            data = bytearray(memoryview(records)[:size])
         headers = [validated.header]
         if validated.fix_create_time:
             headers = [set_create_time(data, validated.header, validated.max_timestamp)]
         append_time = now_ms if self._config.uses_log_append_time else None
         headers = assign_offsets(data, headers, self._log_end_offset, leader_epoch, append_time)
-        info = _append_info(
+        info = append_info(
             headers, size, NO_TIMESTAMP if append_time is None else now_ms, self._log_start_offset
         )
-        self._append(data, headers, info, now_ms)
+        if headers[0].producer_id >= 0:
+            # Kafka's producer state rules (log/producer_state.py): raises before anything is
+            # written; the state changes only once the batch is in the log.
+            infos, completed = state.apply_batches(headers, origin, markers_in(data, headers))
+            self._append(data, headers, info, now_ms)
+            self._index_aborted(completed)
+            state.commit(infos, completed, self._log_end_offset)
+        else:
+            self._append(data, headers, info, now_ms)
+            state.map_end_offset = self._log_end_offset
         if leader_epoch > self._leader_epoch_cache.latest_epoch:
             self._leader_epoch_cache.assign(leader_epoch, info.first_offset)
         return info
+
+    def _find_duplicate(self, header: BatchHeader) -> LogAppendInfo | None:
+        entry = self._producer_state.last_entry(header.producer_id)
+        if entry is None:
+            return None
+        duplicate = entry.find_duplicate_batch(
+            header.producer_epoch, header.base_sequence, last_sequence(header)
+        )
+        if duplicate is None:
+            return None
+        return LogAppendInfo(
+            first_offset=duplicate.first_offset,
+            last_offset=duplicate.last_offset,
+            max_timestamp=duplicate.timestamp,
+            offset_of_max_timestamp=duplicate.last_offset,
+            log_append_time=NO_TIMESTAMP,
+            batch_count=0,
+            size=0,
+            log_start_offset=self._log_start_offset,
+        )
 
     @_storage_errors
     def append_as_follower(
@@ -342,7 +391,7 @@ class Log:
         self._check_open()
         headers = validate_replicated_batches(records)
         if not headers:
-            return self._empty_append_info()
+            return self._emptyappend_info()
         previous_last = self._log_end_offset - 1
         for header in headers:
             if header.base_offset <= previous_last:
@@ -353,15 +402,54 @@ class Log:
             previous_last = header.base_offset + header.last_offset_delta
         size = len(records)
         self._check_fits_segment(size)
-        info = _append_info(headers, size, NO_TIMESTAMP, self._log_start_offset)
+        info = append_info(headers, size, NO_TIMESTAMP, self._log_start_offset)
+        state = self._producer_state
+        infos, completed = state.apply_batches(
+            headers, AppendOrigin.REPLICATION, markers_in(records, headers)
+        )
         self._append(records, headers, info, _wall_clock_ms() if now_ms is None else now_ms)
+        self._index_aborted(completed)
+        state.commit(infos, completed, self._log_end_offset)
         cache = self._leader_epoch_cache
         for header in headers:
             if header.partition_leader_epoch > cache.latest_epoch:
                 cache.assign(header.partition_leader_epoch, header.base_offset)
         return info
 
-    def _empty_append_info(self) -> LogAppendInfo:
+    # -- transactions ------------------------------------------------------------------------------
+
+    def _index_aborted(self, completed: list[CompletedTxn]) -> None:
+        """Record the aborted transactions among `completed` (their markers are in the log, the
+        producer state has not completed them yet) in the `.txnindex` of the marker's segment."""
+        for txn in completed:
+            if not txn.is_aborted:
+                continue
+            segment = self._base_offsets[bisect_right(self._base_offsets, txn.last_offset) - 1]
+            self._txn_index.append(
+                segment,
+                AbortedTxn(
+                    txn.producer_id,
+                    txn.first_offset,
+                    txn.last_offset,
+                    self._producer_state.last_stable_offset(txn),
+                ),
+            )
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO: the first offset of a transaction not yet decided (open, or closed by a marker
+        still above the HW), at most the high watermark (Kafka's UnifiedLog.lastStableOffset)."""
+        state = self._producer_state
+        state.on_high_watermark_updated(high_watermark)
+        first_unstable = state.first_unstable_offset()
+        if first_unstable is None:
+            return high_watermark
+        return min(first_unstable, high_watermark)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed read of [fetch_offset, upper_bound) needs."""
+        return self._txn_index.collect(fetch_offset, upper_bound)
+
+    def _emptyappend_info(self) -> LogAppendInfo:
         return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0, self._log_start_offset)
 
     def _check_fits_segment(self, size: int) -> None:
@@ -399,7 +487,7 @@ class Log:
             time_waited = now_ms - active.created_ms
         if (
             active.size + info.size > config.segment_bytes
-            or time_waited > config.segment_ms
+            or time_waited > config.max_segment_ms
             or active.offset_index.is_full
             or active.time_index.is_full
             or not offsets_fit
@@ -419,6 +507,10 @@ class Log:
         self._segments.append(segment)
         self._base_offsets.append(new_base_offset)
         fsync_dir(self._dir)
+        # The producer state of everything before the new segment, named by its base offset:
+        # recovery replays at most from here.
+        self._producer_state.update_map_end_offset(new_base_offset)
+        self._producer_state.take_snapshot()
         # Everything before the new segment is now fsynced (on_become_inactive flushed the
         # old segment; older ones were flushed when they were rolled or by flush()).
         self.flush(new_base_offset)
@@ -483,6 +575,37 @@ class Log:
         return b""
 
     @_storage_errors
+    def read_file_records(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FileRecords | bytes:
+        """`read`, as a range of a segment file rather than its bytes (zero-copy fetch): the
+        same batches, found from the indexes and batch headers only. b"" when there is
+        nothing to read."""
+        self._check_open()
+        end = self._log_end_offset
+        if start_offset < self._log_start_offset or start_offset > end:
+            raise OffsetOutOfRangeError(
+                f"{self}: offset {start_offset} is outside [{self._log_start_offset}, {end}]"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        if start_offset >= limit:
+            return b""
+        index = max(bisect_right(self._base_offsets, start_offset) - 1, 0)
+        segments = self._segments
+        while index < len(segments):
+            segment = segments[index]
+            found = segment.read_range(start_offset, max_bytes, limit, min_one_batch)
+            if found is not None:
+                position, size = found
+                return FileRecords(FileHandle(segment.fd), position, size) if size else b""
+            index += 1
+        return b""
+
+    @_storage_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """ListOffsets: (offset, timestamp) of the first record with timestamp >= `timestamp`.
 
@@ -499,53 +622,16 @@ class Log:
             return self._log_start_offset, NO_TIMESTAMP
         if timestamp == LATEST_TIMESTAMP:
             return self._log_end_offset, NO_TIMESTAMP
+        segments = self._segments_from(self._log_start_offset)
+        limit = self._config.decompressed_limit
         if timestamp == MAX_TIMESTAMP:
-            return self._offset_of_largest_timestamp()
-        start = self._log_start_offset
-        segments = self._segments_from(start)
-        for i, segment in enumerate(segments):
-            if segment.largest_timestamp() < timestamp:
-                continue
-            end = segments[i + 1].base_offset if i + 1 < len(segments) else self._log_end_offset
-            offset = segment.time_index_floor_offset(timestamp, end)
-            header = segment.find_batch(max(offset, start))
-            if header is None:
-                continue
-            for candidate in segment.scan_headers(header.position):
-                if candidate.max_timestamp >= timestamp and candidate.last_offset >= start:
-                    found = self._search_batch(segment, candidate, timestamp)
-                    if found is not None:
-                        return found
-        return None
+            return offset_of_largest_timestamp(segments, self._log_start_offset, limit)
+        return offset_for_timestamp(
+            segments, timestamp, self._log_start_offset, self._log_end_offset, limit
+        )
 
     def _segments_from(self, offset: int) -> list[LogSegment]:
         return self._segments[max(bisect_right(self._base_offsets, offset) - 1, 0) :]
-
-    def _search_batch(
-        self, segment: LogSegment, header: BatchHeader, timestamp: int
-    ) -> tuple[int, int] | None:
-        batch = segment.read_at(header.position, header.size)
-        return find_timestamp_in_batch(
-            batch, timestamp, self._log_start_offset, self._config.decompressed_limit
-        )
-
-    def _offset_of_largest_timestamp(self) -> tuple[int, int] | None:
-        best: tuple[int, LogSegment] | None = None
-        for segment in self._segments_from(self._log_start_offset):
-            if segment.size == 0:
-                continue
-            largest = segment.largest_timestamp()
-            if best is None or largest > best[0]:
-                best = (largest, segment)
-        if best is None:
-            return None
-        largest, segment = best
-        for header in segment.scan_headers(0):
-            if header.max_timestamp >= largest and header.last_offset >= self._log_start_offset:
-                found = self._search_batch(segment, header, largest)
-                if found is not None:
-                    return found
-        return None
 
     # -- truncation ----------------------------------------------------------------------------
 
@@ -563,6 +649,8 @@ class Log:
             raise OffsetOutOfRangeError(f"{self}: cannot truncate to negative offset {offset}")
         if offset >= self._log_end_offset:
             return False
+        if self.on_truncate is not None:
+            self.on_truncate(self, offset)
         now_ms = _wall_clock_ms() if now_ms is None else now_ms
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, now_ms)
@@ -579,6 +667,15 @@ class Log:
         self._recovery_point = min(self._recovery_point, self._log_end_offset)
         self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
         self._leader_epoch_cache.truncate_from_end(self._log_end_offset)
+        self._txn_index.truncate_to(self._log_end_offset)
+        rebuild_producer_state(
+            self._producer_state,
+            self._segments,
+            self._log_start_offset,
+            self._log_end_offset,
+            now_ms,
+            on_completed=self._index_aborted,
+        )
         return True
 
     @_storage_errors
@@ -586,6 +683,8 @@ class Log:
         """Delete everything and restart the log empty at `offset` (a follower whose fetch
         offset fell below the leader's log start)."""
         self._check_open()
+        if self.on_truncate is not None:
+            self.on_truncate(self, offset)
         for segment in self._segments:
             segment.delete()
         segment = LogSegment.create(
@@ -601,6 +700,58 @@ class Log:
         self._size = 0
         self._log_start_offset = self._log_end_offset = self._recovery_point = offset
         self._leader_epoch_cache.clear_and_flush()
+        self._producer_state.truncate_fully_and_start_at(offset)
+        self._txn_index.delete_all()
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    @_storage_errors
+    def replace_segments(
+        self, old: Sequence[LogSegment], sizes: Sequence[int], cleaned_size: int, now_ms: int
+    ) -> bool:
+        """Swap the segment the log cleaner wrote (`<base>.*.cleaned`, base = old[0]'s) in for
+        the consecutive sealed segments `old` (see segment_swap for the crash-safe steps).
+
+        Refused (False, the cleaned files deleted) when the log is closed or the old segments are
+        no longer exactly what the cleaner read: the same objects, consecutive, not the active
+        segment, with the `sizes` it read (retention, a truncation or a deletion got there
+        first). On success the old segments' files carry the `.deleted` suffix: the caller
+        removes them after file.delete.delay.ms.
+        """
+        base_offset = old[0].base_offset
+        if not self._can_replace(old, sizes):
+            delete_cleaned_files(self._dir, base_offset)
+            return False
+        first = self._segments.index(old[0])
+        for segment in old:
+            segment.release()
+        swap_in(self._dir, base_offset, list(old))
+        cleaned = LogSegment(
+            self._dir,
+            base_offset,
+            max_index_bytes=self._config.segment_index_bytes,
+            index_interval_bytes=self._config.index_interval_bytes,
+            size=cleaned_size,
+            created_ms=now_ms,
+        )
+        self._segments[first : first + len(old)] = [cleaned]
+        self._base_offsets[first : first + len(old)] = [base_offset]
+        self._size += cleaned_size - sum(sizes)
+        return True
+
+    def _can_replace(self, old: Sequence[LogSegment], sizes: Sequence[int]) -> bool:
+        if self._closed or not old or len(old) != len(sizes):
+            return False
+        try:
+            first = self._segments.index(old[0])
+        except ValueError:
+            return False
+        if first + len(old) >= len(self._segments):  # would include the active segment
+            return False
+        current = self._segments[first : first + len(old)]
+        return all(a is b for a, b in zip(current, old, strict=True)) and all(
+            segment.size == size for segment, size in zip(old, sizes, strict=True)
+        )
 
     # -- retention -----------------------------------------------------------------------------
 
@@ -663,6 +814,9 @@ class Log:
             if new_start > self._log_start_offset:
                 self._log_start_offset = new_start
                 self._leader_epoch_cache.truncate_from_start(new_start)
+                self._producer_state.on_log_start_offset_incremented(new_start)
+            self._producer_state.delete_snapshots_before(new_start)
+            self._txn_index.retain(self._base_offsets)
             self._recovery_point = max(self._recovery_point, new_start)
             logger.info("%s: deleted %d old segments, log start offset %d", self, count, new_start)
         return count
@@ -681,6 +835,7 @@ class Log:
             return False
         self._log_start_offset = offset
         self._leader_epoch_cache.truncate_from_start(offset)
+        self._producer_state.on_log_start_offset_incremented(offset)
         return True
 
     # -- durability and lifecycle --------------------------------------------------------------
@@ -705,6 +860,8 @@ class Log:
         """Seal and fsync the active segment and close every file. Idempotent."""
         if self._closed:
             return
+        self._producer_state.update_map_end_offset(self._log_end_offset)
+        self._producer_state.take_snapshot()
         for segment in self._segments:
             segment.close()
         self._leader_epoch_cache.sync()

@@ -8,11 +8,17 @@ over::
         recovery-point-offset-checkpoint     per log: offset below which data is known to be fsynced
         log-start-offset-checkpoint          per log: first offset still exposed to readers
         replication-offset-checkpoint        per log: high watermark (owned by the replica manager)
+        cleaner-offset-checkpoint            per compacted log: where the cleaner's dirty section starts
         <topic>-<partition>/
             00000000000000000000.log         segment data, named by its 20-digit base offset
             00000000000000000000.index       sparse offset index of that segment
             00000000000000000000.timeindex   sparse time index of that segment
+            00000000000000000000.snapshot    producer state at that offset (log/producer_snapshot.py)
             leader-epoch-checkpoint          leader epoch -> start offset history
+            00000000000000000000.log.cleaned a segment the log cleaner is writing (with its
+                                             .index.cleaned and .timeindex.cleaned)
+            00000000000000000000.log.swap    a cleaned segment being swapped in (see segment_swap)
+            00000000000000000000.log.deleted a replaced segment awaiting file.delete.delay.ms
         <topic>-<partition>.<uuid>-delete/   a log being deleted
 
 A topic name may itself contain '-' and '.', so the partition number is whatever follows the LAST
@@ -30,11 +36,22 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
 
+SNAPSHOT_SUFFIX = ".snapshot"
+"""A producer state snapshot, named by the offset it describes the state before."""
+
 TEMP_SUFFIX = ".tmp"
 """Half-written checkpoint files; deleted when found at start-up."""
 
-STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", TEMP_SUFFIX)
-"""Leftovers of Kafka's asynchronous deletion and compaction; removed when a log is opened."""
+CLEANED_SUFFIX = ".cleaned"
+"""Appended to the three file names of a segment the log cleaner is writing."""
+SWAP_SUFFIX = ".swap"
+"""Appended to a cleaned segment's file names while it replaces the segments it was made from."""
+DELETED_SUFFIX = ".deleted"
+"""Appended to a replaced segment's file names until it is deleted (file.delete.delay.ms)."""
+
+STRAY_SUFFIXES = (DELETED_SUFFIX, TEMP_SUFFIX)
+"""Leftovers of asynchronous deletion and of checkpoint writes; removed when a log is opened
+(`.cleaned` and `.swap` files are for `segment_swap.complete_interrupted_swap` to judge)."""
 
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
@@ -43,6 +60,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 _OFFSET_DIGITS = 20
@@ -60,6 +78,18 @@ def time_index_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}{TIME_INDEX_SUFFIX}"
 
 
+def producer_snapshot_file_name(offset: int) -> str:
+    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def parse_producer_snapshot_file_name(name: str) -> int | None:
+    """The offset of a producer snapshot file name, or None if `name` is not one."""
+    if not name.endswith(SNAPSHOT_SUFFIX):
+        return None
+    stem = name[: -len(SNAPSHOT_SUFFIX)]
+    return int(stem) if len(stem) == _OFFSET_DIGITS and stem.isdigit() else None
+
+
 def parse_segment_file_name(name: str) -> tuple[int, str] | None:
     """(base offset, suffix) of a segment file name, or None if `name` is not one."""
     for suffix in SEGMENT_SUFFIXES:
@@ -68,6 +98,14 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
             if len(stem) == _OFFSET_DIGITS and stem.isdigit():
                 return int(stem), suffix
     return None
+
+
+def parse_suffixed_segment_file_name(name: str, extra: str) -> tuple[int, str] | None:
+    """(base offset, segment suffix) of a segment file name followed by `extra` (`.cleaned`,
+    `.swap`, ...), or None if `name` is not one."""
+    if not name.endswith(extra):
+        return None
+    return parse_segment_file_name(name[: -len(extra)])
 
 
 def log_dir_name(topic: str, partition: int) -> str:

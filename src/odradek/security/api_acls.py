@@ -236,6 +236,47 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
     ApiKey.DESCRIBE_CLUSTER: ApiAuthorization(
         (), "no check; cluster_authorized_operations is filled only with DESCRIBE on the cluster"
     ),
+    # Transactions (issue 18): as Kafka 3.9's KafkaApis.
+    ApiKey.ADD_PARTITIONS_TO_TXN: ApiAuthorization(
+        (
+            Check(Op.WRITE, R.TRANSACTIONAL_ID, "transactional_id", S.REQUEST),
+            Check(Op.WRITE, R.TOPIC, "topics[].name", S.PER_RESOURCE),
+        ),
+        "v4+ (broker-to-broker batches) needs CLUSTER_ACTION instead; refused topics get "
+        "TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED",
+    ),
+    ApiKey.ADD_OFFSETS_TO_TXN: ApiAuthorization(
+        (
+            Check(Op.WRITE, R.TRANSACTIONAL_ID, "transactional_id", S.REQUEST),
+            Check(Op.READ, R.GROUP, "group_id", S.REQUEST),
+        )
+    ),
+    ApiKey.END_TXN: ApiAuthorization(
+        (Check(Op.WRITE, R.TRANSACTIONAL_ID, "transactional_id", S.REQUEST),)
+    ),
+    ApiKey.WRITE_TXN_MARKERS: ApiAuthorization(
+        (_cluster(Op.CLUSTER_ACTION),), "sent by transaction coordinators to partition leaders"
+    ),
+    ApiKey.TXN_OFFSET_COMMIT: ApiAuthorization(
+        (
+            Check(Op.WRITE, R.TRANSACTIONAL_ID, "transactional_id", S.REQUEST),
+            Check(Op.READ, R.GROUP, "group_id", S.REQUEST),
+            Check(Op.READ, R.TOPIC, "topics[].name", S.PER_RESOURCE),
+        )
+    ),
+    ApiKey.DESCRIBE_TRANSACTIONS: ApiAuthorization(
+        (
+            Check(Op.DESCRIBE, R.TRANSACTIONAL_ID, "transactional_ids[]", S.PER_RESOURCE),
+            Check(Op.DESCRIBE, R.TOPIC, "each topic of a described transaction", S.FILTER),
+        ),
+        "topics the principal may not describe are left out of a described transaction",
+    ),
+    ApiKey.LIST_TRANSACTIONS: ApiAuthorization(
+        (Check(Op.DESCRIBE, R.TRANSACTIONAL_ID, "each listed transactional id", S.FILTER),)
+    ),
+    ApiKey.DESCRIBE_PRODUCERS: ApiAuthorization(
+        (Check(Op.READ, R.TOPIC, "topics[].name", S.PER_RESOURCE),)
+    ),
     DESCRIBE_ACLS: ApiAuthorization((_cluster(Op.DESCRIBE),)),
     CREATE_ACLS: ApiAuthorization((_cluster(Op.ALTER),)),
     DELETE_ACLS: ApiAuthorization((_cluster(Op.ALTER),)),

@@ -6,7 +6,7 @@ features from this list, so advertising anything more would invite requests we c
 
 Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
 `handlers_admin`, `handlers_log_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_reassignment`,
-`handlers_interbroker`, and the group coordinator's `odradek.coordinator.group.handlers` and
+`handlers_interbroker`, `handlers_producer_ids`, and the group coordinator's `odradek.coordinator.group.handlers` and
 `handlers_offsets`); each is
 `handle(services, context, request) -> response | awaitable`, where `context` is the request's
 own `RequestContext` (header, client address, principal): per-request state travels with the
@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.group import handlers as handlers_groups
 from odradek.coordinator.group import handlers_offsets
+from odradek.coordinator.transaction import handlers as handlers_transactions
 from odradek.network.request_context import RequestContext
 from odradek.protocol.build import build, build_response
 from odradek.protocol.codec import (
@@ -54,8 +55,10 @@ from odradek.server import (
     handlers_log_admin,
     handlers_metadata,
     handlers_produce,
+    handlers_producer_ids,
     handlers_reassignment,
     handlers_scram,
+    handlers_txn,
 )
 from odradek.server.authorization_groups import authorized_group_handlers
 from odradek.server.services import BrokerServices
@@ -73,6 +76,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.UPDATE_METADATA: (7, 7),
     ApiKey.CONTROLLED_SHUTDOWN: (3, 3),
     ApiKey.API_VERSIONS: (0, 3),
+    # Idempotent producers (handlers_producer_ids); transactional ids await the coordinator.
+    ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
@@ -111,6 +116,18 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_ACLS: (1, 3),
     DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    # Transactions (issue 18; handlers_txn and odradek.coordinator.transaction.handlers): Kafka
+    # 3.9's ranges, except the KIP-890 part 2 versions (AddPartitionsToTxn 5, which clients use
+    # only with transaction.version 2, a KRaft feature). WriteTxnMarkers v0 is not in kio; v1 is
+    # what every Kafka 2.x+ coordinator sends.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
+    ApiKey.LIST_TRANSACTIONS: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
 Handler = Callable[[BrokerServices, RequestContext, Any], Any]
@@ -124,6 +141,7 @@ class KafkaApis:
         handlers: dict[int, Handler] = {
             ApiKey.API_VERSIONS: handle_api_versions,
             ApiKey.PRODUCE: handlers_produce.handle_produce,
+            ApiKey.INIT_PRODUCER_ID: handlers_producer_ids.handle_init_producer_id,
             ApiKey.FETCH: handlers_fetch.handle_fetch,
             ApiKey.LIST_OFFSETS: handlers_fetch.handle_list_offsets,
             ApiKey.OFFSET_FOR_LEADER_EPOCH: handlers_fetch.handle_offset_for_leader_epoch,
@@ -148,7 +166,8 @@ class KafkaApis:
             ApiKey.UPDATE_METADATA: handlers_interbroker.handle_update_metadata,
             ApiKey.STOP_REPLICA: handlers_interbroker.handle_stop_replica,
             ApiKey.CONTROLLED_SHUTDOWN: handlers_interbroker.handle_controlled_shutdown,
-            ApiKey.FIND_COORDINATOR: handlers_groups.handle_find_coordinator,
+            # Key type 0 (groups) goes on to the group coordinator's handler.
+            ApiKey.FIND_COORDINATOR: handlers_transactions.handle_find_coordinator,
             ApiKey.JOIN_GROUP: handlers_groups.handle_join_group,
             ApiKey.SYNC_GROUP: handlers_groups.handle_sync_group,
             ApiKey.HEARTBEAT: handlers_groups.handle_heartbeat,
@@ -166,6 +185,14 @@ class KafkaApis:
             DELETE_ACLS: handlers_acls.handle_delete_acls,
             DESCRIBE_USER_SCRAM_CREDENTIALS: handlers_scram.handle_describe_user_scram_credentials,
             ALTER_USER_SCRAM_CREDENTIALS: handlers_scram.handle_alter_user_scram_credentials,
+            ApiKey.ADD_PARTITIONS_TO_TXN: handlers_txn.handle_add_partitions_to_txn,
+            ApiKey.ADD_OFFSETS_TO_TXN: handlers_txn.handle_add_offsets_to_txn,
+            ApiKey.END_TXN: handlers_txn.handle_end_txn,
+            ApiKey.WRITE_TXN_MARKERS: handlers_txn.handle_write_txn_markers,
+            ApiKey.TXN_OFFSET_COMMIT: handlers_txn.handle_txn_offset_commit,
+            ApiKey.DESCRIBE_TRANSACTIONS: handlers_txn.handle_describe_transactions,
+            ApiKey.LIST_TRANSACTIONS: handlers_txn.handle_list_transactions,
+            ApiKey.DESCRIBE_PRODUCERS: handlers_txn.handle_describe_producers,
         }
         # The group coordinator knows nothing of ACLs: its handlers are wrapped.
         self.handlers = authorized_group_handlers(handlers)

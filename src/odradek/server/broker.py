@@ -13,12 +13,15 @@ Start-up (`Broker.startup`), in Kafka's order and for the same reasons:
   5. register `/brokers/ids/<id>` (ephemeral; its czxid is our broker epoch) with every advertised
      listener and the listener→protocol map;
   6. start the controller component (it competes for `/controller`);
-  7. start the periodic tasks (retention, checkpoints, ISR expiry).
+  7. start the periodic tasks (retention, checkpoints, ISR expiry) and the log cleaner
+     (`odradek.log.log_cleaner`: its checkpoints are read here; it cleans a partition only once
+     this broker leads or follows it, up to its high watermark).
 
 Shutdown (`Broker.shutdown`): controlled shutdown through the controller (leadership moves away
 first), stop listening, stop the controller and the replica manager (fetchers, HW checkpoint), close
-the logs cleanly (flush, checkpoints, clean-shutdown marker), then close the ZooKeeper session —
-which removes our registration last.
+the log cleaner (a cleaning in progress is aborted: its `.cleaned` files go), close the logs
+cleanly (flush, checkpoints, clean-shutdown marker), then close the ZooKeeper session — which
+removes our registration last.
 
 Concurrency: one asyncio event loop runs every component; kazoo's threads only hand results and
 watch events to it.
@@ -44,8 +47,12 @@ from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.metadata import GroupConfig
 from odradek.coordinator.group.metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.group.placement import OFFSETS_TOPIC
+from odradek.coordinator.group.txn_offsets import PendingTxnOffsets
 from odradek.coordinator.group.zk_import import ZkLegacyOffsets
-from odradek.errors import KafkaError, OperatorError, require
+from odradek.coordinator.transaction.coordinator import TransactionCoordinator
+from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
+from odradek.errors import InvariantError, KafkaError, OperatorError, require
+from odradek.log.log_cleaner import CleanerConfig, LogCleaner
 from odradek.log.log_manager import LogManager
 from odradek.network.client import BrokerConnection, ClientSecurity
 from odradek.network.server import SocketServer
@@ -62,6 +69,7 @@ from odradek.server.apis import KafkaApis, answer_api_versions
 from odradek.server.authorization import RequestAuthorizer
 from odradek.server.broker_security import BrokerSecurity, zookeeper_identity
 from odradek.server.config import KafkaConfig, parse_properties
+from odradek.server.fetch_session import FetchManager, FetchSessionCache
 from odradek.server.listeners import (
     broker_client_security,
     connection_quotas,
@@ -70,6 +78,7 @@ from odradek.server.listeners import (
 )
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
+from odradek.server.transaction_topic import TransactionTopicCreator, build_transaction_coordinator
 from odradek.zk.client import CreateOp, SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
 from odradek.zk.znodes import (
@@ -100,9 +109,15 @@ class Broker:
         self.latest_controller_epoch = -1
         self.zk: ZkClient | None = None
         self.log_manager: LogManager | None = None
+        self.log_cleaner: LogCleaner | None = None
         listeners = config.listener_config
         self.metadata_cache = MetadataCache(self.broker_id, listeners.inter_broker_listener)
         self.security = BrokerSecurity(config, lambda: self.broker_epoch)
+        # Incremental fetch sessions (KIP-227), shared by every listener's connections.
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(config["max.incremental.fetch.session.cache.slots"]),
+            lambda: int(time.time() * 1000),
+        )
         # How this broker reaches others: the inter-broker listener (fetchers, controlled
         # shutdown) and the control-plane listener (the controller's requests).
         self.inter_broker_client: ClientSecurity = broker_client_security(
@@ -117,6 +132,10 @@ class Broker:
         self.admin: AdminManager = None  # type: ignore[assignment]
         self.topic_configs: TopicConfigs = None  # type: ignore[assignment]
         self.group_coordinator: GroupCoordinator = None  # type: ignore[assignment]
+        self.transaction_coordinator: TransactionCoordinator = None  # type: ignore[assignment]
+        self.producer_id_manager: ProducerIdManager = None  # type: ignore[assignment]
+        self.txn_offsets: PendingTxnOffsets = None  # type: ignore[assignment]
+        self._transaction_topic: TransactionTopicCreator | None = None
         self._offsets_topic: OffsetsTopicCreator | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._metadata_waiters: list[asyncio.Future[None]] = []
@@ -142,6 +161,10 @@ class Broker:
     async def startup(self) -> None:
         config = self.config
         now_ms = int(time.time() * 1000)
+        try:
+            cleaner_config = CleanerConfig.from_broker_config(config.__getitem__)
+        except InvariantError as e:
+            raise OperatorError(str(e)) from None
         # 1. logs
         self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}))
         try:
@@ -168,6 +191,7 @@ class Broker:
         # it serves groups once its timers start with the other periodic work (7), and loads
         # offsets partitions as LeaderAndIsr makes us their leader.
         cache = self.metadata_cache
+        self.producer_id_manager = ProducerIdManager(self.broker_id, self._zk)
         self.group_coordinator = GroupCoordinator(
             self.broker_id,
             GroupConfig.from_broker_config(config),
@@ -177,6 +201,15 @@ class Broker:
                 partition_count=lambda: cache.partition_count(OFFSETS_TOPIC),
                 legacy=ZkLegacyOffsets(self.zk),
             ),
+        )
+        self.txn_offsets = PendingTxnOffsets(self.group_coordinator)
+        self.transaction_coordinator = build_transaction_coordinator(
+            self.broker_id,
+            config,
+            lambda: self.replica_manager,
+            cache,
+            self.producer_id_manager,
+            self.inter_broker_client,
         )
         apis = KafkaApis(self)
         quotas, pool = connection_quotas(config), memory_pool(config)
@@ -223,6 +256,9 @@ class Broker:
         self._offsets_topic = OffsetsTopicCreator(
             config, self.admin, self.metadata_cache.alive_broker_ids
         )
+        self._transaction_topic = TransactionTopicCreator(
+            config, self.admin, self.metadata_cache.alive_broker_ids
+        )
         self.controller = KafkaController(
             self.broker_id,
             self.zk,
@@ -251,7 +287,11 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._retention_loop()))
         self._tasks.append(loop.create_task(self._log_checkpoint_loop()))
+        self._tasks.append(loop.create_task(self._producer_expiration_loop()))
         self.group_coordinator.start()
+        self.transaction_coordinator.start()
+        self.log_cleaner = LogCleaner(self._log_manager, cleaner_config, self._cleanable_offset)
+        self.log_cleaner.start()
         self.started = True
         log.info(
             "broker %d started: listening on %s, cluster %s, %d logs",
@@ -393,6 +433,11 @@ class Broker:
         if self._offsets_topic is not None:
             self._offsets_topic.ensure()
 
+    def ensure_transaction_topic(self) -> None:
+        """Create `__transaction_state` if need be (FindCoordinator found no such topic)."""
+        if self._transaction_topic is not None:
+            self._transaction_topic.ensure()
+
     def _topic_id_for(self, topic: str) -> uuid.UUID | None:
         """The topic's id for Fetch v13+: as LeaderAndIsr or UpdateMetadata stated it."""
         stated = self.replica_manager.topic_ids.get(topic)
@@ -483,6 +528,16 @@ class Broker:
         for partition in list(self.replica_manager.partitions.values()):
             if partition.topic == topic and partition.log is not None:
                 partition.log.config = config
+        if self.log_cleaner is not None and config.compact:
+            self.log_cleaner.wake()
+
+    def _cleanable_offset(self, topic: str, partition: int) -> int | None:
+        """Where the log cleaner must stop in a partition: its high watermark (nothing a new
+        leader could truncate is cleaned); None when this broker does not serve it."""
+        found = self.replica_manager.get_partition(topic, partition)
+        if found is None or found.log is None:
+            return None
+        return int(found.high_watermark)
 
     async def _publish_isr_changes(self, partitions: list[tuple[str, int]]) -> None:
         """One `/isr_change_notification` znode per chunk of changes: a znode (and the request
@@ -515,6 +570,17 @@ class Broker:
                 self._log_manager.cleanup(int(time.time() * 1000))
             except Exception:
                 log.exception("log retention failed")
+
+    async def _producer_expiration_loop(self) -> None:
+        interval = self.config["producer.id.expiration.check.interval.ms"] / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                expired = self._log_manager.remove_expired_producers()
+                if expired:
+                    log.info("expired %d idle producer ids", expired)
+            except Exception:
+                log.exception("producer id expiration failed")
 
     async def _log_checkpoint_loop(self) -> None:
         interval = self.config["log.flush.offset.checkpoint.interval.ms"] / 1000
@@ -595,6 +661,8 @@ class Broker:
             if self.group_coordinator is not None:
                 # Parked JoinGroup/SyncGroup requests get NOT_COORDINATOR while we still can answer.
                 await self.group_coordinator.shutdown()
+            if self.transaction_coordinator is not None:
+                await self.transaction_coordinator.shutdown()
             for server in self.socket_servers:
                 await server.stop()
             if self.controller is not None:
@@ -607,6 +675,9 @@ class Broker:
                     await task
             if self.replica_manager is not None:
                 await self.replica_manager.shutdown()
+            if self.log_cleaner is not None:
+                with contextlib.suppress(Exception):
+                    await self.log_cleaner.shutdown()
             if self.log_manager is not None:
                 self._log_manager.shutdown()
             await self.security.close()

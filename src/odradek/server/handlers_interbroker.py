@@ -33,6 +33,9 @@ from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.server.authorization import CLUSTER_ACTION, CLUSTER_AUTHORIZATION_FAILED
 from odradek.server.metadata_cache import LiveBroker, PartitionMetadata
 from odradek.server.offsets_topic import on_leadership_change
+from odradek.server.transaction_topic import (
+    on_leadership_change as on_transaction_leadership_change,
+)
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -138,15 +141,14 @@ def handle_leader_and_isr(broker: BrokerServices, context: RequestContext, reque
         except KafkaError as e:
             return error_response(e.code)
         applied = [s for s in states if results.get((s.topic, s.partition)) is None]
-        on_leadership_change(
-            broker.group_coordinator.manager,
-            [
-                (s.topic, s.partition, s.state.leader_epoch)
-                for s in applied
-                if s.state.leader == broker.broker_id
-            ],
-            [(s.topic, s.partition) for s in applied if s.state.leader != broker.broker_id],
-        )
+        led = [
+            (s.topic, s.partition, s.state.leader_epoch)
+            for s in applied
+            if s.state.leader == broker.broker_id
+        ]
+        followed = [(s.topic, s.partition) for s in applied if s.state.leader != broker.broker_id]
+        on_leadership_change(broker.group_coordinator.manager, led, followed)
+        on_transaction_leadership_change(broker.transaction_coordinator, led, followed)
         topics = []
         for topic in request.topic_states:
             topics.append(
@@ -233,9 +235,9 @@ def handle_stop_replica(broker: BrokerServices, context: RequestContext, request
             results = broker.replica_manager.stop_replicas(request.controller_epoch, partitions)
         except KafkaError as e:
             return error_response(e.code)
-        on_leadership_change(
-            broker.group_coordinator.manager, (), [key for key, e in results.items() if e is None]
-        )
+        stopped = [key for key, e in results.items() if e is None]
+        on_leadership_change(broker.group_coordinator.manager, (), stopped)
+        on_transaction_leadership_change(broker.transaction_coordinator, (), stopped)
         errors = [
             {
                 "topic_name": topic,

@@ -7,20 +7,19 @@ batch fails its partition only, with the error's message and, for INVALID_TIMEST
 offending records in `record_errors` (v8+), as Kafka fills them.
 
 As in Kafka, a request carrying a transactional batch without a transactional id is refused whole
-(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition); transactions are not implemented, so
-one with a transactional id gets the same answer.
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every partition), and so is a transactional request
+whose principal may not WRITE its transactional id.
 
 acks=0 gets no response; acks=1 is answered after the local append; acks=-1 (all) after the high
 watermark passes the appended batches, or REQUEST_TIMED_OUT after the request's timeout.
 
-Internal topics (`__consumer_offsets`) take records only from the broker's own coordinator, as in
+Internal topics (`__consumer_offsets`, `__transaction_state`) take records only from the broker's own coordinator, as in
 Kafka: a client's produce to one is INVALID_TOPIC_EXCEPTION (Kafka lets its admin client id
 `__admin_client` through, and so does this).
 
 Authorization (`odradek.security.api_acls`): WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for the
 partitions of a refused topic, which is neither written nor auto-created), and WRITE on the
-transactional id of a transactional request (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all; Odradek
-has no transactions, so an authorized one gets that code too).
+transactional id of a transactional request (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all).
 """
 
 from __future__ import annotations
@@ -30,11 +29,17 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.group.placement import OFFSETS_TOPIC
+from odradek.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from odradek.errors import KafkaError
 from odradek.network.server import NO_RESPONSE
 from odradek.protocol.build import build_response
 from odradek.protocol.record_batch import iter_batches
-from odradek.server.authorization import TOPIC, TOPIC_AUTHORIZATION_FAILED, WRITE
+from odradek.server.authorization import (
+    TOPIC,
+    TOPIC_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID,
+    WRITE,
+)
 
 if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ProduceResult
@@ -43,6 +48,7 @@ if TYPE_CHECKING:
 
 
 ADMIN_CLIENT_ID = "__admin_client"
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 def _partition_response(index: int, result: ProduceResult) -> dict[str, Any]:
@@ -79,9 +85,19 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
     order: list[tuple[str, list[int]]] = []
     entries: dict[tuple[str, int], bytes] = {}
     immediate: dict[tuple[str, int], KafkaError] = {}
-    refuse_transactional = request.transactional_id is not None or any(
-        _has_transactional_batch(p.records) for t in request.topic_data for p in t.partition_data
-    )
+    transactional_id = request.transactional_id
+    if transactional_id is None:
+        refuse_transactional = any(
+            _has_transactional_batch(p.records)
+            for t in request.topic_data
+            for p in t.partition_data
+        )
+        refusal = "a transactional batch needs a transactional id"
+    else:
+        refuse_transactional = not broker.authorizer.allowed(
+            context, WRITE, TRANSACTIONAL_ID, transactional_id
+        )
+        refusal = "Transactional Id authorization failed."
     for topic_data in request.topic_data:
         name = topic_data.name
         authorized = broker.authorizer.allowed(context, WRITE, TOPIC, name)
@@ -95,14 +111,13 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
                 )
             elif refuse_transactional:
                 immediate[key] = KafkaError(
-                    "transactional writes are not supported (and need a transactional id)",
-                    ErrorCode.transactional_id_authorization_failed,
+                    refusal, ErrorCode.transactional_id_authorization_failed
                 )
             elif not authorized:
                 immediate[key] = KafkaError("Authorization failed.", TOPIC_AUTHORIZATION_FAILED)
             elif partition_data.records is None:
                 immediate[key] = KafkaError("the records are null", ErrorCode.corrupt_message)
-            elif name == OFFSETS_TOPIC and header.client_id != ADMIN_CLIENT_ID:
+            elif name in INTERNAL_TOPICS and header.client_id != ADMIN_CLIENT_ID:
                 immediate[key] = KafkaError(
                     f"cannot append to internal topic {name}", ErrorCode.invalid_topic_exception
                 )

@@ -31,6 +31,7 @@ from kio.schema.errors import ErrorCode
 from odradek.coordinator.group.metadata_manager import AppendResult, GroupMetadataManager
 from odradek.coordinator.group.placement import OFFSETS_TOPIC
 from odradek.errors import KafkaError, NotLeaderOrFollowerError, TopicAlreadyExistsError
+from odradek.log.producer_state import AppendOrigin
 from odradek.zk.errors import ZkError
 
 if TYPE_CHECKING:
@@ -63,7 +64,11 @@ class ReplicaManagerOffsetsLog:
         self, partition: int, records: bytes, required_acks: int, timeout_ms: int
     ) -> AppendResult | Awaitable[AppendResult]:
         key = (OFFSETS_TOPIC, partition)
-        results = self.replica_manager.append_records({key: records}, required_acks, timeout_ms)
+        # The coordinator's own writes (Kafka's AppendOrigin.COORDINATOR): transactional offset
+        # commits carry a producer id whose sequences the coordinator does not number.
+        results = self.replica_manager.append_records(
+            {key: records}, required_acks, timeout_ms, origin=AppendOrigin.COORDINATOR
+        )
         if isinstance(results, dict):
             return _append_result(results[key])
 

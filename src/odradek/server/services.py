@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ReplicaManager
     from odradek.controller.controller import KafkaController
     from odradek.coordinator.group.coordinator import GroupCoordinator
+    from odradek.coordinator.group.txn_offsets import PendingTxnOffsets
+    from odradek.coordinator.transaction.coordinator import TransactionCoordinator
+    from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
     from odradek.security.acl_store import AclStore
     from odradek.security.controller_requests import ControllerEpochValidator
     from odradek.security.credential_store import CredentialStore
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from odradek.server.admin.topic_configs import TopicConfigs
     from odradek.server.authorization import RequestAuthorizer
     from odradek.server.config import KafkaConfig
+    from odradek.server.fetch_session import FetchManager
     from odradek.server.metadata_cache import MetadataCache
 
 
@@ -45,6 +49,11 @@ class BrokerServices(Protocol):
     admin: AdminManager
     topic_configs: TopicConfigs
     group_coordinator: GroupCoordinator
+    transaction_coordinator: TransactionCoordinator
+    producer_id_manager: ProducerIdManager
+    """Producer ids for InitProducerId, in blocks reserved in ZooKeeper."""
+    txn_offsets: PendingTxnOffsets
+    """Transactional offset commits waiting for their transaction's marker."""
     authorizer: RequestAuthorizer
     """Every handler's authorization question (`odradek.server.authorization`)."""
     controller_validator: ControllerEpochValidator
@@ -55,10 +64,14 @@ class BrokerServices(Protocol):
     """ACLs in ZooKeeper (CreateAcls, DeleteAcls); None without an authorizer."""
     credential_store: CredentialStore
     """SCRAM credentials in ZooKeeper (Describe/AlterUserScramCredentials)."""
+    fetch_manager: FetchManager
+    """Incremental fetch sessions (KIP-227)."""
 
     def maybe_auto_create_topic(self, topic: str) -> None: ...
 
     def ensure_offsets_topic(self) -> None: ...
+
+    def ensure_transaction_topic(self) -> None: ...
 
     async def wait_for_metadata(self, condition: Callable[[], bool], timeout: float) -> bool: ...
 

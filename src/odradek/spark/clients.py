@@ -8,9 +8,10 @@ Three kinds of client, each built from the checked options:
   `kafka.group.id` if given (as Spark allows, for quotas and ACLs), else a fixed one.
   `auto.offset.reset=error` makes an out-of-range start an event the reader sees (data loss)
   rather than a silent jump, and `enable.partition.eof` tells it when a fetch reached the HW.
-* `producer_config` -- the sink produces with `acks=all`, idempotence off (Odradek hands out no
-  producer ids) and librdkafka's retries on, and partitions keys with murmur2 as Java clients do,
-  so that a key lands in the same partition whichever client wrote it.
+* `producer_config` -- the sink produces with `acks=all`, idempotence off (as it always has; the
+  brokers support idempotent producers now) and librdkafka's retries on, and partitions keys
+  with murmur2 as Java clients do, so that a key lands in the same partition whichever client
+  wrote it.
 * `ClusterOffsets` -- the driver's view of the cluster: topics, partitions and their earliest /
   latest offsets, through an AdminClient (ListOffsets batched per leader, not one request per
   partition). "Latest" is the high watermark: reads never go past committed records.

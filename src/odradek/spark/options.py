@@ -47,7 +47,7 @@ _REFUSED_CLIENT_PARAMS = {
 }
 _REFUSED_SINK_PARAMS = {
     "acks": "the sink always produces with acks=all",
-    "enable.idempotence": "the sink produces with idempotence off (Odradek has no producer ids)",
+    "enable.idempotence": "the sink always produces with idempotence off",
 }
 
 

@@ -33,8 +33,9 @@ def development_defaults(brokers: int) -> dict[str, str]:
     Shorter than Kafka's production defaults where waiting would only slow a developer or a test
     down: a dead broker's session expires in 6 s instead of 18, a lagging follower leaves the ISR
     after 10 s, a refused controlled shutdown is retried after 0.5 s, retention runs every 5 s,
-    and consumer groups rebalance without the initial 3 s delay. Replication factors are capped
-    by the number of brokers, so that a one-broker cluster can create topics at all.
+    and consumer groups rebalance without the initial 3 s delay. Replication factors (and the
+    transaction log's min ISR) are capped by the number of brokers, so that a one-broker cluster
+    can create topics at all.
     """
     replication = str(min(3, brokers))
     return {
@@ -43,6 +44,8 @@ def development_defaults(brokers: int) -> dict[str, str]:
         "num.partitions": "1",
         "default.replication.factor": replication,
         "offsets.topic.replication.factor": replication,
+        "transaction.state.log.replication.factor": replication,
+        "transaction.state.log.min.isr": str(min(2, brokers)),
         "controlled.shutdown.retry.backoff.ms": "500",
         "log.retention.check.interval.ms": "5000",
         "group.initial.rebalance.delay.ms": "0",

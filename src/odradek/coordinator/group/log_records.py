@@ -57,12 +57,25 @@ KeyValue = tuple[bytes, bytes | None]
 
 
 def build_records(
-    entries: Sequence[KeyValue], timestamp_ms: int, compression: int = CompressionType.NONE
+    entries: Sequence[KeyValue],
+    timestamp_ms: int,
+    compression: int = CompressionType.NONE,
+    producer: tuple[int, int] | None = None,
 ) -> bytes:
-    """One record batch holding `entries` (key, value or None for a tombstone), in order."""
+    """One record batch holding `entries` (key, value or None for a tombstone), in order; with
+    `producer` (id, epoch) a transactional batch of that producer (TxnOffsetCommit)."""
+    if producer is None:
+        return build_batch(
+            [(key, value, (), timestamp_ms) for key, value in entries],
+            compression=CompressionType(compression),
+        )
     return build_batch(
         [(key, value, (), timestamp_ms) for key, value in entries],
         compression=CompressionType(compression),
+        producer_id=producer[0],
+        producer_epoch=producer[1],
+        base_sequence=0,  # the coordinator's own write: no sequence is checked
+        is_transactional=True,
     )
 
 
@@ -127,23 +140,58 @@ class PartitionReplay:
     batches: int = 0
     next_offset: int = 0
     """The offset after the last record fed (where the next read starts)."""
+    pending: dict[int, list[tuple[int, bytes, bytes | None]]] = field(default_factory=dict)
+    """Records of open transactions (TxnOffsetCommit), by producer id, in offset order."""
 
     def feed(self, data: bytes | memoryview) -> None:
-        """Apply every whole batch in `data` (a chunk read from the log)."""
+        """Apply every whole batch in `data` (a chunk read from the log). A transactional batch
+        (TxnOffsetCommit) waits under its producer id until that producer's marker: COMMIT
+        applies it, ABORT drops it; what is still waiting at the end is `pending`."""
         view = memoryview(data)
         for header in iter_batches(view):
             self.next_offset = header.base_offset + header.last_offset_delta + 1
             self.batches += 1
-            if header.is_control:
-                continue
             batch = view[header.position : header.position + header.size]
+            if header.is_control:
+                waiting = self.pending.pop(header.producer_id, [])
+                records = decode_records(batch)
+                key = records[0].key if records else None
+                if key is not None and len(key) == 4 and key[2:4] == b"\x00\x01":  # COMMIT
+                    for offset, record_key, value in waiting:
+                        self._apply(offset, record_key, value)
+                continue
             for record in decode_records(batch):
                 self.records += 1
                 if record.key is None:
                     raise CorruptRecordError(
                         f"a record without a key at offset {record.offset} of the offsets topic"
                     )
-                self._apply(record.offset, record.key, record.value)
+                if header.is_transactional:
+                    self.pending.setdefault(header.producer_id, []).append(
+                        (record.offset, record.key, record.value)
+                    )
+                else:
+                    self._apply(record.offset, record.key, record.value)
+
+    def pending_offsets(self) -> dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]]:
+        """Transactional offset commits whose marker is not in the log yet, by producer id."""
+        found: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        for producer_id, entries in self.pending.items():
+            for _offset, key_bytes, value in entries:
+                key = schemas.decode_key(key_bytes)
+                if not isinstance(key, OffsetCommitKey) or value is None:
+                    continue
+                decoded = schemas.decode_offset_commit_value(value)
+                found.setdefault(producer_id, {}).setdefault(key.group, {})[
+                    (key.topic, key.partition)
+                ] = OffsetAndMetadata(
+                    decoded.offset,
+                    decoded.leader_epoch,
+                    decoded.metadata,
+                    decoded.commit_timestamp,
+                    decoded.expire_timestamp,
+                )
+        return found
 
     def _apply(self, offset: int, key_bytes: bytes, value: bytes | None) -> None:
         key = schemas.decode_key(key_bytes)

@@ -188,6 +188,9 @@ class GroupMetadataManager:
         self._legacy = legacy
         self.clock_ms = clock_ms
         self.groups: dict[str, GroupMetadata] = {}
+        self.pending_txn_offsets: dict[int, dict[str, dict[TopicPartition, OffsetAndMetadata]]] = {}
+        """Transactional offset commits awaiting their marker, by producer id then group (kept
+        by `txn_offsets.PendingTxnOffsets`; a load adds those it finds without a marker)."""
         self._owned: dict[int, _Ownership] = {}
         self.on_group_loaded: Listener = _ignore
         self.on_group_unloaded: Listener = _ignore
@@ -281,6 +284,11 @@ class GroupMetadataManager:
             return
         if self._owned.get(partition) is not owned:
             return
+        for producer_id, groups in replay.pending_offsets().items():
+            for group_id, offsets in groups.items():
+                self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(
+                    group_id, {}
+                ).update(offsets)
         for group_id, replayed in replay.loaded_groups():
             self._install(group_id, replayed)
         owned.load = None

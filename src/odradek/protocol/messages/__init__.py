@@ -43,6 +43,7 @@ from .controlled_shutdown.v3.request import ControlledShutdownRequest as Control
 from .controlled_shutdown.v3.response import (
     ControlledShutdownResponse as ControlledShutdownResponseV3,
 )
+from .describe_transactions import DESCRIBE_TRANSACTIONS
 from .leader_and_isr import LeaderAndIsrType
 from .leader_and_isr.v5.request import LeaderAndIsrRequest as LeaderAndIsrRequestV5
 from .leader_and_isr.v5.response import LeaderAndIsrResponse as LeaderAndIsrResponseV5
@@ -77,8 +78,12 @@ A dispatch table can derive from it which versions of the four api keys exist; t
 read-only.
 """
 
-EXTRA_CLIENT_MESSAGES: Final[dict[int, dict[int, tuple[type, type]]]] = {0: PRODUCE_LEGACY}
-"""Client API versions kio does not carry (Produce v0-v2); api key -> version -> classes."""
+EXTRA_CLIENT_MESSAGES: Final[dict[int, dict[int, tuple[type, type]]]] = {
+    0: PRODUCE_LEGACY,
+    65: DESCRIBE_TRANSACTIONS,
+}
+"""Client API versions kio does not carry (Produce v0-v2), or carries in a form that cannot read
+Kafka's answers (DescribeTransactions v0: see its module); api key -> version -> classes."""
 
 __all__ = (
     "CONTROLLED_SHUTDOWN_API_KEY",

@@ -1,0 +1,379 @@
+"""What idempotence costs a producer, and how long a broker takes to rebuild producer state.
+Prints one JSON object per measurement, then a summary:
+
+    ./dev bench idempotence                                   # both, default sizes
+    ./dev bench idempotence --only throughput --records 1000000 --rounds 3
+    ./dev bench idempotence --only rebuild --producers 10000
+    ./dev bench idempotence --only append --appends 20000
+
+* `throughput`: one broker, two topics of 6 partitions; confluent-kafka producers (100-byte
+  records, linger 5 ms, acks=all) with enable.idempotence=true and false write the same records,
+  alternating on, off, on, off, ... so that both see the same machine load. Reports each round's
+  records/s and the broker's CPU seconds, and the ratio of the medians (the cost of idempotence).
+* `append`: in process, no network: `Log.append_as_leader` of `--appends` one-record batches
+  (100 bytes) with and without a producer id (5 producers taking turns), alternating rounds;
+  reports microseconds per append and the difference -- the leader's own cost per batch.
+* `rebuild`: `--producers` distinct producer ids each write one batch (of 2 records) to one
+  partition; the broker is SIGKILLed and started again (no snapshot covers those batches, so it
+  replays them all from the log), then stopped cleanly and started once more (now it loads the
+  snapshot written at shutdown). Reports the broker's own timing of each load (its "producer
+  state ... loaded" log line) and the time from start until the partition answers again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from odradek.network.client import BrokerConnection
+from odradek.protocol.build import build
+from odradek.protocol.codec import ApiKey, request_class
+from odradek.protocol.record_batch import build_batch
+from odradek.testing import LocalCluster
+
+PARTITIONS = 6
+PRODUCE_VERSION = 9
+
+
+def emit(obj: dict[str, Any]) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(") ", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def create_topic(
+    bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None
+) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics(
+        [NewTopic(topic, partitions, 1, config=config or {})]
+    ).values():
+        future.result(60)
+
+
+# -- throughput -----------------------------------------------------------------------------------
+
+
+def produce(bootstrap: str, topic: str, records: int, idempotent: bool) -> float:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": idempotent,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 2_000_000,
+            "queue.buffering.max.kbytes": 2_000_000,
+        }
+    )
+    value = b"x" * 100
+    failures = 0
+
+    def report(error: Any, _message: Any) -> None:
+        nonlocal failures
+        if error is not None:
+            failures += 1
+
+    started = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % PARTITIONS, on_delivery=report)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(300) or failures:
+        raise RuntimeError(f"{failures} records failed")
+    return records / (time.perf_counter() - started)
+
+
+def bench_throughput(cluster: LocalCluster, records: int, rounds: int) -> dict[str, Any]:
+    bootstrap = cluster.bootstrap_servers
+    pid = cluster.brokers[0].pid
+    assert pid is not None
+    topics = {mode: f"bench-idem-{mode}-{uuid.uuid4().hex[:6]}" for mode in ("on", "off")}
+    for topic in topics.values():
+        create_topic(bootstrap, topic, PARTITIONS)
+    produce(bootstrap, topics["on"], 20_000, True)  # warm-up: connections, metadata, producer id
+    produce(bootstrap, topics["off"], 20_000, False)
+    rates: dict[str, list[float]] = {"on": [], "off": []}
+    cpu: dict[str, list[float]] = {"on": [], "off": []}
+    for round_index in range(rounds):
+        for mode in ("on", "off") if round_index % 2 == 0 else ("off", "on"):
+            before = cpu_seconds(pid)
+            rate = produce(bootstrap, topics[mode], records, mode == "on")
+            used = cpu_seconds(pid) - before
+            rates[mode].append(rate)
+            cpu[mode].append(used)
+            emit(
+                {
+                    "measure": "produce",
+                    "idempotence": mode,
+                    "round": round_index,
+                    "records_per_s": round(rate),
+                    "broker_cpu_s": round(used, 2),
+                }
+            )
+    on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
+    cpu_on, cpu_off = statistics.median(cpu["on"]), statistics.median(cpu["off"])
+    return {
+        "measure": "produce_summary",
+        "records": records,
+        "rounds": rounds,
+        "idempotent_records_per_s": round(on),
+        "plain_records_per_s": round(off),
+        "throughput_cost": round(1 - on / off, 3),
+        "idempotent_broker_cpu_s": round(cpu_on, 2),
+        "plain_broker_cpu_s": round(cpu_off, 2),
+        "broker_cpu_cost": round(cpu_on / cpu_off - 1, 3) if cpu_off else None,
+    }
+
+
+# -- append (in process) -------------------------------------------------------------------------
+
+
+def bench_append(appends: int, rounds: int) -> dict[str, Any]:
+    from odradek.log.config import LogConfig
+    from odradek.log.log import Log
+
+    now = int(time.time() * 1000)
+    plain = [build_batch([(None, b"x" * 100, [], now)]) for _ in range(appends)]
+    idempotent = [
+        build_batch(
+            [(None, b"x" * 100, [], now)],
+            producer_id=i % 5,
+            producer_epoch=0,
+            base_sequence=i // 5,
+        )
+        for i in range(appends)
+    ]
+    timings: dict[str, list[float]] = {"on": [], "off": []}
+    with tempfile.TemporaryDirectory(prefix="odradek-bench-append-") as directory:
+        for round_index in range(rounds):
+            for mode in ("on", "off") if round_index % 2 == 0 else ("off", "on"):
+                log = Log.open(
+                    Path(directory) / f"{mode}{round_index}-0",
+                    LogConfig(),
+                    recovery_point=0,
+                    log_start_offset=0,
+                    clean_shutdown=True,
+                    now_ms=now,
+                )
+                batches = idempotent if mode == "on" else plain
+                started = time.perf_counter()
+                for batch in batches:
+                    log.append_as_leader(batch, 0, now)
+                elapsed = time.perf_counter() - started
+                log.close()
+                timings[mode].append(elapsed / appends * 1e6)
+                emit(
+                    {
+                        "measure": "append",
+                        "idempotence": mode,
+                        "round": round_index,
+                        "us_per_append": round(timings[mode][-1], 2),
+                    }
+                )
+    on, off = statistics.median(timings["on"]), statistics.median(timings["off"])
+    return {
+        "measure": "append_summary",
+        "appends": appends,
+        "idempotent_us_per_append": round(on, 2),
+        "plain_us_per_append": round(off, 2),
+        "producer_state_us_per_batch": round(on - off, 2),
+    }
+
+
+# -- rebuild --------------------------------------------------------------------------------------
+
+
+async def write_producers(
+    host: str, port: int, topic: str, producers: int, window: int = 64
+) -> None:
+    connection = await BrokerConnection.connect(host, port, timeout=30, client_id="bench-idem")
+    now = int(time.time() * 1000)
+    request_type = request_class(ApiKey.PRODUCE, PRODUCE_VERSION)
+    semaphore = asyncio.Semaphore(window)
+
+    async def one(producer_id: int) -> None:
+        batch = build_batch(
+            [(None, b"v" * 50, [], now), (None, b"w" * 50, [], now)],
+            producer_id=producer_id,
+            producer_epoch=0,
+            base_sequence=0,
+        )
+        message = build(
+            request_type,
+            {
+                "transactional_id": None,
+                "acks": 1,
+                "timeout": 30_000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+            },
+        )
+        async with semaphore:
+            response = await connection.send(ApiKey.PRODUCE, PRODUCE_VERSION, message, timeout=60)
+        code = response.responses[0].partition_responses[0].error_code
+        if code != ErrorCode.none:
+            raise RuntimeError(f"producer {producer_id}: {ErrorCode(code)!r}")
+
+    try:
+        await asyncio.gather(*(one(1_000_000 + i) for i in range(producers)))
+    finally:
+        connection.close()
+
+
+LOADED = re.compile(
+    r"(?P<where>\S+): producer state of (?P<producers>\d+) producers loaded from offset "
+    r"(?P<snapshot>\d+) in (?P<load_ms>[\d.]+) ms, then (?P<replayed>\d+) batches replayed up to "
+    r"offset (?P<end>\d+) in (?P<replay_ms>[\d.]+) ms"
+)
+
+
+def loaded_line(log: Path, where: str, since: int) -> dict[str, Any] | None:
+    with open(log, errors="replace") as file:
+        file.seek(since)
+        for line in file:
+            match = LOADED.search(line)
+            if match and match["where"] == where:
+                return {
+                    "producers": int(match["producers"]),
+                    "snapshot_offset": int(match["snapshot"]),
+                    "snapshot_load_ms": float(match["load_ms"]),
+                    "batches_replayed": int(match["replayed"]),
+                    "replay_ms": float(match["replay_ms"]),
+                }
+    return None
+
+
+def answers(host: str, port: int, topic: str) -> bool:
+    async def ask() -> bool:
+        connection = await BrokerConnection.connect(host, port, timeout=5, client_id="bench-idem")
+        try:
+            message = build(
+                request_class(ApiKey.LIST_OFFSETS, 6),
+                {
+                    "replica_id": -1,
+                    "isolation_level": 0,
+                    "topics": [
+                        {
+                            "name": topic,
+                            "partitions": [
+                                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+                            ],
+                        }
+                    ],
+                },
+            )
+            response = await connection.send(ApiKey.LIST_OFFSETS, 6, message, timeout=5)
+            return response.topics[0].partitions[0].error_code == ErrorCode.none
+        finally:
+            connection.close()
+
+    try:
+        return asyncio.run(ask())
+    except Exception:
+        return False
+
+
+def restart_and_time(cluster: LocalCluster, topic: str, clean: bool) -> dict[str, Any]:
+    broker = cluster.brokers[0]
+    if clean:
+        cluster.terminate(broker.id)
+    else:
+        cluster.kill(broker.id)
+    since = broker.log.stat().st_size
+    started = time.monotonic()
+    cluster.start_broker(broker.id, timeout=300)
+    while not answers(broker.host, broker.port, topic):
+        if time.monotonic() - started > 300:
+            raise RuntimeError("the partition did not come back")
+        time.sleep(0.05)
+    serving = time.monotonic() - started
+    line = loaded_line(broker.log, f"{topic}-0", since)
+    return {
+        "measure": "rebuild",
+        "restart": "clean (snapshot)" if clean else "unclean (replay)",
+        "start_to_serving_s": round(serving, 2),
+        **(line or {"error": "no producer state line in the broker log"}),
+    }
+
+
+def bench_rebuild(cluster: LocalCluster, producers: int) -> list[dict[str, Any]]:
+    broker = cluster.brokers[0]
+    topic = f"bench-idem-rebuild-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster.bootstrap_servers, topic, 1)
+    started = time.monotonic()
+    asyncio.run(write_producers(broker.host, broker.port, topic, producers))
+    emit(
+        {
+            "measure": "rebuild_setup",
+            "producers": producers,
+            "write_s": round(time.monotonic() - started, 2),
+        }
+    )
+    return [
+        restart_and_time(cluster, topic, clean=False),
+        restart_and_time(cluster, topic, clean=True),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", choices=["throughput", "append", "rebuild"])
+    parser.add_argument("--appends", type=int, default=20_000)
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--producers", type=int, default=10_000)
+    args = parser.parse_args()
+    summary: list[dict[str, Any]] = []
+    if args.only in (None, "append"):
+        result = bench_append(args.appends, args.rounds)
+        emit(result)
+        summary.append(result)
+    if args.only == "append":
+        emit({"summary": summary})
+        return
+    with tempfile.TemporaryDirectory(prefix="odradek-bench-idem-") as directory:
+        cluster = LocalCluster.up(Path(directory), 1, timeout=120)
+        try:
+            if args.only in (None, "throughput"):
+                result = bench_throughput(cluster, args.records, args.rounds)
+                emit(result)
+                summary.append(result)
+            if args.only in (None, "rebuild"):
+                for result in bench_rebuild(cluster, args.producers):
+                    emit(result)
+                    summary.append(result)
+        finally:
+            cluster.down(timeout=60)
+            cluster.kill_all()
+    emit({"summary": summary})
+
+
+if __name__ == "__main__":
+    main()
