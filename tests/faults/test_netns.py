@@ -95,13 +95,17 @@ def test_link_profile_delays_both_directions_and_heals(lab: NetworkLab) -> None:
         lab.set_link("a", LinkProfile(delay_ms=60))
         # The handshake and the echo are two round trips: 4 x 60 ms at least.
         assert _round_trip_s(lab, "b", "a", 9000, timeout=5) >= 0.24
+        assert lab.node("a").emulator is not None
         lab.heal()
-        assert _round_trip_s(lab, "b", "a", 9000) < 0.1
+        # Healed: the emulator and its queue rules are gone and the echo answers (how fast is
+        # not asserted: on a loaded machine a plain round trip can take 100 ms too).
+        assert lab.node("a").emulator is None
+        _round_trip_s(lab, "b", "a", 9000, timeout=5)
         lab.link_down("a")
         with pytest.raises(OSError):
             _round_trip_s(lab, "b", "a", 9000, timeout=0.5)
         lab.link_up("a")
-        assert _round_trip_s(lab, "b", "a", 9000) < 0.5
+        _round_trip_s(lab, "b", "a", 9000, timeout=5)
     finally:
         server.close()
 
