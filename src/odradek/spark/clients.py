@@ -30,9 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka import KafkaError as RdKafkaError
-from confluent_kafka import KafkaException
-from confluent_kafka import IsolationLevel
 from confluent_kafka import TopicPartition as RdTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
