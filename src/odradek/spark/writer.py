@@ -169,6 +169,9 @@ class _TaskProducer:
     def __init__(self, options: SinkOptions, transactional_id: str | None = None) -> None:
         params = dict(options.client_params)
         params.setdefault("message.timeout.ms", str(DEFAULT_MESSAGE_TIMEOUT_MS))
+        if transactional_id is not None:
+            # librdkafka wants a record's delivery timeout within the transaction's.
+            params.setdefault("transaction.timeout.ms", params["message.timeout.ms"])
         self.options = options
         self.flush_timeout_s = int(params["message.timeout.ms"]) / 1000 + 30
         try:
