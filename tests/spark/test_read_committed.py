@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql import DataFrame, SparkSession
 
 from odradek.errors import DataSourceOptionError
+from odradek.spark.clients import consumer_config, producer_config
 from odradek.spark.options import SourceOptions
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
@@ -150,3 +151,13 @@ def test_stream_read_committed_waits_for_the_open_transaction(
         assert Counter(seen()) == Counter(data.committed + data.open)
     finally:
         query.stop()
+
+
+def test_client_configs() -> None:
+    assert consumer_config("b:1", {})["isolation.level"] == "read_uncommitted"
+    assert consumer_config("b:1", {}, "read_committed")["isolation.level"] == "read_committed"
+    plain = producer_config("b:1", {})
+    assert plain["enable.idempotence"] is False and "transactional.id" not in plain
+    txn = producer_config("b:1", {}, "odradek-spark-q-0")
+    assert txn["enable.idempotence"] is True and txn["transactional.id"] == "odradek-spark-q-0"
+    assert txn["acks"] == "all"
