@@ -13,8 +13,9 @@ setup(
         Extension(
             f"odradek.protocol.{name}",
             sources=[f"src/odradek/protocol/{name}.c"],
+            depends=["src/odradek/protocol/_walker.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=vla"],
         )
-        for name in ("_records", "_frames")
+        for name in ("_records", "_frames", "_compaction")
     ]
 )

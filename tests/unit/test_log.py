@@ -29,10 +29,21 @@ from odradek.protocol.record_batch import (
 SMALL = LogConfig(segment_bytes=600, index_interval_bytes=64)
 
 
-def records(n: int, ts: int = 1_000, tag: str = "", value_size: int = 8) -> bytes:
-    """A producer batch of `n` records with timestamps ts, ts+1, ... and tagged values."""
+def records(
+    n: int, ts: int = 1_000, tag: str = "", value_size: int = 8, keyed: bool = False
+) -> bytes:
+    """A producer batch of `n` records with timestamps ts, ts+1, ... and tagged values (keyed
+    ones, as a compacted topic needs, have the keys k0, k1, ...)."""
     return build_batch(
-        [(None, f"{tag}{i}".encode().ljust(value_size, b"."), [], ts + i) for i in range(n)]
+        [
+            (
+                f"k{i}".encode() if keyed else None,
+                f"{tag}{i}".encode().ljust(value_size, b"."),
+                [],
+                ts + i,
+            )
+            for i in range(n)
+        ]
     )
 
 
@@ -54,9 +65,17 @@ def values(data: bytes) -> list[tuple[int, bytes | None]]:
     return out
 
 
-def fill(log: Log, batches: int, per_batch: int = 3, epoch: int = 0, ts: int = 1_000) -> None:
+def fill(
+    log: Log,
+    batches: int,
+    per_batch: int = 3,
+    epoch: int = 0,
+    ts: int = 1_000,
+    keyed: bool = False,
+) -> None:
     for i in range(batches):
-        log.append_as_leader(records(per_batch, ts + i * per_batch, tag=f"b{i}-"), epoch, 0)
+        batch = records(per_batch, ts + i * per_batch, tag=f"b{i}-", keyed=keyed)
+        log.append_as_leader(batch, epoch, 0)
 
 
 # -- appends and reads ------------------------------------------------------------------------
@@ -357,12 +376,12 @@ def test_retention_by_time(tmp_path: Path) -> None:
 def test_a_compacted_log_keeps_old_segments_but_honours_the_log_start_offset(
     tmp_path: Path,
 ) -> None:
-    one = len(records(3))
+    one = len(records(3, keyed=True))
     config = LogConfig(
         segment_bytes=one, retention_ms=0, retention_bytes=0, cleanup_policy=("compact",)
     )
     log = open_log(tmp_path, config)
-    fill(log, 4)
+    fill(log, 4, keyed=True)
     assert log.delete_retention_segments(now_ms=10**9) == 0
     log.maybe_increment_log_start_offset(6)
     assert log.delete_retention_segments(now_ms=10**9) == 2
@@ -512,3 +531,21 @@ def test_delete_removes_the_directory(tmp_path: Path) -> None:
     fill(log, 5)
     log.delete()
     assert not log.dir.exists()
+
+
+def test_file_records_reads_name_the_same_bytes_as_reads(tmp_path: Path) -> None:
+    """Zero-copy reads (`read_file_records`) answer exactly `read`'s batches, at every offset,
+    size limit and upper bound, across segments and batches of different sizes."""
+    log = open_log(tmp_path, LogConfig(segment_bytes=2000, index_interval_bytes=64))
+    for i in range(40):
+        log.append_as_leader(records(1 + i % 4, 1_000 + i, tag=f"b{i}-", value_size=8 + i), 0, 0)
+    end = log.log_end_offset
+    for start in range(end + 1):
+        for max_bytes in (0, 50, 120, 400, 5000):
+            for limit in (None, start, start + 1, start + 5, end):
+                for min_one in (True, False):
+                    copied = log.read(start, max_bytes, limit, min_one)
+                    ranged = log.read_file_records(start, max_bytes, limit, min_one)
+                    got = ranged.read() if not isinstance(ranged, bytes) else ranged
+                    assert got == copied, (start, max_bytes, limit, min_one)
+    log.close()

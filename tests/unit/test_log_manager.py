@@ -63,6 +63,23 @@ def test_clean_restart_preserves_logs_and_offsets(tmp_path: Path) -> None:
     again.shutdown()
 
 
+def test_a_log_loaded_at_start_up_takes_its_topic_config_when_its_partition_is_made(
+    tmp_path: Path,
+) -> None:
+    """Start-up opens logs with the defaults (topic configs are in ZooKeeper, read later); the
+    replica manager's get_or_create_log with the topic's config must replace them."""
+    m = manager([tmp_path])
+    m.get_or_create_log("compacted", 0).append_as_leader(batch(), 0, 0)
+    m.shutdown()
+    again = manager([tmp_path])
+    loaded = again.get_log("compacted", 0)
+    assert loaded is not None and loaded.config == CONFIG
+    topic_config = LogConfig(segment_bytes=500, cleanup_policy=("compact",))
+    assert again.get_or_create_log("compacted", 0, topic_config) is loaded
+    assert loaded.config == topic_config and loaded.config.compact
+    again.shutdown()
+
+
 def test_unclean_start_recovers_from_the_checkpointed_recovery_point(tmp_path: Path) -> None:
     m = manager([tmp_path])
     log = m.get_or_create_log("t", 0)

@@ -9,6 +9,8 @@ the native walker never crashes. A few hand-written sections pin each rule.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -72,6 +74,11 @@ def test_well_formed_sections_agree(
     assert native == reference
     bounded = scan_records(payload, count, base, lower, upper)
     assert bounded == reference_scan(payload, count, base, lower, upper)
+    keyed = scan_records(payload, count, base, lower, upper, require_keys=True)
+    assert keyed == reference_scan(payload, count, base, lower, upper, require_keys=True)
+    assert keyed.keyless == tuple(i for i, raw in enumerate(raws) if raw.key is None)
+    assert keyed.keyless_count == len(keyed.keyless)
+    assert not set(keyed.keyless) & {i for i, _ in keyed.outside}
     layouts = index_records(payload, count, base)
     assert layouts == reference_index(payload, count, base)
     for i, (raw, layout) in enumerate(zip(raws, layouts, strict=True)):
@@ -195,7 +202,7 @@ def test_nulls_and_minus_one_timestamps() -> None:
         ]
     )
     # base -1: both records have "no timestamp", which bounds never refuse
-    assert scan_records(payload, 2, -1, 0, 10) == (-1, -1, ())
+    assert scan_records(payload, 2, -1, 0, 10)[:3] == (-1, -1, ())
     assert scan_records(payload, 2, 20, 0, 10).outside == ((0, 20), (1, 20))
     assert scan_records(payload, 2, 5, 0, 10).outside == ()
 
@@ -271,3 +278,40 @@ def test_find_timestamp_agrees_with_the_reference(
     assert find_timestamp(payload, count, base, target, min_delta) == (
         reference_find_timestamp(payload, count, base, target, min_delta)
     )
+
+
+@given(well_formed(), st.data())
+@settings(max_examples=300)
+def test_stored_records_may_have_gaps_in_their_offset_deltas(
+    section: tuple[bytes, int, int, list[RawRecord]], data: st.DataObject
+) -> None:
+    """Compaction keeps each record's offset delta and removes records around it: a stored walk
+    (what reads of the log use) accepts increasing deltas with gaps, a producer's walk does not."""
+    _payload, count, base, raws = section
+    gaps = data.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
+    deltas = [sum(gaps[: i + 1]) + i for i in range(count)]
+    thinned = [
+        dataclasses.replace(raw, offset_delta=delta)
+        for raw, delta in zip(raws, deltas, strict=True)
+    ]
+    payload = records_section(thinned)
+    layouts = index_records(payload, count, base, stored=True)
+    assert layouts == reference_index(payload, count, base, stored=True)
+    assert [layout.offset_delta for layout in layouts] == deltas
+    target = data.draw(INT64)
+    assert find_timestamp(payload, count, base, target, 0) == (
+        reference_find_timestamp(payload, count, base, target, 0)
+    )
+    if deltas != list(range(count)):
+        for function in (scan_records, index_records, reference_scan, reference_index):
+            with pytest.raises(InvalidRecordError, match="consecutive offset deltas"):
+                function(payload, count, base)
+
+
+@pytest.mark.parametrize("deltas", [[1, 1], [2, 0], [-1, 3]])
+def test_stored_offset_deltas_must_increase(deltas: list[int]) -> None:
+    raws = [RawRecord(key=b"k", value=b"v", offset_delta=d) for d in deltas]
+    payload = records_section(raws)
+    for function in (index_records, reference_index):
+        with pytest.raises(InvalidRecordError, match="increasing offset deltas"):
+            function(payload, len(raws), 0, True)

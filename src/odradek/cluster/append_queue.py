@@ -16,6 +16,9 @@ Appends to one partition keep the order their requests arrived in: once a partit
 append in flight, every later append to it is deferred too (and validated on a worker thread)
 until the queue drains. Other partitions are not held up.
 
+The same goes for a batch the leader must recompress for the topic's compression.type (compressing
+costs more than validating, so the inline budget for that is smaller: see the validator).
+
 Concurrency: `AppendQueue` is used from the event loop thread only; the worker threads run
 nothing but `validate_produce_records`, on immutable inputs (the request's `bytes` and the log's
 frozen `LogConfig`).
@@ -70,15 +73,18 @@ class AppendQueue:
         task.add_done_callback(forget)
         return task
 
-    async def validate(self, records: bytes, config: LogConfig, now_ms: int) -> ValidatedRecords:
-        """Validate on a worker thread, without a budget."""
+    async def validate(
+        self, records: bytes, config: LogConfig, now_ms: int, partition_name: str = ""
+    ) -> ValidatedRecords:
+        """Validate (and recompress, for the topic's compression.type) on a worker thread,
+        without a budget."""
         if self._executor is None:
             self._executor = ThreadPoolExecutor(
                 max_workers=self._workers, thread_name_prefix="odradek-validate"
             )
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, validate_produce_records, records, config, now_ms, None
+            self._executor, validate_produce_records, records, config, now_ms, None, partition_name
         )
 
     @staticmethod

@@ -12,7 +12,9 @@ the fetch offsets). A partition enters a fetcher in the *truncating* state:
    our previous epoch when we do not have the leader's epoch at all. Only the HW is not enough: a
    follower that truncates to a stale HW and then becomes leader loses acknowledged records, and two
    replicas that crash together can keep different records at one offset.
-2. Fetching from our LEO, with Fetch v15: partitions are named by topic id (v13+) and the request
+2. Fetching from our LEO, with Fetch v15 in an incremental fetch session (KIP-227,
+   `odradek.cluster.fetch_session_handler`: after the first full request, only partitions whose
+   fetch offset or epoch changed are sent, and the leader answers only partitions with news): partitions are named by topic id (v13+) and the request
    carries our `ReplicaState` — broker id and broker epoch (the czxid of our registration), which
    the leader checks against ZooKeeper before it lets our fetch move the ISR or the high watermark
    (KIP-903; `odradek.security.controller_requests.validate_follower_fetch`). A partition whose
@@ -43,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from odradek.cluster.fetch_session_handler import FetchSessionHandler, PartitionParams
 from odradek.errors import KafkaError, NetworkError
 from odradek.network.client import PLAINTEXT_CLIENT, BrokerConnection, ClientSecurity
 from odradek.protocol.build import build
@@ -60,6 +63,16 @@ EARLIEST_TIMESTAMP = -2
 MAX_TRUNCATION_ROUNDS = 16
 
 TopicPartition = tuple[str, int]
+
+SESSION_ERRORS = frozenset(
+    {
+        ErrorCode.fetch_session_id_not_found,
+        ErrorCode.invalid_fetch_session_epoch,
+        ErrorCode.fetch_session_topic_id_error,
+    }
+)
+"""Answered when our session was evicted or we lost track of its epoch: fetch again at once,
+in full (no backoff)."""
 
 
 class FetcherConfig(Protocol):
@@ -101,6 +114,8 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, FetchState] = {}
         self._wakeup = asyncio.Event()
         self._connection: BrokerConnection | None = None
+        self.session = FetchSessionHandler()
+        """Our incremental fetch session with this leader (KIP-227)."""
         self.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"replica-fetcher-{manager.broker_id}-{leader_id}-{index}"
         )
@@ -300,29 +315,50 @@ class ReplicaFetcher:
 
     async def _fetch(self, connection: BrokerConnection, states: list[FetchState]) -> None:
         config = self.manager.config
-        by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        wanted: dict[tuple[uuid.UUID, int], PartitionParams] = {}
         topic_names: dict[uuid.UUID, str] = {}
-        sendable = []
+        sent: dict[TopicPartition, FetchState] = {}
+        topic_ids: dict[str, uuid.UUID | None] = {}
+        partition_max_bytes = config["replica.fetch.max.bytes"]
         for state in states:
-            topic_id = self.manager.topic_id_for(state.partition.topic)
+            topic = state.partition.topic
+            if topic not in topic_ids:
+                topic_ids[topic] = self.manager.topic_id_for(topic)
+            topic_id = topic_ids[topic]
             if topic_id is None:
                 log.info("%s: topic id not known yet; not fetching", state.partition)
                 self._delay(state)
                 continue
-            sendable.append(state)
+            sent[state.key] = state
             topic_names[topic_id] = state.partition.topic
             log_ = state.partition.log
             latest = log_.leader_epoch_cache.latest_epoch
+            wanted[(topic_id, state.partition.partition)] = PartitionParams(
+                log_.log_end_offset,
+                log_.log_start_offset,
+                partition_max_bytes,
+                state.leader_epoch,
+                latest if latest is not None else -1,
+            )
+        if not sent:
+            return
+        session = self.session
+        data = session.build(wanted)
+        by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        for (topic_id, index), params in data.to_send.items():
             by_topic.setdefault(topic_id, []).append(
                 {
-                    "partition": state.partition.partition,
-                    "current_leader_epoch": state.leader_epoch,
-                    "fetch_offset": log_.log_end_offset,
-                    "last_fetched_epoch": latest if latest is not None else -1,
-                    "log_start_offset": log_.log_start_offset,
-                    "partition_max_bytes": config["replica.fetch.max.bytes"],
+                    "partition": index,
+                    "current_leader_epoch": params.current_leader_epoch,
+                    "fetch_offset": params.fetch_offset,
+                    "last_fetched_epoch": params.last_fetched_epoch,
+                    "log_start_offset": params.log_start_offset,
+                    "partition_max_bytes": params.max_bytes,
                 }
             )
+        forgotten: dict[Any, list[int]] = {}
+        for topic_id, index in data.to_forget:
+            forgotten.setdefault(topic_id, []).append(index)
         request = build(
             request_class(ApiKey.FETCH, FETCH_VERSION),
             {
@@ -335,36 +371,40 @@ class ReplicaFetcher:
                 "min_bytes": config["replica.fetch.min.bytes"],
                 "max_bytes": config["replica.fetch.response.max.bytes"],
                 "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
+                "session_id": data.session_id,
+                "session_epoch": data.epoch,
                 "topics": [{"topic_id": t, "partitions": p} for t, p in by_topic.items()],
-                "forgotten_topics_data": (),
+                "forgotten_topics_data": [
+                    {"topic_id": t, "partitions": p} for t, p in forgotten.items()
+                ],
                 "rack_id": "",
             },
         )
-        if not sendable:
-            return
-        states = sendable
-        sent = {s.key: s for s in states}
-        response = await connection.send(
-            ApiKey.FETCH,
-            FETCH_VERSION,
-            request,
-            timeout=(config["replica.socket.timeout.ms"] + config["replica.fetch.wait.max.ms"])
-            / 1000,
-        )
+        try:
+            response = await connection.send(
+                ApiKey.FETCH,
+                FETCH_VERSION,
+                request,
+                timeout=(config["replica.socket.timeout.ms"] + config["replica.fetch.wait.max.ms"])
+                / 1000,
+            )
+        except BaseException:
+            session.reset()  # the leader may or may not have moved the session's epoch on
+            raise
+        session.handle_response(response.error_code != ErrorCode.none, int(response.session_id))
         if response.error_code != ErrorCode.none:
             log.info("fetch from broker %d failed with %s", self.leader_id, response.error_code)
-            for state in states:
-                self._delay(state)
+            if response.error_code not in SESSION_ERRORS:
+                for state in sent.values():
+                    self._delay(state)
             return
         for topic in response.responses:
             name = topic_names.get(topic.topic_id)
-            for data in topic.partitions:
-                state = sent.get((name, data.partition_index)) if name is not None else None
+            for item in topic.partitions:
+                state = sent.get((name, item.partition_index)) if name is not None else None
                 if state is None or not self._current(state):
                     continue
-                self._process_partition(state, data)
+                self._process_partition(state, item)
 
     def _process_partition(self, state: FetchState, data: Any) -> None:
         partition = state.partition

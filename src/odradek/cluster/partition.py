@@ -47,6 +47,7 @@ from odradek.errors import (
     OffsetOutOfRangeError,
     UnknownLeaderEpochError,
 )
+from odradek.protocol.fetch_response import FileRecords
 from odradek.protocol.record_batch import iter_batches
 from odradek.zk.errors import SessionExpiredError
 
@@ -98,7 +99,8 @@ IsrWriter = Callable[[IsrUpdate], Awaitable[int | None]]
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    records: bytes
+    records: bytes | FileRecords
+    """Bytes, or with a zero-copy read a range of a segment file."""
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -382,10 +384,13 @@ class Partition:
         current_leader_epoch: int | None = None,
         min_one_batch: bool = True,
         read_committed: bool = False,
+        zero_copy: bool = False,
     ) -> ReadResult:
         """Read for a consumer (up to the HW; with `read_committed` up to the last stable
         offset, with the aborted transactions among the records read) or a follower (up to
-        the LEO)."""
+        the LEO). With `zero_copy` the records are a range of a segment file (`FileRecords`),
+        for sendfile; a read_committed read always copies (its aborted transactions are
+        bounded by the batches it read)."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self}"
@@ -401,6 +406,11 @@ class Partition:
         max_offset = None if from_follower else high_watermark
         if read_committed and not from_follower:
             max_offset = last_stable_offset
+        elif zero_copy:
+            found = self.log.read_file_records(fetch_offset, max_bytes, max_offset, min_one_batch)
+            return ReadResult(
+                found, high_watermark, self.log_start_offset, log_end_offset, last_stable_offset
+            )
         records = bytes(self.log.read(fetch_offset, max_bytes, max_offset, min_one_batch))
         aborted = None
         if read_committed and not from_follower:
@@ -451,6 +461,11 @@ class Partition:
         follower = self.followers.get(follower_id)
         if follower is None:
             return
+        # An idle in-sync follower fetching at the same offset again (the common case with
+        # thousands of idle partitions) cannot move the ISR, the HW or the low watermark.
+        unchanged = follower.log_end_offset == fetch_offset and (
+            log_start_offset < 0 or follower.log_start_offset == log_start_offset
+        )
         leader_log_end_offset = self.log_end_offset
         if fetch_offset >= leader_log_end_offset:
             follower.last_caught_up_time = max(follower.last_caught_up_time, now)
@@ -463,6 +478,8 @@ class Partition:
         follower.last_fetch_time = now
         if log_start_offset >= 0:
             follower.log_start_offset = log_start_offset
+        if unchanged and not self.isr_state.is_pending and follower_id in self.isr:
+            return
         self._maybe_expand_isr(follower_id, follower)
         self._maybe_increment_high_watermark()
         self._maybe_complete_low_watermark_waiters()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -428,7 +429,9 @@ class ReplicaManager:
         async def append(previous: asyncio.Future[Any] | None) -> tuple[ProduceResult, Any]:
             try:
                 config = self.leader_partition(*key).log.config
-                validated = await self.append_queue.validate(records, config, now_ms)
+                validated = await self.append_queue.validate(
+                    records, config, now_ms, f"{key[0]}-{key[1]}"
+                )
                 await self.append_queue.after(previous)
                 partition = self.leader_partition(*key)
                 info = partition.append_records_to_leader(
@@ -499,6 +502,7 @@ class ReplicaManager:
         max_bytes: int,
         now: float,
         follower_update: FollowerStateUpdate | None = None,
+        zero_copy: bool = False,
     ) -> tuple[dict[TopicPartition, FetchPartitionResult], int]:
         from_follower = replica_id >= 0
         results: dict[TopicPartition, FetchPartitionResult] = {}
@@ -515,6 +519,7 @@ class ReplicaManager:
                     current_leader_epoch=request.current_leader_epoch,
                     min_one_batch=total == 0,
                     read_committed=request.read_committed,
+                    zero_copy=zero_copy,
                 )
                 # The follower's LEO is its fetch offset only once the read there succeeded (so
                 # the offset is within [log start, LEO]) and no diverging epoch says it must
@@ -563,19 +568,28 @@ class ReplicaManager:
         min_bytes: int,
         max_bytes: int,
         follower_update: FollowerStateUpdate | None = None,
+        zero_copy: bool = False,
     ) -> (
         dict[TopicPartition, FetchPartitionResult]
         | Awaitable[dict[TopicPartition, FetchPartitionResult]]
     ):
-        """Read from the leaders' logs; long-poll (delayed fetch) until min_bytes or max_wait."""
+        """Read from the leaders' logs; long-poll (delayed fetch) until min_bytes or max_wait.
+        With `zero_copy`, records come as ranges of segment files (`FileRecords`)."""
         results, total = self._read_all(
-            requests, replica_id, max_bytes, time.monotonic(), follower_update
+            requests, replica_id, max_bytes, time.monotonic(), follower_update, zero_copy
         )
         errors = any(r.error is not None for r in results.values())
         if max_wait_ms <= 0 or total >= min_bytes or errors or not requests:
             return results
         return self._delayed_fetch(
-            requests, replica_id, max_wait_ms / 1000, min_bytes, max_bytes, follower_update
+            requests,
+            replica_id,
+            max_wait_ms / 1000,
+            min_bytes,
+            max_bytes,
+            follower_update,
+            zero_copy,
+            results,
         )
 
     async def _delayed_fetch(
@@ -586,7 +600,13 @@ class ReplicaManager:
         min_bytes: int,
         max_bytes: int,
         follower_update: FollowerStateUpdate | None = None,
+        zero_copy: bool = False,
+        first_results: dict[TopicPartition, FetchPartitionResult] | None = None,
     ) -> dict[TopicPartition, FetchPartitionResult]:
+        """Wait for data. A wait that ends by its timeout with no partition having been woken
+        (nothing appended, no HW moved) answers with the first read's results rather than read
+        every partition again: they cannot have changed, and an idle follower of thousands of
+        partitions would otherwise read them all twice per fetch."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max_wait
         while True:
@@ -606,8 +626,12 @@ class ReplicaManager:
             finally:
                 for partition in watched:
                     partition.unregister_data_waiter(waiter)
+            woken = waiter.done() and not waiter.cancelled()
+            if not woken and first_results is not None:
+                return first_results
+            first_results = None
             results, total = self._read_all(
-                requests, replica_id, max_bytes, time.monotonic(), follower_update
+                requests, replica_id, max_bytes, time.monotonic(), follower_update, zero_copy
             )
             errors = any(r.error is not None for r in results.values())
             if total >= min_bytes or errors or loop.time() >= deadline:
@@ -656,12 +680,13 @@ class ReplicaManager:
     # high watermark checkpoint
 
     def checkpoint_high_watermarks(self) -> None:
-        by_dir: dict[Path, dict[TopicPartition, int]] = {}
+        by_parent: dict[str, dict[TopicPartition, int]] = {}
         for key, partition in self.partitions.items():
             if partition.log is None:
                 continue
-            log_dir = Path(partition.log.dir).parent
-            by_dir.setdefault(log_dir, {})[key] = partition.high_watermark
+            parent = os.path.dirname(partition.log.dir)  # cheaper than a Path per partition
+            by_parent.setdefault(parent, {})[key] = partition.high_watermark
+        by_dir = {Path(parent): offsets for parent, offsets in by_parent.items()}
         for log_dir in self.log_manager.log_dirs:
             offsets = by_dir.get(Path(log_dir), {})
             try:

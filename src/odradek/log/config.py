@@ -23,6 +23,24 @@ override the broker's defaults (`log.segment.bytes`, ...), which `from_broker_pr
 | decompressed_limit             | (none)                          | socket.request.max.bytes       |
 | cleanup_policy                 | cleanup.policy                  | log.cleanup.policy             |
 | producer_id_expiration_ms      | (none)                          | producer.id.expiration.ms      |
+| min_cleanable_dirty_ratio      | min.cleanable.dirty.ratio       | log.cleaner.min.cleanable.ratio |
+| min_compaction_lag_ms          | min.compaction.lag.ms           | log.cleaner.min.compaction.lag.ms |
+| max_compaction_lag_ms          | max.compaction.lag.ms           | log.cleaner.max.compaction.lag.ms |
+| delete_retention_ms            | delete.retention.ms             | log.cleaner.delete.retention.ms |
+| compression_type               | compression.type                | compression.type               |
+
+The compaction settings (Kafka's meanings; `odradek.log.cleaner_manager` applies them): a
+compacted log is cleaned once the dirty part of its cleanable range (the part not cleaned yet, up
+to the active segment and the high watermark) is more than `min_cleanable_dirty_ratio` of that
+range, or as soon as it has dirty data older than `max_compaction_lag_ms`; a segment whose newest
+record is younger than `min_compaction_lag_ms` is not cleaned yet; a tombstone stays
+`delete_retention_ms` after the cleaning that first saw it. `max_segment_ms` is segment.ms, or
+max.compaction.lag.ms when that is smaller on a compacted log, so that the active segment (never
+cleaned) rolls in time. min.compaction.lag.ms may not exceed max.compaction.lag.ms.
+
+`compression_type` is the codec the leader stores batches in: `producer` keeps the producer's,
+`uncompressed`, `gzip`, `snappy`, `lz4` and `zstd` recompress batches in another codec
+(`odradek.log.recompress`).
 
 The three timestamp settings bound the record timestamps a CreateTime topic accepts (KIP-937):
 a record's timestamp must lie within [now - before, now + after]. As in Kafka 3.9, a before or
@@ -85,10 +103,20 @@ class LogConfig:
     cleanup_policy: tuple[str, ...] = ("delete",)
     producer_id_expiration_ms: int = 24 * 60 * 60 * 1000
     """How long a producer id's state outlives its last write (broker-wide in Kafka)."""
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _INT64_MAX
+    delete_retention_ms: int = 24 * 60 * 60 * 1000
+    compression_type: str = "producer"
 
     def __post_init__(self) -> None:
         for spec in _TOPIC_PROPERTIES.values():
             spec.check(getattr(self, spec.field))
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise InvalidConfigurationError(
+                f"min.compaction.lag.ms ({self.min_compaction_lag_ms}) may not exceed "
+                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})"
+            )
 
     @property
     def delete(self) -> bool:
@@ -99,6 +127,13 @@ class LogConfig:
     def compact(self) -> bool:
         """Is the log compacted (cleanup.policy has compact)?"""
         return "compact" in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How long the active segment may take appends (module docstring)."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
     @property
     def uses_log_append_time(self) -> bool:
@@ -124,8 +159,8 @@ class LogConfig:
     ) -> LogConfig:
         """`defaults` overridden by the topic-level properties given (Kafka names).
 
-        Names that are not log settings (compression.type, ...) are ignored here:
-        which topic configs exist is the admin layer's business, not the log's.
+        Names that are not log settings are ignored here: which topic configs exist is the admin
+        layer's business, not the log's.
         """
         base = defaults if defaults is not None else cls()
         changes = {
@@ -195,6 +230,29 @@ def _parse_cleanup_policy(name: str, value: str) -> tuple[str, ...]:
     if any(item not in _CLEANUP_POLICIES for item in items):
         raise InvalidConfigurationError(f"{name} must list compact and/or delete, got {value!r}")
     return items
+
+
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+"""The values of compression.type (Kafka's BrokerCompressionType)."""
+
+
+def _parse_compression_type(name: str, value: str) -> str:
+    text = str(value).strip().lower()
+    if text not in COMPRESSION_TYPES:
+        raise InvalidConfigurationError(
+            f"{name} must be one of {', '.join(COMPRESSION_TYPES)}, got {value!r}"
+        )
+    return text
+
+
+def _parse_ratio(name: str, value: str) -> float:
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        raise InvalidConfigurationError(f"{name} must be a number, got {value!r}") from None
+    if not 0.0 <= number <= 1.0:
+        raise InvalidConfigurationError(f"{name} must be between 0 and 1, got {number}")
+    return number
 
 
 def _parse_timestamp_type(name: str, value: str) -> str:
@@ -269,6 +327,23 @@ _TOPIC_PROPERTIES: dict[str, _Property] = {
             "must list compact and/or delete",
         ),
         _Property(
+            "min.cleanable.dirty.ratio",
+            "min_cleanable_dirty_ratio",
+            _parse_ratio,
+            lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= 1,
+            "must be a number between 0 and 1",
+        ),
+        _int("min.compaction.lag.ms", "min_compaction_lag_ms", 0, _INT64_MAX),
+        _int("max.compaction.lag.ms", "max_compaction_lag_ms", 1, _INT64_MAX),
+        _int("delete.retention.ms", "delete_retention_ms", 0, _INT64_MAX),
+        _Property(
+            "compression.type",
+            "compression_type",
+            _parse_compression_type,
+            lambda v: v in COMPRESSION_TYPES,
+            f"must be one of {', '.join(COMPRESSION_TYPES)}",
+        ),
+        _Property(
             "unclean.leader.election.enable",
             "unclean_leader_election_enable",
             _parse_bool,
@@ -291,10 +366,15 @@ _BROKER_TO_TOPIC = {
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "log.cleanup.policy": "cleanup.policy",
     "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
     "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
     "log.message.timestamp.difference.max.ms": "message.timestamp.difference.max.ms",
-    "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "compression.type": "compression.type",
 }
 
 _HOUR_MS = 60 * 60 * 1000

@@ -34,7 +34,7 @@ import os
 import shutil
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -58,9 +58,11 @@ from odradek.log.producer_state import (
 from odradek.log.producer_state_loading import markers_in, rebuild_producer_state
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
+from odradek.log.segment_swap import delete_cleaned_files, swap_in
 from odradek.log.timestamp_search import offset_for_timestamp, offset_of_largest_timestamp
 from odradek.log.transaction_index import AbortedTxn, TransactionIndexes
 from odradek.log.validator import ValidatedRecords, validate_produce_records
+from odradek.protocol.fetch_response import FileHandle, FileRecords
 from odradek.protocol.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
@@ -140,6 +142,9 @@ class Log:
         )
         self._txn_index = TransactionIndexes(directory)
         self._closed = False
+        self.on_truncate: Callable[[Log, int], None] | None = None
+        """Called before a truncation with the new end offset (the log cleaner aborts a cleaning
+        of this log and lowers its checkpoint); set by the log manager."""
 
     @classmethod
     @_storage_errors
@@ -315,6 +320,7 @@ class Log:
                 self._config,
                 now_ms,
                 budget,
+                f"{self.topic}-{self.partition}",
                 allow_control=origin is AppendOrigin.COORDINATOR,
             )
         size = validated.size
@@ -324,7 +330,10 @@ class Log:
             duplicate = self._find_duplicate(validated.header)
             if duplicate is not None:
                 return duplicate
-        data = bytearray(memoryview(records)[:size])
+        if validated.batch is not None:  # recompressed for the topic's compression.type
+            data = bytearray(validated.batch)
+        else:
+            data = bytearray(memoryview(records)[:size])
         headers = [validated.header]
         if validated.fix_create_time:
             headers = [set_create_time(data, validated.header, validated.max_timestamp)]
@@ -478,7 +487,7 @@ class Log:
             time_waited = now_ms - active.created_ms
         if (
             active.size + info.size > config.segment_bytes
-            or time_waited > config.segment_ms
+            or time_waited > config.max_segment_ms
             or active.offset_index.is_full
             or active.time_index.is_full
             or not offsets_fit
@@ -566,6 +575,37 @@ class Log:
         return b""
 
     @_storage_errors
+    def read_file_records(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FileRecords | bytes:
+        """`read`, as a range of a segment file rather than its bytes (zero-copy fetch): the
+        same batches, found from the indexes and batch headers only. b"" when there is
+        nothing to read."""
+        self._check_open()
+        end = self._log_end_offset
+        if start_offset < self._log_start_offset or start_offset > end:
+            raise OffsetOutOfRangeError(
+                f"{self}: offset {start_offset} is outside [{self._log_start_offset}, {end}]"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        if start_offset >= limit:
+            return b""
+        index = max(bisect_right(self._base_offsets, start_offset) - 1, 0)
+        segments = self._segments
+        while index < len(segments):
+            segment = segments[index]
+            found = segment.read_range(start_offset, max_bytes, limit, min_one_batch)
+            if found is not None:
+                position, size = found
+                return FileRecords(FileHandle(segment.fd), position, size) if size else b""
+            index += 1
+        return b""
+
+    @_storage_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """ListOffsets: (offset, timestamp) of the first record with timestamp >= `timestamp`.
 
@@ -609,6 +649,8 @@ class Log:
             raise OffsetOutOfRangeError(f"{self}: cannot truncate to negative offset {offset}")
         if offset >= self._log_end_offset:
             return False
+        if self.on_truncate is not None:
+            self.on_truncate(self, offset)
         now_ms = _wall_clock_ms() if now_ms is None else now_ms
         if offset < self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset, now_ms)
@@ -641,6 +683,8 @@ class Log:
         """Delete everything and restart the log empty at `offset` (a follower whose fetch
         offset fell below the leader's log start)."""
         self._check_open()
+        if self.on_truncate is not None:
+            self.on_truncate(self, offset)
         for segment in self._segments:
             segment.delete()
         segment = LogSegment.create(
@@ -658,6 +702,56 @@ class Log:
         self._leader_epoch_cache.clear_and_flush()
         self._producer_state.truncate_fully_and_start_at(offset)
         self._txn_index.delete_all()
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    @_storage_errors
+    def replace_segments(
+        self, old: Sequence[LogSegment], sizes: Sequence[int], cleaned_size: int, now_ms: int
+    ) -> bool:
+        """Swap the segment the log cleaner wrote (`<base>.*.cleaned`, base = old[0]'s) in for
+        the consecutive sealed segments `old` (see segment_swap for the crash-safe steps).
+
+        Refused (False, the cleaned files deleted) when the log is closed or the old segments are
+        no longer exactly what the cleaner read: the same objects, consecutive, not the active
+        segment, with the `sizes` it read (retention, a truncation or a deletion got there
+        first). On success the old segments' files carry the `.deleted` suffix: the caller
+        removes them after file.delete.delay.ms.
+        """
+        base_offset = old[0].base_offset
+        if not self._can_replace(old, sizes):
+            delete_cleaned_files(self._dir, base_offset)
+            return False
+        first = self._segments.index(old[0])
+        for segment in old:
+            segment.release()
+        swap_in(self._dir, base_offset, list(old))
+        cleaned = LogSegment(
+            self._dir,
+            base_offset,
+            max_index_bytes=self._config.segment_index_bytes,
+            index_interval_bytes=self._config.index_interval_bytes,
+            size=cleaned_size,
+            created_ms=now_ms,
+        )
+        self._segments[first : first + len(old)] = [cleaned]
+        self._base_offsets[first : first + len(old)] = [base_offset]
+        self._size += cleaned_size - sum(sizes)
+        return True
+
+    def _can_replace(self, old: Sequence[LogSegment], sizes: Sequence[int]) -> bool:
+        if self._closed or not old or len(old) != len(sizes):
+            return False
+        try:
+            first = self._segments.index(old[0])
+        except ValueError:
+            return False
+        if first + len(old) >= len(self._segments):  # would include the active segment
+            return False
+        current = self._segments[first : first + len(old)]
+        return all(a is b for a, b in zip(current, old, strict=True)) and all(
+            segment.size == size for segment, size in zip(old, sizes, strict=True)
+        )
 
     # -- retention -----------------------------------------------------------------------------
 

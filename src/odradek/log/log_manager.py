@@ -17,6 +17,11 @@ Shutdown (`shutdown`), in the order that makes a crash at any step safe:
   4. write the clean shutdown marker last: if the broker dies before it, the next start-up
      recovers, which is merely slower.
 
+Log cleaner. When the broker runs one (`set_cleaner`: odradek.log.log_cleaner), the log manager
+tells it about truncations (through each log's `on_truncate`) and deletions, and retention skips
+a log while it is being cleaned (Kafka pauses one for the other too); the next retention pass
+takes it.
+
 Deletion (`delete_log`) closes the log, renames its directory to `<topic>-<p>.<uuid>-delete` (an
 atomic step after which the partition is gone even if removal is interrupted), removes it, and
 rewrites that directory's checkpoints so that a recreated topic of the same name does not inherit
@@ -37,6 +42,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from odradek.errors import KafkaStorageError, OperatorError
 from odradek.log.checkpoints import OffsetCheckpointFile, TopicPartition, fsync_dir
@@ -56,6 +62,16 @@ from odradek.log.naming import (
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
+
+
+class CleanerHooks(Protocol):
+    """What the log manager tells the log cleaner (`odradek.log.log_cleaner.LogCleaner`)."""
+
+    def is_cleaning(self, topic_partition: TopicPartition) -> bool: ...
+
+    def on_truncate(self, log: Log, offset: int) -> None: ...
+
+    def on_delete(self, topic_partition: TopicPartition, log_dir: Path) -> None: ...
 
 
 def _wall_clock_ms() -> int:
@@ -87,6 +103,7 @@ class LogManager:
         self._loaded_dirs: list[Path] = []
         self._unsynced_dirs: set[Path] = set()
         self._lock_fds: dict[Path, int] = {}
+        self._cleaner: CleanerHooks | None = None
 
     # -- start-up and shutdown ------------------------------------------------------------------
 
@@ -125,7 +142,7 @@ class LogManager:
                     raise KafkaStorageError(
                         f"{key[0]}-{key[1]} has directories in both {self._dir_of[key]} and {log_dir}"
                     )
-                self._logs[key] = Log.open(
+                self._logs[key] = log = Log.open(
                     path,
                     self.config_for(key[0]),
                     recovery_point=recovery_points.get(key, 0),
@@ -133,6 +150,7 @@ class LogManager:
                     clean_shutdown=clean_shutdown,
                     now_ms=now_ms,
                 )
+                log.on_truncate = self._on_truncate
                 self._dir_of[key] = log_dir
                 self._log_counts[log_dir] = self._log_counts.get(log_dir, 0) + 1
                 opened += 1
@@ -220,10 +238,15 @@ class LogManager:
     ) -> Log:
         """The partition's log, created empty in the log directory holding the fewest logs
         when it does not exist yet. `config` (the topic's, if the caller knows it better than
-        this manager) only applies to a newly created log."""
+        this manager) becomes the log's config, also for a log loaded at start-up: start-up
+        opens logs before the topic configs are read from ZooKeeper, so without it a restarted
+        broker would keep the broker defaults (a compacted topic would be neither cleaned nor
+        spared by retention) until the topic's config next changed."""
         key = (topic, partition)
         log = self._logs.get(key)
         if log is not None:
+            if config is not None and log.config != config:
+                log.config = config
             return log
         name = log_dir_name(topic, partition)
         log_dir = min(self.log_dirs, key=lambda d: self._log_counts.get(d, 0))
@@ -235,6 +258,7 @@ class LogManager:
             clean_shutdown=True,
             now_ms=_wall_clock_ms() if now_ms is None else now_ms,
         )
+        log.on_truncate = self._on_truncate
         # The directory entry is made durable in batches (`sync_created_logs`): one fsync per
         # directory per LeaderAndIsr rather than one per partition, which for 10,000 new
         # partitions is the difference between a fraction of a second and tens of seconds.
@@ -254,6 +278,17 @@ class LogManager:
     def all_logs(self) -> list[Log]:
         return list(self._logs.values())
 
+    def logs_by_partition(self) -> dict[TopicPartition, Log]:
+        """Every log by (topic, partition) (a copy)."""
+        return dict(self._logs)
+
+    def set_cleaner(self, cleaner: CleanerHooks | None) -> None:
+        self._cleaner = cleaner
+
+    def _on_truncate(self, log: Log, offset: int) -> None:
+        if self._cleaner is not None:
+            self._cleaner.on_truncate(log, offset)
+
     def log_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._dir_of.get((topic, partition))
 
@@ -265,6 +300,8 @@ class LogManager:
             return False
         log_dir = self._dir_of.pop(key)
         self._log_counts[log_dir] -= 1
+        if self._cleaner is not None:
+            self._cleaner.on_delete(key, log_dir)
         log.close()
         doomed = log_dir / delete_dir_name(topic, partition)
         try:
@@ -319,6 +356,8 @@ class LogManager:
         now_ms = _wall_clock_ms() if now_ms is None else now_ms
         deleted = 0
         for (topic, partition), log in list(self._logs.items()):
+            if self._cleaner is not None and self._cleaner.is_cleaning((topic, partition)):
+                continue
             high_watermark = (
                 None if high_watermark_of is None else high_watermark_of(topic, partition)
             )

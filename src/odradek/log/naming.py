@@ -8,12 +8,17 @@ over::
         recovery-point-offset-checkpoint     per log: offset below which data is known to be fsynced
         log-start-offset-checkpoint          per log: first offset still exposed to readers
         replication-offset-checkpoint        per log: high watermark (owned by the replica manager)
+        cleaner-offset-checkpoint            per compacted log: where the cleaner's dirty section starts
         <topic>-<partition>/
             00000000000000000000.log         segment data, named by its 20-digit base offset
             00000000000000000000.index       sparse offset index of that segment
             00000000000000000000.timeindex   sparse time index of that segment
             00000000000000000000.snapshot    producer state at that offset (log/producer_snapshot.py)
             leader-epoch-checkpoint          leader epoch -> start offset history
+            00000000000000000000.log.cleaned a segment the log cleaner is writing (with its
+                                             .index.cleaned and .timeindex.cleaned)
+            00000000000000000000.log.swap    a cleaned segment being swapped in (see segment_swap)
+            00000000000000000000.log.deleted a replaced segment awaiting file.delete.delay.ms
         <topic>-<partition>.<uuid>-delete/   a log being deleted
 
 A topic name may itself contain '-' and '.', so the partition number is whatever follows the LAST
@@ -37,8 +42,16 @@ SNAPSHOT_SUFFIX = ".snapshot"
 TEMP_SUFFIX = ".tmp"
 """Half-written checkpoint files; deleted when found at start-up."""
 
-STRAY_SUFFIXES = (".deleted", ".cleaned", ".swap", TEMP_SUFFIX)
-"""Leftovers of Kafka's asynchronous deletion and compaction; removed when a log is opened."""
+CLEANED_SUFFIX = ".cleaned"
+"""Appended to the three file names of a segment the log cleaner is writing."""
+SWAP_SUFFIX = ".swap"
+"""Appended to a cleaned segment's file names while it replaces the segments it was made from."""
+DELETED_SUFFIX = ".deleted"
+"""Appended to a replaced segment's file names until it is deleted (file.delete.delay.ms)."""
+
+STRAY_SUFFIXES = (DELETED_SUFFIX, TEMP_SUFFIX)
+"""Leftovers of asynchronous deletion and of checkpoint writes; removed when a log is opened
+(`.cleaned` and `.swap` files are for `segment_swap.complete_interrupted_swap` to judge)."""
 
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
@@ -47,6 +60,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 _OFFSET_DIGITS = 20
@@ -84,6 +98,14 @@ def parse_segment_file_name(name: str) -> tuple[int, str] | None:
             if len(stem) == _OFFSET_DIGITS and stem.isdigit():
                 return int(stem), suffix
     return None
+
+
+def parse_suffixed_segment_file_name(name: str, extra: str) -> tuple[int, str] | None:
+    """(base offset, segment suffix) of a segment file name followed by `extra` (`.cleaned`,
+    `.swap`, ...), or None if `name` is not one."""
+    if not name.endswith(extra):
+        return None
+    return parse_segment_file_name(name[: -len(extra)])
 
 
 def log_dir_name(topic: str, partition: int) -> str:

@@ -17,8 +17,10 @@ and the file is cut after the last valid batch; every later segment is deleted, 
 would follow a hole. Leader epochs found in the recovered batches are re-recorded in the leader
 epoch cache.
 
-Either way, stray files (`.tmp`, `.deleted`, `.cleaned`, `.swap`, indexes without a `.log`) are
-removed, and a segment whose index files are missing gets them rebuilt from its data.
+Either way, a segment swap of the log cleaner that a crash interrupted is first finished or
+discarded (`segment_swap.complete_interrupted_swap`: `.cleaned` and `.swap` files), then stray
+files (`.tmp`, `.deleted`, indexes without a `.log`) are removed, and a segment whose index files
+are missing gets them rebuilt from its data.
 
 Concurrency: runs inside `Log.open`, before the log is shared with anyone.
 """
@@ -42,6 +44,7 @@ from odradek.log.naming import (
     parse_segment_file_name,
 )
 from odradek.log.segment import LogSegment
+from odradek.log.segment_swap import complete_interrupted_swap
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +111,7 @@ def load_segments(
     """Open the segments of `directory`, recovering the unflushed tail if the shutdown was
     unclean (see the module docstring). Creates a first segment at `log_start_offset` when the
     directory holds none."""
+    complete_interrupted_swap(directory)
     files = _scan_directory(directory)
 
     def segment_for(base_offset: int, size: int) -> LogSegment:

@@ -77,16 +77,20 @@ class LogSegment:
         index_interval_bytes: int,
         size: int,
         created_ms: int,
+        suffix: str = "",
     ) -> None:
+        """`suffix` follows every file name (`.swap` for a segment being swapped in, see
+        segment_swap; empty for a segment of the log)."""
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         """`index.interval.bytes`; the log updates it when its config changes."""
-        self.log_path = directory / log_file_name(base_offset)
+        self.suffix = suffix
+        self.log_path = directory / (log_file_name(base_offset) + suffix)
         self.offset_index = OffsetIndex(
-            directory / index_file_name(base_offset), base_offset, max_index_bytes
+            directory / (index_file_name(base_offset) + suffix), base_offset, max_index_bytes
         )
         self.time_index = TimeIndex(
-            directory / time_index_file_name(base_offset), base_offset, max_index_bytes
+            directory / (time_index_file_name(base_offset) + suffix), base_offset, max_index_bytes
         )
         self.size = size
         self.created_ms = created_ms
@@ -255,6 +259,40 @@ class LogSegment:
                 break
             cut += batch_size
         return data if cut == available else data[:cut]
+
+    def read_range(
+        self, start_offset: int, max_bytes: int, limit_offset: int, min_one_batch: bool
+    ) -> tuple[int, int] | None:
+        """`read`'s answer as a (position, size) range of this segment's file, found without
+        reading the records: whole batches, the same ones `read` returns.
+
+        The end is where the first batch at or beyond `limit_offset` starts (the end of the file
+        when `limit_offset` is past the segment's last offset; otherwise an index lookup and a
+        short header scan); when more than `max_bytes` would follow, the headers up to there are
+        scanned for the last batch boundary within it."""
+        first = self.find_batch(start_offset)
+        if first is None:
+            return None
+        start = first.position
+        if first.base_offset >= limit_offset:
+            return (start, 0)
+        if first.size > max_bytes:
+            return (start, first.size if min_one_batch else 0)
+        if limit_offset >= self.next_offset:
+            end = self.size
+        else:
+            boundary = self.find_batch(limit_offset)
+            if boundary is None:
+                end = self.size
+            elif boundary.base_offset >= limit_offset:
+                end = boundary.position
+            else:
+                end = boundary.position + boundary.size
+        if end - start > max_bytes:
+            end = start
+            for header in self.scan_headers(start, start + max_bytes):
+                end = header.position + header.size
+        return (start, end - start)
 
     # -- tail state and appends ------------------------------------------------------------------
 
@@ -566,6 +604,36 @@ class LogSegment:
         self.offset_index.delete()
         self.time_index.delete()
         self.log_path.unlink(missing_ok=True)
+
+    def change_file_suffix(self, suffix: str) -> None:
+        """Rename the segment's files from their current suffix to `suffix` (data file first,
+        then the indexes; an index file that was never written is skipped). Open descriptors
+        stay valid: they follow the files."""
+
+        def renamed(path: Path) -> Path:
+            return path.with_name(path.name[: len(path.name) - len(self.suffix)] + suffix)
+
+        new_log_path = renamed(self.log_path)
+        os.rename(self.log_path, new_log_path)
+        self.log_path = new_log_path
+        for index in (self.offset_index, self.time_index):
+            new_path = renamed(index.path)
+            try:
+                os.rename(index.path, new_path)
+            except FileNotFoundError:
+                pass
+            index.path = new_path
+        self.suffix = suffix
+
+    def release(self) -> None:
+        """Close every descriptor (the segment leaves its log; its files stay)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.offset_index.close()
+        self.time_index.close()
+        self.offset_index.unload()
+        self.time_index.unload()
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"

@@ -24,6 +24,7 @@ tests/integration/test_kafka_differential.py for both brokers' answers to each c
 | malformed records (`odradek.protocol.records`)                            | INVALID_RECORD (3)      |
 | CreateTime topic: a record timestamp outside [now - before, now + after]  | INVALID_TIMESTAMP (4)   |
 | LogAppendTime topic: the producer set the LogAppendTime bit               | INVALID_TIMESTAMP (4)   |
+| compacted topic (cleanup.policy has compact): a record without a key      | INVALID_RECORD (5)      |
 
 (1) Kafka 3.9 answers UNKNOWN_SERVER_ERROR: an internal exception escapes its validator.
 (2) Kafka has no limit; see `decompressed_limit` in `LogConfig`. A Java producer answers
@@ -35,6 +36,18 @@ tests/integration/test_kafka_differential.py for both brokers' answers to each c
 (4) With `record_errors`: each offending record's index and why, as Kafka fills them (the first
     1000 of them: Kafka lists every one, which for a batch of millions of tiny records would be
     hundreds of megabytes of response).
+(5) Kafka's message for each ("Compacted topic cannot accept message without key in topic
+    partition <topic>-<partition>.") in `record_errors`; a record without a key is reported for
+    that instead of its timestamp, and when some other record's timestamp is wrong the whole
+    batch is INVALID_TIMESTAMP with both kinds listed, as in Kafka's LogValidator.
+
+Recompression. When the topic's compression.type names a codec (`uncompressed`, `gzip`, `snappy`,
+`lz4`, `zstd`; `producer` keeps the producer's) and the batch uses another, the result carries the
+batch to store instead: the same header and records, stored with the topic's codec (Kafka
+rebuilds such a batch too; offsets are then assigned to it as to any other). The recompressed
+batch must still fit max.message.bytes (MESSAGE_TOO_LARGE). Compressing costs more than walking:
+on the event loop only `RECOMPRESS_INLINE_BYTES` of records are recompressed, larger batches go
+to a worker thread (`NeedsWorkerThread`) like large validations.
 
 A batch that passes may still need its header corrected, as Kafka corrects it: on a CreateTime
 topic maxTimestamp is set to the largest record timestamp and the LogAppendTime bit cleared (the
@@ -53,6 +66,7 @@ Decompression and the walk release the GIL there.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import struct
@@ -80,8 +94,9 @@ from odradek.protocol.record_batch import (
     TimestampType,
     compute_crc,
     read_header,
+    rebuild_batch,
 )
-from odradek.protocol.records import OUTSIDE_LIMIT, scan_records
+from odradek.protocol.records import OUTSIDE_LIMIT, ScanResult, scan_records
 
 _BATCH_LENGTH = struct.Struct(">i")
 _BATCH_LENGTH_POS = 8
@@ -92,6 +107,17 @@ _MIN_RECORD_OVERHEAD = 14
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 TIMESTAMP_ERROR = "One or more records have been rejected due to invalid timestamp"
+
+RECOMPRESS_INLINE_BYTES = 128 * 1024
+"""Bytes of records recompressed on the event loop (compression.type); more go to a worker."""
+
+_TARGET_CODECS = {
+    "uncompressed": CompressionType.NONE,
+    "gzip": CompressionType.GZIP,
+    "snappy": CompressionType.SNAPPY,
+    "lz4": CompressionType.LZ4,
+    "zstd": CompressionType.ZSTD,
+}
 
 _SKIP_RECORDS = os.environ.get("ODRADEK_BENCH_SKIP_RECORD_VALIDATION") == "1"
 if _SKIP_RECORDS:
@@ -115,6 +141,9 @@ class ValidatedRecords:
     """The largest record timestamp (CreateTime), to store in the header."""
     fix_create_time: bool
     """The header's maxTimestamp or LogAppendTime bit must be corrected (CreateTime topic)."""
+    batch: bytes | bytearray | None = None
+    """The batch to store instead of the producer's (recompressed for the topic's
+    compression.type; `header` and `size` describe it), or None."""
 
 
 def _single_batch(buf: bytes | bytearray | memoryview) -> BatchHeader:
@@ -195,21 +224,29 @@ def _timestamp_error(records_errors: list[tuple[int, str]]) -> InvalidTimestampE
     return error
 
 
+def target_codec(config: LogConfig, source: int) -> int:
+    """The codec a batch compressed with `source` is stored with on this topic."""
+    return _TARGET_CODECS.get(config.compression_type, source)
+
+
 def validate_produce_records(
     records: bytes | bytearray | memoryview,
     config: LogConfig,
     now_ms: int,
     budget: int | None = None,
+    partition_name: str = "",
     *,
     allow_control: bool = False,
 ) -> ValidatedRecords:
     """Check a produce request's records for one partition (module docstring); raise the
     KafkaError of the first problem, or NeedsWorkerThread when `budget` (bytes of records to
-    walk on this thread, None = unlimited) would be exceeded. `allow_control` lets a
-    transaction coordinator's marker batches through (never a client's)."""
+    walk on this thread, None = unlimited) would be exceeded. `partition_name`
+    (`<topic>-<partition>`) goes into the messages that name it, as Kafka's do. `allow_control`
+    lets a transaction coordinator's marker batches through (never a client's)."""
     header = _single_batch(records)
     _check_header(records, header, config, allow_control)
-    if _SKIP_RECORDS:
+    target = target_codec(config, header.compression)
+    if _SKIP_RECORDS and target == header.compression:
         return ValidatedRecords(header, header.size, header.max_timestamp, False)
     payload = memoryview(records)[HEADER_SIZE : header.size]
     limit = config.decompressed_limit
@@ -218,10 +255,33 @@ def validate_produce_records(
             payload = _decompress(payload, header, limit, budget)
         elif budget is not None and len(payload) > budget:
             raise NeedsWorkerThread()
-        return _check_records(payload, header, config, now_ms)
+        recompress = target != header.compression
+        if recompress and budget is not None and len(payload) > RECOMPRESS_INLINE_BYTES:
+            raise NeedsWorkerThread()
+        validated = _check_records(payload, header, config, now_ms, partition_name)
+        if recompress:
+            validated = _recompress(records, header, payload, target, validated, config)
+        return validated
     finally:
         payload.release()
         trim_scratch()
+
+
+def _recompress(
+    records: bytes | bytearray | memoryview,
+    header: BatchHeader,
+    payload: memoryview,
+    target: int,
+    validated: ValidatedRecords,
+    config: LogConfig,
+) -> ValidatedRecords:
+    batch = rebuild_batch(records, header, payload, CompressionType(target))
+    if len(batch) > config.max_message_bytes:
+        raise RecordTooLargeError(
+            f"batch of {len(batch)} bytes once recompressed for compression.type "
+            f"{config.compression_type} exceeds max.message.bytes {config.max_message_bytes}"
+        )
+    return dataclasses.replace(validated, header=read_header(batch), size=len(batch), batch=batch)
 
 
 def _decompress(
@@ -248,36 +308,64 @@ def _decompress(
 
 
 def _check_records(
-    payload: memoryview, header: BatchHeader, config: LogConfig, now_ms: int
+    payload: memoryview,
+    header: BatchHeader,
+    config: LogConfig,
+    now_ms: int,
+    partition_name: str,
 ) -> ValidatedRecords:
     count, base = header.records_count, header.base_timestamp
     claims_append_time = header.timestamp_type == TimestampType.LOG_APPEND_TIME
+    keys = config.compact
     if config.uses_log_append_time:
-        scan_records(payload, count, base)
+        scan = scan_records(payload, count, base, require_keys=keys)
+        timestamp_errors = []
         if claims_append_time:
-            raise _timestamp_error(
-                [
-                    (i, "Producer should not set timestamp type to LogAppendTime.")
-                    for i in range(min(count, OUTSIDE_LIMIT))
-                ]
-            )
+            timestamp_errors = [
+                (i, "Producer should not set timestamp type to LogAppendTime.")
+                for i in range(min(count, OUTSIDE_LIMIT))
+            ]
+        _refuse(scan, timestamp_errors, partition_name)
         return ValidatedRecords(header, header.size, header.max_timestamp, False)
     lower = now_ms - config.effective_timestamp_before_max_ms
     upper = now_ms + config.effective_timestamp_after_max_ms
     if claims_append_time:
         # Kafka reads every record of such a batch as having the batch's maxTimestamp.
-        scan_records(payload, count, base)
+        scan = scan_records(payload, count, base, require_keys=keys)
         max_timestamp = header.max_timestamp
+        timestamp_errors = []
         if max_timestamp != NO_TIMESTAMP and not lower <= max_timestamp <= upper:
             every = [(i, max_timestamp) for i in range(min(count, OUTSIDE_LIMIT))]
-            raise _timestamp_error(_range_errors(every, lower, upper))
+            timestamp_errors = _range_errors(every, lower, upper)
+        _refuse(scan, timestamp_errors, partition_name)
         return ValidatedRecords(header, header.size, max_timestamp, True)
-    scan = scan_records(payload, count, base, lower, upper)
-    if scan.outside:
-        raise _timestamp_error(_range_errors(scan.outside, lower, upper))
+    scan = scan_records(payload, count, base, lower, upper, require_keys=keys)
+    _refuse(scan, _range_errors(scan.outside, lower, upper), partition_name)
     return ValidatedRecords(
         header, header.size, scan.max_timestamp, scan.max_timestamp != header.max_timestamp
     )
+
+
+def _refuse(scan: ScanResult, timestamp_errors: list[tuple[int, str]], partition_name: str) -> None:
+    """Raise Kafka's error for the records missing a key (compacted topics) and the records
+    with a wrong timestamp, if any (module docstring, notes 4 and 5)."""
+    keyless = set(scan.keyless)
+    timestamp_errors = [(i, m) for i, m in timestamp_errors if i not in keyless]
+    if not scan.keyless and not timestamp_errors:
+        return
+    message = (
+        f"Compacted topic cannot accept message without key in topic partition {partition_name}."
+    )
+    key_errors = [(i, message) for i in scan.keyless]
+    if timestamp_errors:
+        raise _timestamp_error(sorted(key_errors + timestamp_errors)[:OUTSIDE_LIMIT])
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in key_errors[:3])
+    error = InvalidRecordError(
+        f"One or more records have been rejected due to {scan.keyless_count} record errors in "
+        f"total, and only showing the first three errors at most: [{shown}]"
+    )
+    error.record_errors = tuple(key_errors)
+    raise error
 
 
 def _range_errors(

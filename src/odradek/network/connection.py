@@ -28,6 +28,7 @@ import asyncio
 import enum
 import inspect
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -52,6 +53,7 @@ from odradek.protocol.codec import (
     encode_response,
     parse_request_header,
 )
+from odradek.protocol.fetch_response import EncodedResponse, FileRecords
 from odradek.protocol.framing import FrameDecoder, FrameError, frame
 
 if TYPE_CHECKING:
@@ -92,6 +94,10 @@ class ClientConnection(asyncio.Protocol):
         # Who the client is: every request of this connection carries it in its context.
         self.principal: str = ANONYMOUS
         self._sasl: SaslSession | None = None
+        self._sending_file = False  # a response's file ranges are being sent (`_send_rest`)
+        self._send_task: asyncio.Future[None] | None = None
+        self._poll_fd = -1  # a dup of the socket, to wait for writability while sending files
+        self._socket_fd = -1  # the socket for sendfile; -1 on TLS connections (copying path)
 
     # asyncio.Protocol callbacks
 
@@ -99,6 +105,9 @@ class ClientConnection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         self._server.connections.add(self)
         security = self._server.security
+        sock = transport.get_extra_info("socket")
+        if security.ssl_context is None and sock is not None:
+            self._socket_fd = sock.fileno()
         try:
             if security.ssl_context is not None and security.principal_for_certificate:
                 ssl_object = transport.get_extra_info("ssl_object")
@@ -116,6 +125,12 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._set_state(ConnectionState.CLOSED)
+        if self._send_task is not None:
+            self._send_task.cancel()
+        if self._poll_fd >= 0:
+            asyncio.get_running_loop().remove_writer(self._poll_fd)
+            os.close(self._poll_fd)
+            self._poll_fd = -1
         self._server.on_connection_closed(self)
         for _header, result, _size in self._pending:
             if isinstance(result, asyncio.Future):
@@ -278,7 +293,7 @@ class ClientConnection(asyncio.Protocol):
         pending = self._pending
         pool = self._server.memory_pool
         transport = require(self._transport, "the connection's transport")
-        while pending and self.state is not ConnectionState.CLOSED:
+        while pending and self.state is not ConnectionState.CLOSED and not self._sending_file:
             header, result, size = pending[0]
             if header is None:  # a raw SASL token
                 pending.popleft()
@@ -314,6 +329,11 @@ class ClientConnection(asyncio.Protocol):
             pool.release(size)
             if response is NO_RESPONSE:
                 continue
+            if isinstance(response, EncodedResponse):
+                self.last_activity = time.monotonic()
+                if not self._write_parts(response.parts):
+                    return  # the rest goes out from `_send_rest`, which resumes the queue
+                continue
             try:
                 data = encode_response(header, response)
             except Exception:
@@ -322,6 +342,112 @@ class ClientConnection(asyncio.Protocol):
                 return
             transport.write(data)
             self.last_activity = time.monotonic()
+
+    # zero-copy writes (sendfile)
+
+    def _write_parts(self, parts: list[bytes | FileRecords]) -> bool:
+        """Write a response given as parts; True when all of it went to the transport.
+
+        Bytes go through the transport (consecutive ones joined: one write). A file range goes
+        by sendfile(2) straight to the socket while the transport has nothing buffered and the
+        socket takes it; whatever remains is sent by `_send_rest`, which waits for the socket,
+        and responses after this one wait for it (False)."""
+        transport = require(self._transport, "the connection's transport")
+        socket_fd = self._socket_fd
+        buffered: list[bytes] = []
+        for index, part in enumerate(parts):
+            if not isinstance(part, FileRecords):
+                buffered.append(part)
+                continue
+            if socket_fd < 0:  # TLS: the copying path
+                buffered.append(part.read())
+                continue
+            if buffered:
+                transport.write(b"".join(buffered) if len(buffered) > 1 else buffered[0])
+                buffered = []
+            sent = 0
+            if transport.get_write_buffer_size() == 0:
+                try:
+                    while sent < part.size:
+                        n = os.sendfile(socket_fd, part.fd, part.position + sent, part.size - sent)
+                        if n == 0:
+                            raise OSError("the segment ended before the range sent")
+                        sent += n
+                except BlockingIOError:
+                    pass
+                except OSError as e:
+                    self.close(f"sendfile failed: {e}")
+                    return False
+            if sent == part.size:
+                continue
+            rest = [
+                FileRecords(part.handle, part.position + sent, part.size - sent),
+                *parts[index + 1 :],
+            ]
+            self._sending_file = True
+            self._send_task = asyncio.ensure_future(self._send_rest(rest))
+            return False
+        if buffered:
+            transport.write(b"".join(buffered) if len(buffered) > 1 else buffered[0])
+        return True
+
+    async def _send_rest(self, parts: list[bytes | FileRecords]) -> None:
+        """Send the rest of a response whose file range did not fit in the socket: each range
+        by sendfile(2) whenever the transport has flushed what it holds and the socket can take
+        more; bytes through the transport. Waits on the socket's writability through a second
+        descriptor of it (any event loop, uvloop included, refuses a writer on a descriptor its
+        transport owns)."""
+        transport = require(self._transport, "the connection's transport")
+        try:
+            for part in parts:
+                if self.state is ConnectionState.CLOSED:
+                    return
+                if not isinstance(part, FileRecords):
+                    transport.write(part)
+                    continue
+                position, remaining = part.position, part.size
+                while remaining:
+                    if self.state is ConnectionState.CLOSED:
+                        return
+                    sent = -1
+                    if transport.get_write_buffer_size() == 0:
+                        try:
+                            sent = os.sendfile(self._socket_fd, part.fd, position, remaining)
+                        except BlockingIOError:
+                            sent = -1
+                        if sent == 0:
+                            raise OSError("the segment ended before the range was sent")
+                    if sent > 0:
+                        position += sent
+                        remaining -= sent
+                        continue
+                    await self._socket_writable()
+        except OSError as e:
+            self.close(f"sendfile failed: {e!r}")
+            return
+        finally:
+            self._sending_file = False
+            self._send_task = None
+        if self.state is ConnectionState.OPEN:
+            self._write_ready_responses()
+            self._update_reading()
+
+    async def _socket_writable(self) -> None:
+        if self._poll_fd < 0:
+            self._poll_fd = os.dup(self._socket_fd)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def ready() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        loop.add_writer(self._poll_fd, ready)
+        try:
+            await waiter
+        finally:
+            if self._poll_fd >= 0:  # closed by connection_lost otherwise
+                loop.remove_writer(self._poll_fd)
 
     def _update_reading(self) -> None:
         if self._transport is None or self.state is not ConnectionState.OPEN:
@@ -340,7 +466,7 @@ class ClientConnection(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        return not self._pending
+        return not self._pending and not self._sending_file
 
     def _set_state(self, state: ConnectionState) -> None:
         self.state = state

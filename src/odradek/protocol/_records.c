@@ -35,7 +35,9 @@
  *     only -1 as null and fails on the rest, so they are refused here;
  *   - record i has offsetDelta i: every producer writes consecutive deltas, and a consumer
  *     positions itself by them, so a batch with other deltas makes consumers skip or repeat
- *     records;
+ *     records. Batches read back from the log (`index(..., stored=True)`, `find_timestamp`) may
+ *     have been thinned by compaction, which keeps each record's offset: there the deltas need
+ *     only be >= 0 and increase (see `_walker.h`);
  *   - the header count is >= 0 and could fit in what is left of the record.
  *
  * A prefix walk (`prefix=True`) checks the first bytes of a records section whose end has not been
@@ -55,252 +57,10 @@
  * against the length taken at the start.
  */
 
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <string.h>
+#include "_walker.h"
 
-#define MIN_RECORD_SIZE 7 /* length, attributes, ts delta, offset delta, key, value, header count */
 #define INDEX_FIELDS 9
 #define OUTSIDE_LIMIT 1000 /* records outside the timestamp bounds that `scan` lists */
-
-typedef struct {
-    int32_t offset_delta;
-    int64_t timestamp;
-    Py_ssize_t start;       /* where the length varint starts */
-    Py_ssize_t key_pos;     /* where the key bytes start (after the length varint) */
-    int32_t key_len;        /* -1: null */
-    Py_ssize_t value_pos;
-    int32_t value_len;
-    Py_ssize_t headers_pos; /* the first header's key length varint */
-    int32_t header_count;
-    Py_ssize_t end;         /* one past the record's last byte */
-} rec_t;
-
-typedef struct {
-    char message[200];
-    Py_ssize_t index;
-    Py_ssize_t position;
-} walk_error_t;
-
-/* Called once per record; returns 0 to go on, 1 to stop there (done), -1 to stop with the
- * error filled in. */
-typedef int (*visit_fn)(void *ctx, Py_ssize_t index, const rec_t *rec, walk_error_t *err);
-
-enum { VARINT_OK = 0, VARINT_TRUNCATED, VARINT_TOO_LONG, VARINT_RANGE };
-
-static const char *varint_problem(int code) {
-    switch (code) {
-    case VARINT_TRUNCATED:
-        return "is cut short";
-    case VARINT_TOO_LONG:
-        return "is too long";
-    default:
-        return "does not fit its type";
-    }
-}
-
-static inline int read_varint(const uint8_t *p, Py_ssize_t end, Py_ssize_t *pos, int32_t *out) {
-    uint32_t raw = 0;
-    Py_ssize_t i = *pos;
-    for (int shift = 0; shift <= 28; shift += 7) {
-        if (i >= end)
-            return VARINT_TRUNCATED;
-        uint8_t b = p[i++];
-        if (shift == 28) {
-            if (b & 0x80)
-                return VARINT_TOO_LONG;
-            if (b > 0x0F)
-                return VARINT_RANGE;
-        }
-        raw |= (uint32_t)(b & 0x7F) << shift;
-        if (!(b & 0x80)) {
-            *pos = i;
-            *out = (int32_t)((raw >> 1) ^ (0u - (raw & 1u)));
-            return VARINT_OK;
-        }
-    }
-    return VARINT_TOO_LONG; /* not reached */
-}
-
-static inline int read_varlong(const uint8_t *p, Py_ssize_t end, Py_ssize_t *pos, int64_t *out) {
-    uint64_t raw = 0;
-    Py_ssize_t i = *pos;
-    for (int shift = 0; shift <= 63; shift += 7) {
-        if (i >= end)
-            return VARINT_TRUNCATED;
-        uint8_t b = p[i++];
-        if (shift == 63) {
-            if (b & 0x80)
-                return VARINT_TOO_LONG;
-            if (b > 0x01)
-                return VARINT_RANGE;
-        }
-        raw |= (uint64_t)(b & 0x7F) << shift;
-        if (!(b & 0x80)) {
-            *pos = i;
-            *out = (int64_t)((raw >> 1) ^ (0ull - (raw & 1ull)));
-            return VARINT_OK;
-        }
-    }
-    return VARINT_TOO_LONG; /* not reached */
-}
-
-/* Whether p[0:n] is UTF-8 as RFC 3629 defines it (what Python's strict decoder accepts). */
-static int utf8_valid(const uint8_t *p, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    while (i < n) {
-        uint8_t b = p[i];
-        if (b < 0x80) {
-            i++;
-            continue;
-        }
-        int extra;
-        uint8_t low = 0x80, high = 0xBF; /* allowed range of the first continuation byte */
-        if (b >= 0xC2 && b <= 0xDF) {
-            extra = 1;
-        } else if (b >= 0xE0 && b <= 0xEF) {
-            extra = 2;
-            if (b == 0xE0)
-                low = 0xA0; /* no overlong forms */
-            else if (b == 0xED)
-                high = 0x9F; /* no surrogates */
-        } else if (b >= 0xF0 && b <= 0xF4) {
-            extra = 3;
-            if (b == 0xF0)
-                low = 0x90;
-            else if (b == 0xF4)
-                high = 0x8F; /* nothing above U+10FFFF */
-        } else {
-            return 0;
-        }
-        if (n - i <= extra)
-            return 0;
-        if (p[i + 1] < low || p[i + 1] > high)
-            return 0;
-        for (int k = 2; k <= extra; k++)
-            if ((p[i + k] & 0xC0) != 0x80)
-                return 0;
-        i += extra + 1;
-    }
-    return 1;
-}
-
-#define FAIL(...)                                                                    \
-    do {                                                                             \
-        err->index = index;                                                          \
-        err->position = pos;                                                         \
-        snprintf(err->message, sizeof(err->message), __VA_ARGS__);                   \
-        return -1;                                                                   \
-    } while (0)
-
-#define VARINT(reader, limit, target, what)                                          \
-    do {                                                                             \
-        int _code = reader(p, (limit), &pos, (target));                              \
-        if (_code != VARINT_OK)                                                      \
-            FAIL("record %zd: the %s varint %s", index, (what), varint_problem(_code)); \
-    } while (0)
-
-/* Walk `count` records in p[0:n]; call `visit` on each. 0 on success, -1 with `err` filled.
- * With `prefix`, p[0:n] is only the start of the records: stop quietly where they are cut. */
-static int walk(const uint8_t *p, Py_ssize_t n, int64_t count, int64_t base_timestamp,
-                int prefix, visit_fn visit, void *ctx, walk_error_t *err) {
-    Py_ssize_t pos = 0;
-    Py_ssize_t index = -1;
-    if (count < 0)
-        FAIL("recordsCount %lld is negative", (long long)count);
-    if (!prefix && count > n / MIN_RECORD_SIZE)
-        FAIL("recordsCount %lld cannot fit in %zd bytes of records", (long long)count, n);
-    for (index = 0; index < count; index++) {
-        rec_t rec;
-        int32_t length;
-        rec.start = pos;
-        if (prefix) {
-            Py_ssize_t probe = pos;
-            if (pos >= n || read_varint(p, n, &probe, &length) == VARINT_TRUNCATED)
-                return 0;
-        }
-        VARINT(read_varint, n, &length, "length");
-        if (length < 0)
-            FAIL("record %zd has a negative length %d", index, (int)length);
-        if (length > n - pos) {
-            if (prefix)
-                return 0;
-            FAIL("record %zd has length %d but only %zd bytes of records remain", index,
-                 (int)length, n - pos);
-        }
-        Py_ssize_t end = pos + length;
-        rec.end = end;
-        if (pos >= end)
-            FAIL("record %zd has no attributes byte", index);
-        pos++; /* attributes: unused in v2 */
-        int64_t timestamp_delta;
-        VARINT(read_varlong, end, &timestamp_delta, "timestampDelta");
-        rec.timestamp = (int64_t)((uint64_t)base_timestamp + (uint64_t)timestamp_delta);
-        VARINT(read_varint, end, &rec.offset_delta, "offsetDelta");
-        if (rec.offset_delta != index)
-            FAIL("record %zd has offsetDelta %d (records must have consecutive offset deltas)",
-                 index, (int)rec.offset_delta);
-        VARINT(read_varint, end, &rec.key_len, "key length");
-        if (rec.key_len < -1)
-            FAIL("record %zd has key length %d", index, (int)rec.key_len);
-        rec.key_pos = pos;
-        if (rec.key_len > end - pos)
-            FAIL("record %zd: its key of %d bytes runs past the record", index, (int)rec.key_len);
-        if (rec.key_len > 0)
-            pos += rec.key_len;
-        VARINT(read_varint, end, &rec.value_len, "value length");
-        if (rec.value_len < -1)
-            FAIL("record %zd has value length %d", index, (int)rec.value_len);
-        rec.value_pos = pos;
-        if (rec.value_len > end - pos)
-            FAIL("record %zd: its value of %d bytes runs past the record", index,
-                 (int)rec.value_len);
-        if (rec.value_len > 0)
-            pos += rec.value_len;
-        VARINT(read_varint, end, &rec.header_count, "header count");
-        if (rec.header_count < 0)
-            FAIL("record %zd has header count %d", index, (int)rec.header_count);
-        if (rec.header_count > (end - pos) / 2)
-            FAIL("record %zd: %d headers cannot fit in the %zd bytes left of the record", index,
-                 (int)rec.header_count, end - pos);
-        rec.headers_pos = pos;
-        for (int32_t h = 0; h < rec.header_count; h++) {
-            int32_t key_len, value_len;
-            VARINT(read_varint, end, &key_len, "header key length");
-            if (key_len < 0)
-                FAIL("record %zd: header %d has key length %d (header keys cannot be null)",
-                     index, (int)h, (int)key_len);
-            if (key_len > end - pos)
-                FAIL("record %zd: header %d's key runs past the record", index, (int)h);
-            if (!utf8_valid(p + pos, key_len))
-                FAIL("record %zd: header %d's key is not UTF-8", index, (int)h);
-            pos += key_len;
-            VARINT(read_varint, end, &value_len, "header value length");
-            if (value_len < -1)
-                FAIL("record %zd: header %d has value length %d", index, (int)h, (int)value_len);
-            if (value_len > end - pos)
-                FAIL("record %zd: header %d's value runs past the record", index, (int)h);
-            if (value_len > 0)
-                pos += value_len;
-        }
-        if (pos != end)
-            FAIL("record %zd has length %d but its fields take %zd bytes", index, (int)length,
-                 pos - (end - length));
-        if (visit != NULL) {
-            int verdict = visit(ctx, index, &rec, err);
-            if (verdict < 0)
-                return -1;
-            if (verdict > 0)
-                return 0; /* the visitor has what it wanted */
-        }
-    }
-    if (pos != n) {
-        index = count;
-        FAIL("%zd bytes follow the last of the %lld records", n - pos, (long long)count);
-    }
-    return 0;
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* scan: validation                                                                          */
@@ -313,6 +73,9 @@ typedef struct {
     Py_ssize_t outside_index[OUTSIDE_LIMIT]; /* the first records outside [lower, upper] */
     int64_t outside_timestamp[OUTSIDE_LIMIT];
     Py_ssize_t outside_count;
+    int require_keys;
+    Py_ssize_t keyless_index[OUTSIDE_LIMIT]; /* the first records without a key */
+    Py_ssize_t keyless_count;                /* all of them */
 } scan_ctx_t;
 
 static int scan_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error_t *err) {
@@ -324,6 +87,13 @@ static int scan_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error
         ctx->min_timestamp = ts;
     if (ts > ctx->max_timestamp)
         ctx->max_timestamp = ts;
+    if (ctx->require_keys && rec->key_len < 0) {
+        /* Kafka reports a record's missing key instead of its timestamp. */
+        if (ctx->keyless_count < OUTSIDE_LIMIT)
+            ctx->keyless_index[ctx->keyless_count] = index;
+        ctx->keyless_count++;
+        return 0;
+    }
     /* -1 is "no timestamp": Kafka exempts it from the bounds. */
     if (ctx->check_bounds && ts != -1 && (ts < ctx->lower || ts > ctx->upper) &&
         ctx->outside_count < OUTSIDE_LIMIT) {
@@ -346,26 +116,30 @@ static PyObject *raise_walk_error(const walk_error_t *err) {
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(records, records_count, base_timestamp, lower=None, upper=None, prefix=False)\n"
-"    -> (min_timestamp, max_timestamp, outside)\n\n"
+"scan(records, records_count, base_timestamp, lower=None, upper=None, prefix=False,\n"
+"     require_keys=False) -> (min_timestamp, max_timestamp, outside, keyless, keyless_count)\n\n"
 "Validate the records section `records` (decompressed) of a batch declaring `records_count`\n"
 "records and `base_timestamp`. Returns the smallest and largest record timestamp (-1, -1 when\n"
 "there are no records) and, when `lower`/`upper` are given, the first 1000 records whose\n"
 "timestamp (other than -1) lies outside [lower, upper], as a tuple of (index, timestamp).\n"
 "Raises InvalidRecordsError(message, record index, byte position) on the first malformation.\n"
-"With prefix=True, `records` is only the start of the section (see the module comment).");
+"With prefix=True, `records` is only the start of the section (see the module comment).\n"
+"With require_keys=True (a compacted topic) records without a key are listed instead: the\n"
+"first 1000 indexes in `keyless`, all of them counted in `keyless_count`; their timestamps\n"
+"are not checked against the bounds.");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long count, base_timestamp;
     PyObject *lower_obj = Py_None, *upper_obj = Py_None;
-    int prefix = 0;
+    int prefix = 0, require_keys = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*LL|OOp:scan", &view, &count, &base_timestamp, &lower_obj,
-                          &upper_obj, &prefix))
+    if (!PyArg_ParseTuple(args, "y*LL|OOpp:scan", &view, &count, &base_timestamp, &lower_obj,
+                          &upper_obj, &prefix, &require_keys))
         return NULL;
-    scan_ctx_t ctx; /* 16 KB: on the stack */
+    scan_ctx_t ctx; /* 24 KB: on the stack */
     memset(&ctx, 0, sizeof(ctx));
+    ctx.require_keys = require_keys;
     ctx.min_timestamp = INT64_MAX;
     ctx.max_timestamp = INT64_MIN;
     ctx.lower = INT64_MIN;
@@ -384,8 +158,8 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     walk_error_t err;
     int result;
     Py_BEGIN_ALLOW_THREADS
-    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, prefix, scan_visit,
-                  &ctx, &err);
+    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, prefix, 1,
+                  scan_visit, &ctx, &err);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result != 0)
@@ -406,8 +180,23 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         ctx.min_timestamp = -1;
         ctx.max_timestamp = -1;
     }
-    return Py_BuildValue("(LLN)", (long long)ctx.min_timestamp, (long long)ctx.max_timestamp,
-                         outside);
+    Py_ssize_t listed = ctx.keyless_count < OUTSIDE_LIMIT ? ctx.keyless_count : OUTSIDE_LIMIT;
+    PyObject *keyless = PyTuple_New(listed);
+    if (keyless == NULL) {
+        Py_DECREF(outside);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < listed; i++) {
+        PyObject *item = PyLong_FromSsize_t(ctx.keyless_index[i]);
+        if (item == NULL) {
+            Py_DECREF(outside);
+            Py_DECREF(keyless);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(keyless, i, item);
+    }
+    return Py_BuildValue("(LLNNn)", (long long)ctx.min_timestamp, (long long)ctx.max_timestamp,
+                         outside, keyless, ctx.keyless_count);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -433,22 +222,25 @@ static int index_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_erro
 }
 
 PyDoc_STRVAR(index_doc,
-"index(records, records_count, base_timestamp) -> bytes\n\n"
+"index(records, records_count, base_timestamp, stored=False) -> bytes\n\n"
 "Validate as `scan` does and return the layout of every record: records_count rows of nine\n"
 "native-endian int64 (offset delta, timestamp, key position, key length (-1 = null), value\n"
 "position, value length, position of the first header, header count, end of the record),\n"
-"positions relative to the start of `records`.");
+"positions relative to the start of `records`. With stored=True the records come from the log,\n"
+"where compaction may have removed some: offset deltas need only increase.");
 
 static PyObject *index_records(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long count, base_timestamp;
+    int stored = 0;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*LL:index", &view, &count, &base_timestamp))
+    if (!PyArg_ParseTuple(args, "y*LL|p:index", &view, &count, &base_timestamp, &stored))
         return NULL;
     walk_error_t err;
     /* Refuse impossible counts before allocating rows for them. */
     if (count < 0 || count > view.len / MIN_RECORD_SIZE) {
-        walk((const uint8_t *)view.buf, view.len, count, base_timestamp, 0, NULL, NULL, &err);
+        walk((const uint8_t *)view.buf, view.len, count, base_timestamp, 0, !stored, NULL, NULL,
+             &err);
         PyBuffer_Release(&view);
         return raise_walk_error(&err);
     }
@@ -460,8 +252,8 @@ static PyObject *index_records(PyObject *self, PyObject *args) {
     index_ctx_t ctx = {(int64_t *)PyBytes_AS_STRING(rows)};
     int result;
     Py_BEGIN_ALLOW_THREADS
-    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, 0, index_visit,
-                  &ctx, &err);
+    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, 0, !stored,
+                  index_visit, &ctx, &err);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result != 0) {
@@ -498,7 +290,8 @@ PyDoc_STRVAR(find_doc,
 "find_timestamp(records, records_count, base_timestamp, target, min_delta)\n"
 "    -> (offset_delta, timestamp) | None\n\n"
 "The first record (in offset order) with timestamp >= target and offset delta >= min_delta.\n"
-"Records are validated as far as the walk goes (InvalidRecordsError).");
+"Records are validated as far as the walk goes (InvalidRecordsError), as stored records: offset\n"
+"deltas need only increase (compaction may have removed records).");
 
 static PyObject *find_timestamp(PyObject *self, PyObject *args) {
     Py_buffer view;
@@ -511,8 +304,8 @@ static PyObject *find_timestamp(PyObject *self, PyObject *args) {
     walk_error_t err;
     int result;
     Py_BEGIN_ALLOW_THREADS
-    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, 0, find_visit, &ctx,
-                  &err);
+    result = walk((const uint8_t *)view.buf, view.len, count, base_timestamp, 0, 0, find_visit,
+                  &ctx, &err);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result != 0)

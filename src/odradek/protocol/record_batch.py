@@ -304,6 +304,27 @@ def _set_log_append_time(buf: bytearray, header: BatchHeader, now_ms: int) -> di
     return {"attributes": attributes, "max_timestamp": now_ms, "crc": crc}
 
 
+def rebuild_batch(
+    batch: Buffer, header: BatchHeader, records: Buffer, compression: CompressionType
+) -> bytearray:
+    """The batch `header` describes (at the start of `batch`) with `records` (its records
+    section, decompressed) stored with `compression` instead: the leader's recompression for a
+    topic's compression.type. Every header field stays but the codec, batchLength and CRC; the
+    records are byte for byte the same once decompressed."""
+    from odradek.protocol import compression as codecs
+
+    if compression == CompressionType.NONE:
+        payload: Buffer = records
+    else:
+        payload = codecs.compress(compression, bytes(records))
+    out = bytearray(memoryview(batch)[: header.position + HEADER_SIZE][header.position :])
+    out += payload
+    _INT32.pack_into(out, 8, len(out) - LOG_OVERHEAD)
+    _INT16.pack_into(out, _ATTRIBUTES_POS, (header.attributes & ~_COMPRESSION_MASK) | compression)
+    _UINT32.pack_into(out, _CRC_POS, google_crc32c.value(bytes(out[_ATTRIBUTES_POS:])))
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # Record-level helpers for tests, benchmarks and tools. Never used on the broker's hot paths.
 # ---------------------------------------------------------------------------------------------
@@ -447,7 +468,7 @@ def decode_records(batch: Buffer, limit: int = TOOLS_DECOMPRESSED_LIMIT) -> list
         payload = decompress(header.compression, bytes(payload), limit)
     log_append_time = header.timestamp_type == TimestampType.LOG_APPEND_TIME
     records: list[Record] = []
-    for layout in index_records(payload, header.records_count, header.base_timestamp):
+    for layout in index_records(payload, header.records_count, header.base_timestamp, stored=True):
         headers: list[tuple[str, bytes | None]] = []
         position = layout.headers_position
         for _ in range(layout.header_count):

@@ -6,7 +6,8 @@ section obeys are documented in the C source, `_records.c`. The short version: e
 `recordsCount` records and no trailing byte; varints of at most 5 bytes and varlongs of at most 10,
 whose value fits; each record's length equal to the bytes its fields take; key, value and header
 value lengths >= -1 (-1 is null), header key lengths >= 0 and header keys UTF-8; record i has
-offsetDelta i.
+offsetDelta i (in a producer's batch; a batch read back from a compacted log may miss records, so
+there deltas need only increase: `stored=True`).
 
 Two implementations of the same rules:
 
@@ -65,11 +66,14 @@ batch of millions of tiny records must not become millions of error entries in m
 class ScanResult(NamedTuple):
     """What validation learns in its pass: the smallest and largest record timestamp (-1, -1 for
     no records) and the first OUTSIDE_LIMIT records outside the timestamp bounds asked for, as
-    (index, timestamp)."""
+    (index, timestamp); with `require_keys`, the first OUTSIDE_LIMIT records without a key and
+    how many there are (those are not in `outside`: Kafka reports a missing key first)."""
 
     min_timestamp: int
     max_timestamp: int
     outside: tuple[tuple[int, int], ...]
+    keyless: tuple[int, ...] = ()
+    keyless_count: int = 0
 
 
 _INT64_MIN = -(2**63)
@@ -112,10 +116,12 @@ def _to_int64(value: int) -> int:
 class _Walker:
     """The reference walk: one record at a time, every rule spelled out."""
 
-    def __init__(self, buf: Buffer) -> None:
+    def __init__(self, buf: Buffer, consecutive: bool = True) -> None:
         self.buf = buf
         self.position = 0
         self.index = -1
+        self.consecutive = consecutive
+        self.previous_delta = -1
 
     def fail(self, message: str) -> _Malformed:
         return _Malformed(f"record {self.index}{message}", self.index, self.position)
@@ -151,10 +157,16 @@ class _Walker:
         self.position += 1
         timestamp = _to_int64(base_timestamp + self.read(end, "timestampDelta", long=True))
         offset_delta = self.read(end, "offsetDelta")
-        if offset_delta != self.index:
+        if (
+            offset_delta != self.index
+            if self.consecutive
+            else offset_delta < 0 or offset_delta <= self.previous_delta
+        ):
+            rule = "consecutive" if self.consecutive else "increasing"
             raise self.fail(
-                f" has offsetDelta {offset_delta} (records must have consecutive offset deltas)"
+                f" has offsetDelta {offset_delta} (records must have {rule} offset deltas)"
             )
+        self.previous_delta = offset_delta
         key_position, key_length = self.field(end, "key")
         value_position, value_length = self.field(end, "value")
         header_count = self.read(end, "header count")
@@ -219,13 +231,14 @@ def _walk(
     base_timestamp: int,
     visit: Callable[[int, RecordLayout], None],
     prefix: bool = False,
+    consecutive: bool = True,
 ) -> None:
     n = len(buf)
     if count < 0:
         raise _Malformed(f"recordsCount {count} is negative", -1, 0)
     if not prefix and count > n // MIN_RECORD_SIZE:
         raise _Malformed(f"recordsCount {count} cannot fit in {n} bytes of records", -1, 0)
-    walker = _Walker(buf)
+    walker = _Walker(buf, consecutive)
     for index in range(count):
         walker.index = index
         if prefix and walker.record_is_cut(n):
@@ -246,6 +259,7 @@ def reference_scan(
     lower: int | None = None,
     upper: int | None = None,
     prefix: bool = False,
+    require_keys: bool = False,
 ) -> ScanResult:
     """`scan_records` in plain Python (see the module docstring)."""
     check = lower is not None or upper is not None
@@ -253,9 +267,13 @@ def reference_scan(
     high = _INT64_MAX if upper is None else upper
     timestamps: list[int] = []
     outside: list[tuple[int, int]] = []
+    keyless: list[int] = []
 
     def visit(index: int, record: RecordLayout) -> None:
         timestamps.append(record.timestamp)
+        if require_keys and record.key_length < 0:
+            keyless.append(index)
+            return
         outside_bounds = check and record.timestamp != -1 and not low <= record.timestamp <= high
         if outside_bounds and len(outside) < OUTSIDE_LIMIT:
             outside.append((index, record.timestamp))
@@ -264,16 +282,25 @@ def reference_scan(
         _walk(records, records_count, base_timestamp, visit, prefix)
     except _Malformed as e:
         raise InvalidRecordError(e.message) from None
+    listed = tuple(keyless[:OUTSIDE_LIMIT])
     if not timestamps:
-        return ScanResult(-1, -1, ())
-    return ScanResult(min(timestamps), max(timestamps), tuple(outside))
+        return ScanResult(-1, -1, (), listed, len(keyless))
+    return ScanResult(min(timestamps), max(timestamps), tuple(outside), listed, len(keyless))
 
 
-def reference_index(records: Buffer, records_count: int, base_timestamp: int) -> list[RecordLayout]:
+def reference_index(
+    records: Buffer, records_count: int, base_timestamp: int, stored: bool = False
+) -> list[RecordLayout]:
     """`index_records` in plain Python."""
     layouts: list[RecordLayout] = []
     try:
-        _walk(records, records_count, base_timestamp, lambda _i, r: layouts.append(r))
+        _walk(
+            records,
+            records_count,
+            base_timestamp,
+            lambda _i, r: layouts.append(r),
+            consecutive=not stored,
+        )
     except _Malformed as e:
         raise InvalidRecordError(e.message) from None
     return layouts
@@ -304,6 +331,7 @@ def scan_records(
     lower: int | None = None,
     upper: int | None = None,
     prefix: bool = False,
+    require_keys: bool = False,
 ) -> ScanResult:
     """Validate a records section in one pass; InvalidRecordError on the first malformation.
 
@@ -311,30 +339,38 @@ def scan_records(
     the first OUTSIDE_LIMIT records with a timestamp other than -1 outside them, with their
     timestamps. With `prefix`, `records`
     is only the start of the section (a decompression stopped at its limit): the walk stops at
-    the first record not wholly there, refusing only malformations in the bytes it has.
+    the first record not wholly there, refusing only malformations in the bytes it has. With
+    `require_keys` (a compacted topic) records without a key are listed (see ScanResult).
     """
     if lower is not None:
         lower = max(lower, _INT64_MIN)
     if upper is not None:
         upper = min(upper, _INT64_MAX)
     if _native is None:  # pragma: no cover
-        return reference_scan(records, records_count, base_timestamp, lower, upper, prefix)
+        return reference_scan(
+            records, records_count, base_timestamp, lower, upper, prefix, require_keys
+        )
     if not _INT64_MIN <= records_count <= _INT64_MAX:
         raise InvalidRecordError(f"recordsCount {records_count} is out of range")
     try:
         return ScanResult._make(
-            _native.scan(records, records_count, base_timestamp, lower, upper, prefix)
+            _native.scan(records, records_count, base_timestamp, lower, upper, prefix, require_keys)
         )
     except _native.InvalidRecordsError as e:
         raise InvalidRecordError(e.args[0]) from None
 
 
-def index_records(records: Buffer, records_count: int, base_timestamp: int) -> list[RecordLayout]:
-    """Validate a records section and return every record's layout."""
+def index_records(
+    records: Buffer, records_count: int, base_timestamp: int, stored: bool = False
+) -> list[RecordLayout]:
+    """Validate a records section and return every record's layout.
+
+    `stored`: the records were read from the log, where compaction may have removed some, so
+    offset deltas need only increase (a producer's batch has deltas 0, 1, 2, ...)."""
     if _native is None:  # pragma: no cover
-        return reference_index(records, records_count, base_timestamp)
+        return reference_index(records, records_count, base_timestamp, stored)
     try:
-        rows = _native.index(records, records_count, base_timestamp)
+        rows = _native.index(records, records_count, base_timestamp, stored)
     except _native.InvalidRecordsError as e:
         raise InvalidRecordError(e.args[0]) from None
     return [RecordLayout._make(row) for row in _ROW.iter_unpack(rows)]
@@ -344,7 +380,8 @@ def find_timestamp(
     records: Buffer, records_count: int, base_timestamp: int, target: int, min_delta: int
 ) -> tuple[int, int] | None:
     """The first record with timestamp >= `target` and offset delta >= `min_delta`, as
-    (offset delta, timestamp); None when there is none. The walk stops at that record."""
+    (offset delta, timestamp); None when there is none. The walk stops at that record. The
+    records are stored ones (see `index_records`)."""
     if _native is None:  # pragma: no cover
         return reference_find_timestamp(records, records_count, base_timestamp, target, min_delta)
     try:
@@ -358,7 +395,7 @@ def reference_find_timestamp(
     records: Buffer, records_count: int, base_timestamp: int, target: int, min_delta: int
 ) -> tuple[int, int] | None:
     """`find_timestamp` in plain Python (it validates the whole section first)."""
-    for layout in reference_index(records, records_count, base_timestamp):
+    for layout in reference_index(records, records_count, base_timestamp, stored=True):
         if layout.timestamp >= target and layout.offset_delta >= min_delta:
             return layout.offset_delta, layout.timestamp
     return None

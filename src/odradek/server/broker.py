@@ -13,12 +13,15 @@ Start-up (`Broker.startup`), in Kafka's order and for the same reasons:
   5. register `/brokers/ids/<id>` (ephemeral; its czxid is our broker epoch) with every advertised
      listener and the listener→protocol map;
   6. start the controller component (it competes for `/controller`);
-  7. start the periodic tasks (retention, checkpoints, ISR expiry).
+  7. start the periodic tasks (retention, checkpoints, ISR expiry) and the log cleaner
+     (`odradek.log.log_cleaner`: its checkpoints are read here; it cleans a partition only once
+     this broker leads or follows it, up to its high watermark).
 
 Shutdown (`Broker.shutdown`): controlled shutdown through the controller (leadership moves away
 first), stop listening, stop the controller and the replica manager (fetchers, HW checkpoint), close
-the logs cleanly (flush, checkpoints, clean-shutdown marker), then close the ZooKeeper session —
-which removes our registration last.
+the log cleaner (a cleaning in progress is aborted: its `.cleaned` files go), close the logs
+cleanly (flush, checkpoints, clean-shutdown marker), then close the ZooKeeper session — which
+removes our registration last.
 
 Concurrency: one asyncio event loop runs every component; kazoo's threads only hand results and
 watch events to it.
@@ -48,7 +51,8 @@ from odradek.coordinator.group.txn_offsets import PendingTxnOffsets
 from odradek.coordinator.group.zk_import import ZkLegacyOffsets
 from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
-from odradek.errors import KafkaError, OperatorError, require
+from odradek.errors import InvariantError, KafkaError, OperatorError, require
+from odradek.log.log_cleaner import CleanerConfig, LogCleaner
 from odradek.log.log_manager import LogManager
 from odradek.network.client import BrokerConnection, ClientSecurity
 from odradek.network.server import SocketServer
@@ -65,6 +69,7 @@ from odradek.server.apis import KafkaApis, answer_api_versions
 from odradek.server.authorization import RequestAuthorizer
 from odradek.server.broker_security import BrokerSecurity, zookeeper_identity
 from odradek.server.config import KafkaConfig, parse_properties
+from odradek.server.fetch_session import FetchManager, FetchSessionCache
 from odradek.server.listeners import (
     broker_client_security,
     connection_quotas,
@@ -104,9 +109,15 @@ class Broker:
         self.latest_controller_epoch = -1
         self.zk: ZkClient | None = None
         self.log_manager: LogManager | None = None
+        self.log_cleaner: LogCleaner | None = None
         listeners = config.listener_config
         self.metadata_cache = MetadataCache(self.broker_id, listeners.inter_broker_listener)
         self.security = BrokerSecurity(config, lambda: self.broker_epoch)
+        # Incremental fetch sessions (KIP-227), shared by every listener's connections.
+        self.fetch_manager = FetchManager(
+            FetchSessionCache(config["max.incremental.fetch.session.cache.slots"]),
+            lambda: int(time.time() * 1000),
+        )
         # How this broker reaches others: the inter-broker listener (fetchers, controlled
         # shutdown) and the control-plane listener (the controller's requests).
         self.inter_broker_client: ClientSecurity = broker_client_security(
@@ -150,6 +161,10 @@ class Broker:
     async def startup(self) -> None:
         config = self.config
         now_ms = int(time.time() * 1000)
+        try:
+            cleaner_config = CleanerConfig.from_broker_config(config.__getitem__)
+        except InvariantError as e:
+            raise OperatorError(str(e)) from None
         # 1. logs
         self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}))
         try:
@@ -275,6 +290,8 @@ class Broker:
         self._tasks.append(loop.create_task(self._producer_expiration_loop()))
         self.group_coordinator.start()
         self.transaction_coordinator.start()
+        self.log_cleaner = LogCleaner(self._log_manager, cleaner_config, self._cleanable_offset)
+        self.log_cleaner.start()
         self.started = True
         log.info(
             "broker %d started: listening on %s, cluster %s, %d logs",
@@ -511,6 +528,16 @@ class Broker:
         for partition in list(self.replica_manager.partitions.values()):
             if partition.topic == topic and partition.log is not None:
                 partition.log.config = config
+        if self.log_cleaner is not None and config.compact:
+            self.log_cleaner.wake()
+
+    def _cleanable_offset(self, topic: str, partition: int) -> int | None:
+        """Where the log cleaner must stop in a partition: its high watermark (nothing a new
+        leader could truncate is cleaned); None when this broker does not serve it."""
+        found = self.replica_manager.get_partition(topic, partition)
+        if found is None or found.log is None:
+            return None
+        return int(found.high_watermark)
 
     async def _publish_isr_changes(self, partitions: list[tuple[str, int]]) -> None:
         """One `/isr_change_notification` znode per chunk of changes: a znode (and the request
@@ -648,6 +675,9 @@ class Broker:
                     await task
             if self.replica_manager is not None:
                 await self.replica_manager.shutdown()
+            if self.log_cleaner is not None:
+                with contextlib.suppress(Exception):
+                    await self.log_cleaner.shutdown()
             if self.log_manager is not None:
                 self._log_manager.shutdown()
             await self.security.close()

@@ -51,6 +51,13 @@ def _between(low: int, high: int) -> Callable[[Any], str | None]:
     return check
 
 
+def _ratio_between(low: float, high: float) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if low <= value <= high else f"must be between {low:g} and {high:g}"
+
+    return check
+
+
 def _one_of(*allowed: str) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
         return None if value in allowed else f"must be one of {', '.join(allowed)}"
@@ -118,6 +125,24 @@ _DEFS = [
     ConfigDef("log.flush.offset.checkpoint.interval.ms", "int", 60000, _at_least(0)),
     ConfigDef("log.flush.start.offset.checkpoint.interval.ms", "int", 60000, _at_least(0)),
     ConfigDef("log.cleanup.policy", "string", "delete"),
+    # The log cleaner (odradek.log.log_cleaner) and the compaction defaults of every topic.
+    ConfigDef("log.cleaner.enable", "bool", True),
+    ConfigDef("log.cleaner.threads", "int", 1, _at_least(0)),
+    ConfigDef("log.cleaner.dedupe.buffer.size", "long", 128 * 1024 * 1024, _at_least(1024)),
+    ConfigDef("log.cleaner.io.buffer.size", "int", 512 * 1024, _at_least(0)),
+    ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9, _ratio_between(0.0, 1.0)),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308),
+    ConfigDef("log.cleaner.backoff.ms", "long", 15000, _at_least(0)),
+    ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, _ratio_between(0.0, 1.0)),
+    ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, _at_least(0)),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, _at_least(0)),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", "long", 2**63 - 1, _at_least(1)),
+    ConfigDef(
+        "compression.type",
+        "string",
+        "producer",
+        _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+    ),
     ConfigDef("message.max.bytes", "int", 1048588, _at_least(0)),
     ConfigDef("socket.request.max.bytes", "int", 104857600, _at_least(1)),
     ConfigDef("replica.lag.time.max.ms", "long", 30000, _at_least(1)),
@@ -125,6 +150,7 @@ _DEFS = [
     ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, _at_least(0)),
     ConfigDef("fetch.max.bytes", "int", 55 * 1024 * 1024, _at_least(1024)),
     ConfigDef("replica.fetch.wait.max.ms", "int", 500, _at_least(0)),
+    ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, _at_least(0)),
     ConfigDef("replica.fetch.min.bytes", "int", 1, _at_least(0)),
     ConfigDef("replica.fetch.backoff.ms", "int", 1000, _at_least(0)),
     ConfigDef("replica.socket.timeout.ms", "int", 30000),

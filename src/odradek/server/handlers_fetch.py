@@ -7,8 +7,10 @@ follower's id and broker epoch in `replica_state`. Consumers need READ on each t
 needs CLUSTER_ACTION, must be a replica of the partition and present its current broker epoch, and
 its fetch moves its LEO (and so the ISR and HW) only after the read at its offset succeeded
 (`odradek.security.controller_requests`): no client can keep a dead follower in the ISR by
-fetching in its name. Fetch sessions (KIP-227) are not implemented: every response carries session
-id 0, which tells clients to keep sending full fetch requests.
+fetching in its name. From v7 the request may belong to an incremental fetch session (KIP-227,
+`odradek.server.fetch_session`): a full request answers every partition it names and may open a
+session; an incremental one reads every partition of its session and answers only those with
+records, a changed high watermark or log start offset, or an error.
 
 Whatever a request asks for, a response holds at most `fetch.max.bytes` (KIP-541, 55 MB by
 default) of records for a consumer and `replica.fetch.response.max.bytes` (10 MB) for a follower,
@@ -34,6 +36,13 @@ from kio.schema.errors import ErrorCode
 from odradek.cluster.replica_manager import FetchPartitionRequest, FetchPartitionResult
 from odradek.errors import KafkaError
 from odradek.protocol.build import build_response
+from odradek.protocol.fetch_response import (
+    EncodedResponse,
+    FileRecords,
+    PartitionAnswer,
+    TopicAnswer,
+    encode_fetch_response,
+)
 from odradek.security.controller_requests import (
     UNKNOWN_BROKER_EPOCH,
     may_update_follower_state,
@@ -46,12 +55,15 @@ from odradek.server.authorization import (
     TOPIC,
     TOPIC_AUTHORIZATION_FAILED,
 )
+from odradek.server.fetch_session import ContextKind, PartitionFetch, PartitionKey
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
     from odradek.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
+
+ZERO_COPY_PROTOCOLS = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -104,36 +116,81 @@ def _replica_id(request: Any) -> int:
     return int(getattr(request, "replica_id", -1))
 
 
+def _partition_fetch(partition: Any) -> PartitionFetch:
+    return PartitionFetch(
+        int(partition.fetch_offset),
+        max(0, int(partition.partition_max_bytes)),
+        _epoch_or_none(getattr(partition, "current_leader_epoch", None)),
+        int(getattr(partition, "log_start_offset", -1)),
+        int(getattr(partition, "last_fetched_epoch", -1)),
+    )
+
+
+def _forgotten(request: Any, by_id: bool) -> list[PartitionKey]:
+    keys: list[PartitionKey] = []
+    for topic in getattr(request, "forgotten_topics_data", None) or ():
+        topic_key = topic.topic_id if by_id else topic.topic
+        keys.extend((topic_key, int(p)) for p in topic.partitions)
+    return keys
+
+
+def _error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": -1,
+        "last_stable_offset": -1,
+        "log_start_offset": -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }
+
+
 def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
     header = context.header
     replica_manager = broker.replica_manager
     replica_id = _replica_id(request)
     by_id = header.api_version >= 13  # topics named by topic id (KIP-516)
-    requests: list[FetchPartitionRequest] = []
-    # (name or None for an unknown topic id, topic id, partition indexes)
-    order: list[tuple[str | None, Any, list[int]]] = []
-    keys: list[tuple[str, int]] = []
+    fetch_data: dict[PartitionKey, PartitionFetch] = {}
     read_committed = replica_id < 0 and int(getattr(request, "isolation_level", 0)) == 1
     for topic in request.topics:
-        name = broker.metadata_cache.topic_name(topic.topic_id) if by_id else topic.topic
-        indexes = [p.partition for p in topic.partitions]
-        order.append((name, topic.topic_id if by_id else None, indexes))
+        topic_key = topic.topic_id if by_id else topic.topic
+        for partition in topic.partitions:
+            fetch_data[(topic_key, int(partition.partition))] = _partition_fetch(partition)
+    fetch_context = broker.fetch_manager.new_context(
+        header.api_version,
+        int(getattr(request, "session_id", 0)),
+        int(getattr(request, "session_epoch", -1)),
+        replica_id >= 0,
+        fetch_data,
+        _forgotten(request, by_id),
+    )
+    if fetch_context.kind is ContextKind.ERROR:
+        return _session_error(header, fetch_context.error)
+    # What to read: the request's partitions (full) or the whole session's (incremental).
+    names: dict[Any, str | None] = {}
+    requests: list[FetchPartitionRequest] = []
+    keys: list[tuple[str, int]] = []
+    for (topic_key, index), fetch in fetch_context.partitions.items():
+        if topic_key not in names:
+            names[topic_key] = broker.metadata_cache.topic_name(topic_key) if by_id else topic_key
+        name = names[topic_key]
         if name is None:
             continue
-        for partition in topic.partitions:
-            keys.append((name, partition.partition))
-            requests.append(
-                FetchPartitionRequest(
-                    name,
-                    partition.partition,
-                    int(partition.fetch_offset),
-                    max(0, int(partition.partition_max_bytes)),
-                    _epoch_or_none(getattr(partition, "current_leader_epoch", None)),
-                    int(getattr(partition, "log_start_offset", -1)),
-                    int(getattr(partition, "last_fetched_epoch", -1)),
-                    read_committed=read_committed,
-                )
+        keys.append((name, index))
+        requests.append(
+            FetchPartitionRequest(
+                name,
+                index,
+                fetch.fetch_offset,
+                fetch.max_bytes,
+                fetch.current_leader_epoch,
+                fetch.log_start_offset,
+                fetch.last_fetched_epoch,
+                read_committed=read_committed,
             )
+        )
     refused: dict[tuple[str, int], ErrorCode] = {}
     follower_update = None
     if replica_id >= 0:
@@ -150,73 +207,72 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     if refused:
         requests = [r for r in requests if (r.topic, r.partition) not in refused]
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
+    # Records leave by sendfile(2) straight from the segment files, except through TLS.
+    zero_copy = context.security_protocol in ZERO_COPY_PROTOCOLS
     config = broker.config
     cap = config["replica.fetch.response.max.bytes" if replica_id >= 0 else "fetch.max.bytes"]
     max_bytes = max(0, min(int(getattr(request, "max_bytes", 0x7FFFFFFF)), cap))
     if requests:
         result = replica_manager.fetch_messages(
-            requests, replica_id, max_wait_ms, int(request.min_bytes), max_bytes, follower_update
+            requests,
+            replica_id,
+            max_wait_ms,
+            int(request.min_bytes),
+            max_bytes,
+            follower_update,
+            zero_copy,
         )
     else:
         result = {}
 
     def answer(results: dict[tuple[str, int], FetchPartitionResult]) -> Any:
-        topics = []
-        for name, topic_id, indexes in order:
-            partitions = []
-            for index in indexes:
-                item = results.get((name, index)) if name is not None else None
-                if item is None or item.error is not None or item.read is None:
-                    if name is None:
-                        code = ErrorCode.unknown_topic_id
-                    elif item is None:
-                        code = refused.get((name, index), ErrorCode.unknown_server_error)
-                    elif item.error is not None:
-                        code = item.error.code
-                    else:
-                        code = ErrorCode.unknown_server_error
-                    partitions.append(
-                        {
-                            "partition_index": index,
-                            "error_code": code,
-                            "high_watermark": -1,
-                            "last_stable_offset": -1,
-                            "log_start_offset": -1,
-                            "aborted_transactions": None,
-                            "preferred_read_replica": -1,
-                            "records": b"",
-                        }
-                    )
-                    continue
-                read = item.read
-                partitions.append(
-                    {
-                        "partition_index": index,
-                        "error_code": ErrorCode.none,
-                        "high_watermark": read.high_watermark,
-                        "last_stable_offset": read.last_stable_offset,
-                        "log_start_offset": read.log_start_offset,
-                        "aborted_transactions": (
-                            None
-                            if read.aborted_transactions is None
-                            else [
-                                {"producer_id": producer_id, "first_offset": first_offset}
-                                for producer_id, first_offset in read.aborted_transactions
-                            ]
-                        ),
-                        "preferred_read_replica": -1,
-                        "records": read.records,
-                    }
-                )
-            topics.append({"topic": name or "", "topic_id": topic_id, "partitions": partitions})
-        return build_response(
-            header,
-            {
-                "throttle_time": 0,
-                "error_code": ErrorCode.none,
-                "session_id": 0,
-                "responses": topics,
-            },
+        entries: dict[PartitionKey, PartitionAnswer] = {}
+        summary: dict[PartitionKey, tuple[int, int, int, bool]] = {}
+        for key in fetch_context.partitions:
+            topic_key, index = key
+            name = names.get(topic_key)
+            item = results.get((name, index)) if name is not None else None
+            if item is None or item.error is not None or item.read is None:
+                if name is None:
+                    code = ErrorCode.unknown_topic_id
+                elif item is None:
+                    code = refused.get((name, index), ErrorCode.unknown_server_error)
+                elif item.error is not None:
+                    code = item.error.code
+                else:
+                    code = ErrorCode.unknown_server_error
+                entries[key] = PartitionAnswer(index, code.value, -1, -1, b"")
+                summary[key] = (0, -1, -1, True)
+                continue
+            read = item.read
+            records = read.records
+            if isinstance(records, FileRecords) and not zero_copy:
+                records = records.read()
+            entries[key] = PartitionAnswer(
+                index,
+                0,
+                read.high_watermark,
+                read.log_start_offset,
+                records,
+                read.last_stable_offset,
+                read.aborted_transactions,
+            )
+            summary[key] = (len(records), read.high_watermark, read.log_start_offset, False)
+        session_id, included = fetch_context.respond(summary)
+        if fetch_context.error != ErrorCode.none:
+            return _session_error(header, fetch_context.error)
+        # Consecutive partitions of one topic share a topic entry (as Kafka's FetchResponse.of).
+        topics: list[TopicAnswer] = []
+        current: Any = object()
+        for key in included:
+            topic_key = key[0]
+            if topic_key != current:
+                current = topic_key
+                name = (names.get(topic_key) or "") if by_id else topic_key
+                topics.append(TopicAnswer(name, topic_key if by_id else None, []))
+            topics[-1].partitions.append(entries[key])
+        return EncodedResponse(
+            encode_fetch_response(header.api_version, header.correlation_id, 0, session_id, topics)
         )
 
     if isinstance(result, dict):
@@ -226,6 +282,12 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
         return answer(await result)
 
     return wait_and_build()
+
+
+def _session_error(header: Any, code: ErrorCode) -> EncodedResponse:
+    return EncodedResponse(
+        encode_fetch_response(header.api_version, header.correlation_id, code.value, 0, [])
+    )
 
 
 def handle_list_offsets(broker: BrokerServices, context: RequestContext, request: Any) -> Any:

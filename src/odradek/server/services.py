@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from odradek.server.admin.topic_configs import TopicConfigs
     from odradek.server.authorization import RequestAuthorizer
     from odradek.server.config import KafkaConfig
+    from odradek.server.fetch_session import FetchManager
     from odradek.server.metadata_cache import MetadataCache
 
 
@@ -63,6 +64,8 @@ class BrokerServices(Protocol):
     """ACLs in ZooKeeper (CreateAcls, DeleteAcls); None without an authorizer."""
     credential_store: CredentialStore
     """SCRAM credentials in ZooKeeper (Describe/AlterUserScramCredentials)."""
+    fetch_manager: FetchManager
+    """Incremental fetch sessions (KIP-227)."""
 
     def maybe_auto_create_topic(self, topic: str) -> None: ...
 

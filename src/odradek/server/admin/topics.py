@@ -8,7 +8,12 @@ Topic configs (`/config/topics/<topic>`) override the broker's defaults. Only th
 implements are accepted; anything else is INVALID_CONFIG with the reason, so that nobody believes a
 setting took effect when it did not. `cleanup.policy` is a LIST config as in Kafka (`delete`,
 `compact`, `compact,delete`, or empty), so IncrementalAlterConfigs' APPEND and SUBTRACT apply to
-it; its value is a tuple of the items in the order given, duplicates dropped.
+it; its value is a tuple of the items in the order given, duplicates dropped. The compaction
+configs (`min.cleanable.dirty.ratio`, a double in [0, 1]; `min.compaction.lag.ms`,
+`max.compaction.lag.ms`, `delete.retention.ms`) default to the broker's `log.cleaner.*` settings;
+a topic may not set min.compaction.lag.ms above its max.compaction.lag.ms (INVALID_CONFIG, Kafka's
+message), and where a topic's lag conflicts with a broker default the maximum wins.
+`compression.type` defaults to the broker's `compression.type`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from odradek.errors import InvalidConfigurationError, InvalidTopicError
-from odradek.log.config import LogConfig
+from odradek.log.config import COMPRESSION_TYPES, LogConfig
 
 if TYPE_CHECKING:
     from odradek.server.config import KafkaConfig
@@ -52,6 +57,7 @@ class TopicConfigDef:
     broker_default: Callable[[KafkaConfig], Any]
     allowed: tuple[str, ...] = ()
     minimum: int | None = None
+    maximum: int | None = None
 
 
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
@@ -105,8 +111,38 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             lambda c: parse_topic_config_value("cleanup.policy", c["log.cleanup.policy"]),
             allowed=("compact", "delete"),
         ),
+        TopicConfigDef(
+            "min.cleanable.dirty.ratio",
+            "double",
+            lambda c: c["log.cleaner.min.cleanable.ratio"],
+            minimum=0,
+            maximum=1,
+        ),
+        TopicConfigDef(
+            "min.compaction.lag.ms",
+            "long",
+            lambda c: c["log.cleaner.min.compaction.lag.ms"],
+            minimum=0,
+        ),
+        TopicConfigDef(
+            "max.compaction.lag.ms",
+            "long",
+            lambda c: c["log.cleaner.max.compaction.lag.ms"],
+            minimum=1,
+        ),
+        TopicConfigDef(
+            "delete.retention.ms", "long", lambda c: c["log.cleaner.delete.retention.ms"], minimum=0
+        ),
+        TopicConfigDef(
+            "compression.type",
+            "enum",
+            lambda c: c["compression.type"],
+            allowed=COMPRESSION_TYPES,
+        ),
     ]
 }
+
+_COMPACTION_LAGS = ("min.compaction.lag.ms", "max.compaction.lag.ms")
 
 
 def parse_topic_config_value(name: str, raw: str | None) -> Any:
@@ -133,6 +169,20 @@ def parse_topic_config_value(name: str, raw: str | None) -> Any:
                 f"invalid value {raw!r} for {name}: must be at most {maximum}"
             )
         return value
+    if definition.kind == "double":
+        try:
+            number = float(text)
+        except ValueError:
+            raise InvalidConfigurationError(
+                f"invalid value {raw!r} for {name}: not a number"
+            ) from None
+        low = definition.minimum if definition.minimum is not None else float("-inf")
+        high = definition.maximum if definition.maximum is not None else float("inf")
+        if not low <= number <= high:
+            raise InvalidConfigurationError(
+                f"invalid value {raw!r} for {name}: must be between {low} and {high}"
+            )
+        return number
     if definition.kind == "bool":
         if text.lower() not in ("true", "false"):
             raise InvalidConfigurationError(
@@ -170,6 +220,13 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     for name, raw in configs.items():
         parse_topic_config_value(name, raw)
         normalised[name] = str(raw).strip()
+    if all(name in normalised for name in _COMPACTION_LAGS):
+        low, high = (int(normalised[name]) for name in _COMPACTION_LAGS)
+        if low > high:
+            # Kafka's LogConfig.validateValues, with its message.
+            raise InvalidConfigurationError(
+                "conflict topic config setting min.compaction.lag.ms > max.compaction.lag.ms"
+            )
     return normalised
 
 
@@ -184,6 +241,10 @@ def effective_topic_config(
                 values[name] = parse_topic_config_value(name, raw)
             except InvalidConfigurationError:
                 pass  # written by another tool; keep the default rather than fail the partition
+    if values["min.compaction.lag.ms"] > values["max.compaction.lag.ms"]:
+        # A topic's lag against a broker default it conflicts with: the maximum wins, so that
+        # the partition still opens and dirty data is cleaned in time.
+        values["min.compaction.lag.ms"] = values["max.compaction.lag.ms"]
     return values
 
 
@@ -207,4 +268,9 @@ def log_config_for(broker_config: KafkaConfig, overrides: Mapping[str, str]) -> 
         decompressed_limit=broker_config["socket.request.max.bytes"],
         cleanup_policy=values["cleanup.policy"],
         producer_id_expiration_ms=broker_config["producer.id.expiration.ms"],
+        min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
+        min_compaction_lag_ms=values["min.compaction.lag.ms"],
+        max_compaction_lag_ms=values["max.compaction.lag.ms"],
+        delete_retention_ms=values["delete.retention.ms"],
+        compression_type=values["compression.type"],
     )

@@ -1,0 +1,347 @@
+"""Incremental fetch sessions, the leader's side (KIP-227; Kafka's `FetchSession.scala`).
+
+A client that fetches the same partitions over and over (a consumer, a follower's replica fetcher)
+need not name every partition in every request. Its first request is *full* (session id 0, epoch 0):
+the broker answers every partition and, if the cache has a slot, gives the client a session id.
+Later requests are *incremental* (that id, epochs 1, 2, ...): they carry only the partitions whose
+fetch parameters changed (or that join the session) and a list of partitions to forget; the broker
+reads every partition of the session from the fetch offsets it cached, and answers only the
+partitions with something to say — records, a changed high watermark or log start offset, an error.
+For a follower with 10,000 idle partitions, an incremental request and its answer are a few bytes.
+
+Request metadata (session id, epoch):
+
+| session id | epoch | meaning |
+|---|---|---|
+| 0 | 0 | full request; create a session if possible |
+| 0 | -1 | full request without a session (what clients send to brokers before Fetch v7) |
+| S | 0 | full request; close session S, then create a new one if possible |
+| S | -1 | close session S; answer this request in full, without a session |
+| S | n > 0 | incremental request in session S; n must be the session's expected epoch |
+
+Errors (top level; the response then carries session id 0 and no partitions):
+FETCH_SESSION_ID_NOT_FOUND (no session S: evicted, or a broker restart), INVALID_FETCH_SESSION_EPOCH
+(n is not the expected epoch: a lost or duplicated request), FETCH_SESSION_TOPIC_ID_ERROR (a
+session made with topic names, Fetch < 13, used with topic ids, or the reverse). The client then
+starts over with a full request.
+
+The cache holds at most `max.incremental.fetch.session.cache.slots` sessions (Kafka's default
+1,000). When it is full, a new session may evict, in Kafka's order: the least recently used session
+if it is stale (unused for `EVICTION_MS`, 120 s); otherwise the least valuable evictable session —
+sessions compare by (privileged, partition count, id), a privileged (follower) session is worth more
+than any consumer session, and a session counts as evictable only once it is older than
+`EVICTION_MS` (a follower may evict younger consumer sessions). Which sessions are evictable is
+decided when a session is used (Kafka's `touch`). Kafka 3.9 splits its cache into 8 shards for lock
+contention; a broker's event loop has none, so this cache is one shard holding every slot.
+
+Sans-I/O and pure: `FetchManager.new_context` turns a request's session fields into a
+`FetchContext` saying which partitions to read (with which parameters); the handler reads them and
+asks the context which results go into the response. Event-loop thread only.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from odradek.errors import InvariantError
+
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+EVICTION_MS = 120_000
+"""Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS."""
+
+PartitionKey = tuple[Hashable, int]
+"""(topic name before Fetch v13, topic id from v13; partition index)."""
+
+
+def next_epoch(epoch: int) -> int:
+    """The epoch after `epoch`: FINAL stays FINAL, and the largest int32 wraps to 1."""
+    if epoch < 0:
+        return FINAL_EPOCH
+    return 1 if epoch == 0x7FFFFFFF else epoch + 1
+
+
+@dataclass(slots=True)
+class PartitionFetch:
+    """What a request says about one partition (Kafka's FetchRequest.PartitionData)."""
+
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int | None = None
+    log_start_offset: int = -1
+    last_fetched_epoch: int = -1
+
+
+@dataclass(slots=True)
+class CachedPartition:
+    """A partition of a session: its latest request parameters and what the client was last told."""
+
+    fetch: PartitionFetch
+    high_watermark: int = -1
+    log_start_offset: int = -1
+
+    def must_respond(
+        self, records_size: int, high_watermark: int, log_start_offset: int, error: bool
+    ) -> bool:
+        """Should an incremental response include this partition? Updates what the client knows.
+
+        Records, a changed high watermark or log start offset and errors are always sent; after
+        an error the cached high watermark is forgotten so that the partition is sent again when
+        the error clears."""
+        respond = records_size > 0
+        if self.high_watermark != high_watermark:
+            respond = True
+            self.high_watermark = high_watermark
+        if self.log_start_offset != log_start_offset:
+            respond = True
+            self.log_start_offset = log_start_offset
+        if error:
+            self.high_watermark = -1
+            respond = True
+        return respond
+
+
+@dataclass(slots=True, eq=False)
+class FetchSession:
+    id: int
+    privileged: bool
+    """Created by a follower: worth more than any consumer session when the cache is full."""
+    uses_topic_ids: bool
+    creation_ms: int
+    last_used_ms: int
+    epoch: int
+    partitions: dict[PartitionKey, CachedPartition] = field(default_factory=dict)
+    """In Kafka's order: a partition that returned records moves to the end (fair sharing of
+    the response's byte budget across requests)."""
+    evictable_key: tuple[bool, int, int] = (False, 0, 0)
+    """(privileged, size, id) as of the last touch."""
+    evictable_by_all: bool = False
+    evictable_by_privileged: bool = False
+
+
+class ContextKind(enum.Enum):
+    SESSIONLESS = "sessionless"
+    FULL = "full"
+    INCREMENTAL = "incremental"
+    ERROR = "error"
+
+
+@dataclass(slots=True)
+class FetchContext:
+    """One request's view of its session: what to read and what to answer."""
+
+    kind: ContextKind
+    partitions: dict[PartitionKey, PartitionFetch]
+    """The partitions to read, in response order: the request's for a full fetch, the whole
+    session's for an incremental one."""
+    error: ErrorCode = ErrorCode.none
+    session: FetchSession | None = None
+    expected_epoch: int = 0
+    """The session's epoch once this request is done: another epoch at response time means a
+    second request of the session overtook this one (answered INVALID_FETCH_SESSION_EPOCH)."""
+    _create: (
+        Callable[[FetchContext, dict[PartitionKey, tuple[int, int, int, bool]]], int] | None
+    ) = None
+
+    def respond(
+        self, results: dict[PartitionKey, tuple[int, int, int, bool]]
+    ) -> tuple[int, list[PartitionKey]]:
+        """(session id for the response, partitions to include, in order).
+
+        `results` maps every read partition to (records size, high watermark, log start offset,
+        error?)."""
+        if self.kind is ContextKind.ERROR:
+            return INVALID_SESSION_ID, []
+        if self.kind is ContextKind.SESSIONLESS:
+            return INVALID_SESSION_ID, list(self.partitions)
+        if self.kind is ContextKind.FULL:
+            session_id = self._create(self, results) if self._create is not None else 0
+            return session_id, list(self.partitions)
+        session = assert_session(self.session)
+        if session.epoch != self.expected_epoch:
+            self.error = ErrorCode.invalid_fetch_session_epoch
+            return INVALID_SESSION_ID, []
+        included: list[PartitionKey] = []
+        moved: list[PartitionKey] = []
+        cached = session.partitions
+        for key in self.partitions:
+            partition = cached.get(key)
+            result = results.get(key)
+            if partition is None or result is None:
+                continue
+            size, high_watermark, log_start_offset, error = result
+            if partition.must_respond(size, high_watermark, log_start_offset, error):
+                included.append(key)
+                if size > 0:
+                    moved.append(key)
+        for key in moved:
+            cached[key] = cached.pop(key)
+        return session.id, included
+
+
+def assert_session(session: FetchSession | None) -> FetchSession:
+    if session is None:
+        raise InvariantError("an incremental fetch context without its session")
+    return session
+
+
+class FetchSessionCache:
+    """The sessions of this broker, bounded by `max_entries` slots, with Kafka's eviction rules."""
+
+    def __init__(
+        self, max_entries: int, eviction_ms: int = EVICTION_MS, rng: random.Random | None = None
+    ) -> None:
+        self.max_entries = max_entries
+        self.eviction_ms = eviction_ms
+        self.sessions: dict[int, FetchSession] = {}
+        self.evictions = 0
+        self._rng = rng or random.Random()
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    def get(self, session_id: int) -> FetchSession | None:
+        return self.sessions.get(session_id)
+
+    def remove(self, session_id: int) -> FetchSession | None:
+        return self.sessions.pop(session_id, None)
+
+    def touch(self, session: FetchSession, now_ms: int) -> None:
+        """Mark `session` used now and re-decide whether it may be evicted (Kafka's rules)."""
+        session.last_used_ms = now_ms
+        session.evictable_key = (session.privileged, len(session.partitions), session.id)
+        old = now_ms - session.creation_ms > self.eviction_ms
+        session.evictable_by_privileged = (not session.privileged) or old
+        session.evictable_by_all = old
+
+    def maybe_create(
+        self,
+        now_ms: int,
+        privileged: bool,
+        uses_topic_ids: bool,
+        partitions: dict[PartitionKey, CachedPartition],
+    ) -> int:
+        """A new session's id, or INVALID_SESSION_ID when the cache has no slot for it."""
+        if self.max_entries <= 0:
+            return INVALID_SESSION_ID
+        if len(self.sessions) >= self.max_entries and not self._try_evict(
+            privileged, (privileged, len(partitions), 0), now_ms
+        ):
+            return INVALID_SESSION_ID
+        session_id = self._new_session_id()
+        session = FetchSession(
+            session_id,
+            privileged,
+            uses_topic_ids,
+            now_ms,
+            now_ms,
+            next_epoch(INITIAL_EPOCH),
+            partitions,
+        )
+        self.sessions[session_id] = session
+        self.touch(session, now_ms)
+        return session_id
+
+    def _new_session_id(self) -> int:
+        while True:
+            session_id = self._rng.randint(1, 0x7FFFFFFF)
+            if session_id not in self.sessions:
+                return session_id
+
+    def _try_evict(self, privileged: bool, key: tuple[bool, int, int], now_ms: int) -> bool:
+        if not self.sessions:
+            return False
+        least_recent = min(self.sessions.values(), key=lambda s: (s.last_used_ms, s.id))
+        if now_ms - least_recent.last_used_ms > self.eviction_ms:
+            self.remove(least_recent.id)
+            self.evictions += 1
+            return True
+        candidates = [
+            s
+            for s in self.sessions.values()
+            if (s.evictable_by_privileged if privileged else s.evictable_by_all)
+        ]
+        if not candidates:
+            return False
+        cheapest = min(candidates, key=lambda s: s.evictable_key)
+        if key < cheapest.evictable_key:
+            return False
+        self.remove(cheapest.id)
+        self.evictions += 1
+        return True
+
+
+class FetchManager:
+    """Turns each Fetch request's session fields into a `FetchContext` (Kafka's FetchManager)."""
+
+    def __init__(self, cache: FetchSessionCache, clock_ms: Callable[[], int]) -> None:
+        self.cache = cache
+        self._clock_ms = clock_ms
+
+    def new_context(
+        self,
+        version: int,
+        session_id: int,
+        epoch: int,
+        is_follower: bool,
+        fetch_data: dict[PartitionKey, PartitionFetch],
+        to_forget: Iterable[PartitionKey],
+    ) -> FetchContext:
+        if version < 7:  # no session fields before Fetch v7
+            return FetchContext(ContextKind.SESSIONLESS, fetch_data)
+        uses_topic_ids = version >= 13
+        if epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full request
+            if session_id != INVALID_SESSION_ID:
+                self.cache.remove(session_id)  # any session named by a full request is closed
+            if epoch == FINAL_EPOCH:
+                return FetchContext(ContextKind.SESSIONLESS, fetch_data)
+
+            def create(
+                context: FetchContext, results: dict[PartitionKey, tuple[int, int, int, bool]]
+            ) -> int:
+                cached = {}
+                for key, fetch in context.partitions.items():
+                    _size, high_watermark, log_start_offset, error = results.get(
+                        key, (0, -1, -1, True)
+                    )
+                    cached[key] = CachedPartition(
+                        fetch, -1 if error else high_watermark, log_start_offset
+                    )
+                return self.cache.maybe_create(
+                    self._clock_ms(), is_follower, uses_topic_ids, cached
+                )
+
+            return FetchContext(ContextKind.FULL, fetch_data, _create=create)
+        session = self.cache.get(session_id)
+        if session is None:
+            return FetchContext(ContextKind.ERROR, {}, ErrorCode.fetch_session_id_not_found)
+        if session.epoch != epoch:
+            return FetchContext(ContextKind.ERROR, {}, ErrorCode.invalid_fetch_session_epoch)
+        if session.uses_topic_ids != uses_topic_ids:
+            return FetchContext(ContextKind.ERROR, {}, ErrorCode.fetch_session_topic_id_error)
+        cached = session.partitions
+        for key, fetch in fetch_data.items():
+            partition = cached.get(key)
+            if partition is None:
+                cached[key] = CachedPartition(fetch)
+            else:
+                partition.fetch = fetch
+        for key in to_forget:
+            cached.pop(key, None)
+        if not cached:  # nothing left: close the session, answer without one
+            self.cache.remove(session.id)
+            return FetchContext(ContextKind.SESSIONLESS, fetch_data)
+        self.cache.touch(session, self._clock_ms())
+        session.epoch = next_epoch(session.epoch)
+        return FetchContext(
+            ContextKind.INCREMENTAL,
+            {key: partition.fetch for key, partition in cached.items()},
+            session=session,
+            expected_epoch=session.epoch,
+        )
