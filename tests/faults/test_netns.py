@@ -59,26 +59,26 @@ def test_partitions_cut_and_heal(lab: NetworkLab) -> None:
         lab.add_node(name)
     servers = [_echo_server(lab, name, 9000) for name in ("a", "b", "c")]
     try:
-        assert _round_trip_s(lab, "a", "b", 9000) < 0.5
+        _round_trip_s(lab, "a", "b", 9000, timeout=5)
         lab.partition(["a"], ["b"])
         with pytest.raises(OSError):
             _round_trip_s(lab, "a", "b", 9000)
         with pytest.raises(OSError):
             _round_trip_s(lab, "b", "a", 9000)
-        assert _round_trip_s(lab, "a", "c", 9000) < 0.5  # only the named pair is cut
+        _round_trip_s(lab, "a", "c", 9000, timeout=5)  # only the named pair is cut
         lab.heal()
-        assert _round_trip_s(lab, "b", "a", 9000) < 0.5
+        _round_trip_s(lab, "b", "a", 9000, timeout=5)
 
         # One way: a's packets never reach b; b reaches c, and c reaches a, as before.
         lab.partition(["a"], ["b"], one_way=True)
         assert lab.partitions == [(frozenset({"a"}), frozenset({"b"}))]
         with pytest.raises(OSError):
             _round_trip_s(lab, "a", "b", 9000)
-        assert _round_trip_s(lab, "c", "a", 9000) < 0.5
+        _round_trip_s(lab, "c", "a", 9000, timeout=5)
         lab.heal()
 
         lab.isolate("c", except_=["a"])
-        assert _round_trip_s(lab, "a", "c", 9000) < 0.5
+        _round_trip_s(lab, "a", "c", 9000, timeout=5)
         with pytest.raises(OSError):
             _round_trip_s(lab, "b", "c", 9000)
         lab.heal()
