@@ -134,14 +134,19 @@ class LocalCluster:
         names = list(listeners or {})
         per_broker = max(1, len(names))
         if base_port is not None:
-            if base_port < 1 or base_port + brokers * per_broker > 65535:
+            if base_port < 1 or base_port + brokers * (per_broker + 1) > 65535:
                 raise OperatorError(f"--base-port {base_port} leaves ports out of range")
             zk_port = base_port
-            all_ports = [base_port + i for i in range(1, brokers * per_broker + 1)]
+            all_ports = [base_port + i for i in range(1, brokers * (per_broker + 1) + 1)]
         else:
-            zk_port, *all_ports = free_ports(brokers * per_broker + 1, HOST)
+            zk_port, *all_ports = free_ports(brokers * (per_broker + 1) + 1, HOST)
+        # After the Kafka listeners' ports: one metrics port per broker.
+        all_ports, metrics_ports = (
+            all_ports[: brokers * per_broker],
+            all_ports[brokers * per_broker :],
+        )
         broker_ports = all_ports[:brokers]
-        for index, port in enumerate(all_ports):
+        for index, port in enumerate(all_ports + metrics_ports):
             if not port_is_free(port, HOST):
                 raise OperatorError(
                     f"port {port} (broker {index % brokers + 1}) is in use on {HOST}"
@@ -178,6 +183,7 @@ class LocalCluster:
                     name: all_ports[brokers * index + broker_id - 1]
                     for index, name in enumerate(names)
                 },
+                metrics=f"http://{HOST}:{metrics_ports[broker_id - 1]}/metrics",
             )
             cluster._brokers[broker_id] = broker
             cluster._write_broker_config(
@@ -281,6 +287,8 @@ class LocalCluster:
         }
         if broker.rack is not None:
             config["broker.rack"] = broker.rack
+        if broker.metrics is not None:
+            config["metrics.listener"] = broker.metrics.removesuffix("/metrics")
         config.update(properties)
         write_properties(
             broker.config, config, f"broker {broker.id} of the local cluster in {self.directory}"
