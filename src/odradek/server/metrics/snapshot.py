@@ -229,10 +229,10 @@ def _controller(broker: Any) -> Iterator[Metric]:
     yield gauge(
         "GlobalPartitionCount",
         "partitions in the cluster",
-        len(context.all_partitions()) if active else 0,
+        sum(len(parts) for parts in context.assignments.values()) if active else 0,
     )
     yield gauge(
-        "GlobalTopicCount", "topics in the cluster", len(context.all_topics()) if active else 0
+        "GlobalTopicCount", "topics in the cluster", len(context.assignments) if active else 0
     )
     current = event_manager.current_event if event_manager is not None else None
     state = _CONTROLLER_STATES.get(type(current).__name__, 0) if current is not None else 0
