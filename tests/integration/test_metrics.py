@@ -10,6 +10,8 @@ caught up. The fault test runs last: it leaves every broker running.
 
 from __future__ import annotations
 
+import json
+import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,3 +178,15 @@ def test_under_replicated_partitions_follow_a_killed_broker(cluster: LocalCluste
         cluster.start_broker(victim, timeout=120)
     wait_until(lambda: total(cluster, urp) == 0, TIMEOUT_S, "URP back to 0 after the restart")
     assert total(cluster, expands, live) > expands_before
+
+
+def test_the_grafana_dashboard_uses_only_served_names(cluster: LocalCluster) -> None:
+    dashboard = Path(__file__).resolve().parents[2] / "monitoring" / "grafana-dashboard.json"
+    exprs = [
+        target["expr"]
+        for panel in json.loads(dashboard.read_text())["panels"]
+        for target in panel["targets"]
+    ]
+    used = {name for expr in exprs for name in re.findall(r"\bkafka_[a-z0-9_]+", expr)}
+    served = {name for b in cluster.broker_ids for name, _labels in scrape(cluster, b)}
+    assert used and used <= served, sorted(used - served)
