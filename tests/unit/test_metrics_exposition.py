@@ -140,8 +140,11 @@ def _fake_broker() -> Any:
     )
     return SimpleNamespace(
         replica_manager=SimpleNamespace(
-            broker_topic_stats=stats, partitions={("orders", 0): partition}
+            broker_topic_stats=stats,
+            partitions={("orders", 0): partition},
+            offline_partitions={("lost", 0)},
         ),
+        log_manager=SimpleNamespace(failure_channel=SimpleNamespace(offline_log_dirs={"/d2"})),
         controller=None,
         group_coordinator=SimpleNamespace(
             manager=SimpleNamespace(groups={"g": group}), offset_commits=7
@@ -178,6 +181,8 @@ def test_exporter_serves_the_snapshot_over_http() -> None:
     assert samples[(messages, (("topic", ""),))] == 10
     assert samples[("kafka_server_replicamanager_underreplicatedpartitions_value", ())] == 1
     assert samples[("kafka_server_replicamanager_leadercount_value", ())] == 1
+    assert samples[("kafka_server_replicamanager_offlinereplicacount_value", ())] == 1
+    assert samples[("kafka_log_logmanager_offlinelogdirectorycount_value", ())] == 1
     size = ("kafka_log_log_size_value", (("partition", "0"), ("topic", "orders")))
     assert samples[size] == 1000
     lag_labels = (("consumergroup", "g"), ("partition", "0"), ("topic", "orders"))

@@ -92,6 +92,7 @@ class LocalCluster:
     _zk_server: ZooKeeperServer | None = None
     _log_offsets: dict[int, int] = field(default_factory=dict)
     client_config: Path | None = None
+    broker_env: dict[int, dict[str, str]] = field(default_factory=dict)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -110,6 +111,7 @@ class LocalCluster:
         inter_broker_listener: str | None = None,
         client_config: Path | None = None,
         before_brokers: Callable[[str], None] | None = None,
+        broker_env: Mapping[int, Mapping[str, str]] | None = None,
     ) -> LocalCluster:
         """Start ZooKeeper (unless `zookeeper` names an external one) and brokers 1..`brokers`.
 
@@ -125,6 +127,8 @@ class LocalCluster:
         brokers use between themselves, and `client_config` is the client properties file the
         harness connects with; `before_brokers(zookeeper_connect)` runs once ZooKeeper is up
         and before any broker starts (a secure cluster creates its SCRAM users there).
+        `broker_env` adds environment variables to some brokers' processes (a fault-injection
+        library in `LD_PRELOAD`, say), at every start; it is not saved in cluster.json.
         """
         if brokers < 1:
             raise OperatorError(f"--brokers must be at least 1, not {brokers}")
@@ -162,6 +166,7 @@ class LocalCluster:
                 log=directory / "zookeeper.log",
             )
         cluster = cls(directory, zk_info, client_config=client_config)
+        cluster.broker_env = {b: dict(env) for b, env in (broker_env or {}).items()}
         properties = {**development_defaults(brokers), **(overrides or {})}
         if listeners:
             properties["listener.security.protocol.map"] = ",".join(
@@ -334,7 +339,11 @@ class LocalCluster:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=broker.dir,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={
+                    **os.environ,
+                    "PYTHONUNBUFFERED": "1",
+                    **self.broker_env.get(broker_id, {}),
+                },
                 start_new_session=True,
             )
         broker.pid = popen.pid

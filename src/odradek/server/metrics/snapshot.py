@@ -156,8 +156,19 @@ def _replica_manager(broker: Any) -> Iterator[Metric]:
     )
     yield gauge("PartitionCount", "partitions hosted here", len(partitions))
     yield gauge("LeaderCount", "partitions led here", sum(1 for p in partitions if p.is_leader))
-    # Odradek takes a broker down when a log dir fails, so no hosted replica is ever offline.
-    yield gauge("OfflineReplicaCount", "replicas in failed log dirs", 0)
+    yield gauge(
+        "OfflineReplicaCount",
+        "replicas in failed log directories (KIP-112)",
+        len(replica_manager.offline_partitions),
+    )
+    log_manager = broker.log_manager
+    if log_manager is not None:
+        offline_dirs = _gauge(
+            jmx_metric_name("kafka.log", "LogManager", "OfflineLogDirectoryCount", "Value"),
+            "log directories that failed",
+        )
+        offline_dirs.add_metric([], len(log_manager.failure_channel.offline_log_dirs))
+        yield offline_dirs
     stats = replica_manager.broker_topic_stats
     for mbean, value in (
         ("IsrShrinksPerSec", stats.isr_shrinks),
