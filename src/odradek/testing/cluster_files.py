@@ -117,6 +117,8 @@ class LocalBroker:
     # Every listener's port, by listener name, when the broker has more than PLAINTEXT on
     # `port` (a secure cluster); `port` is then the first (client) listener's.
     listeners: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Its Prometheus endpoint (`metrics.listener`): "http://host:port/metrics".
+    metrics: str | None = None
 
     @property
     def bootstrap(self) -> str:

@@ -69,6 +69,7 @@ from odradek.zk.server import port_is_free
 
 # A broker in a network namespace of its own listens on Kafka's usual port on its own address.
 NAMESPACE_BROKER_PORT = 9092
+NAMESPACE_METRICS_PORT = 9404
 
 T = TypeVar("T")
 
@@ -152,15 +153,22 @@ class LocalCluster(ClusterView):
                 raise OperatorError("named listeners are not supported in a network lab")
             zk_port = 0
             all_ports = [NAMESPACE_BROKER_PORT] * brokers
-        elif base_port is not None:
-            if base_port < 1 or base_port + brokers * per_broker > 65535:
-                raise OperatorError(f"--base-port {base_port} leaves ports out of range")
-            zk_port = base_port
-            all_ports = [base_port + i for i in range(1, brokers * per_broker + 1)]
+            metrics_ports = [NAMESPACE_METRICS_PORT] * brokers
         else:
-            zk_port, *all_ports = free_ports(brokers * per_broker + 1, HOST)
+            if base_port is not None:
+                if base_port < 1 or base_port + brokers * (per_broker + 1) > 65535:
+                    raise OperatorError(f"--base-port {base_port} leaves ports out of range")
+                zk_port = base_port
+                all_ports = [base_port + i for i in range(1, brokers * (per_broker + 1) + 1)]
+            else:
+                zk_port, *all_ports = free_ports(brokers * (per_broker + 1) + 1, HOST)
+            # After the Kafka listeners' ports: one metrics port per broker.
+            all_ports, metrics_ports = (
+                all_ports[: brokers * per_broker],
+                all_ports[brokers * per_broker :],
+            )
         broker_ports = all_ports[:brokers]
-        for index, port in enumerate(all_ports if network is None else []):
+        for index, port in enumerate(all_ports + metrics_ports if network is None else []):
             if not port_is_free(port, HOST):
                 raise OperatorError(
                     f"port {port} (broker {index % brokers + 1}) is in use on {HOST}"
@@ -195,9 +203,10 @@ class LocalCluster(ClusterView):
             properties["inter.broker.listener.name"] = inter_broker_listener or names[0]
         for broker_id, port in enumerate(broker_ports, start=1):
             broker_dir = directory / f"broker-{broker_id}"
+            host = HOST if network is None else network.add_node(f"broker{broker_id}").address
             broker = LocalBroker(
                 id=broker_id,
-                host=HOST if network is None else network.add_node(f"broker{broker_id}").address,
+                host=host,
                 port=port,
                 dir=broker_dir,
                 data_dir=broker_dir / "data",
@@ -208,6 +217,7 @@ class LocalCluster(ClusterView):
                     name: all_ports[brokers * index + broker_id - 1]
                     for index, name in enumerate(names)
                 },
+                metrics=f"http://{host}:{metrics_ports[broker_id - 1]}/metrics",
             )
             cluster._brokers[broker_id] = broker
             cluster._write_broker_config(
@@ -321,6 +331,8 @@ class LocalCluster(ClusterView):
         }
         if broker.rack is not None:
             config["broker.rack"] = broker.rack
+        if broker.metrics is not None:
+            config["metrics.listener"] = broker.metrics.removesuffix("/metrics")
         config.update(properties)
         write_properties(
             broker.config, config, f"broker {broker.id} of the local cluster in {self.directory}"
