@@ -207,13 +207,16 @@ def main() -> None:
                     reader = reader.option(key, value)
                 return reader.load()
 
-            # Warm-up: one small task reading 1,000 records of partition 0 to its end. (Not a
-            # limit() over many small tasks: a task cut short by a limit does not give its Python
-            # worker back for reuse, so each would start and import a fresh worker.)
+            # Warm-up: one small task per partition, reading its first records (not a limit()
+            # over the whole topic: a task cut short by a limit does not give its Python worker
+            # back for reuse, so each would start and import a fresh worker). Every Python worker
+            # of the session has then imported the source, as the ceiling's warm-up does.
+            first = min(1000, args.records // (8 * args.partitions))
             timed_noop(
                 source(
-                    assign=json.dumps({topic: [0]}),
-                    endingOffsets=json.dumps({topic: {"0": min(1000, args.records // 8)}}),
+                    endingOffsets=json.dumps(
+                        {topic: {str(p): first for p in range(args.partitions)}}
+                    ),
                 )
             )
             odradek_s = timed_noop(source())
