@@ -60,7 +60,6 @@ REPORT_INTERVAL_S = 3.0
 POLL_INTERVAL_S = 0.5
 RESTART_AFTER_S = 15.0
 DRAIN_TIMEOUT_S = 240.0
-WORKER_START_RETRIES = 3
 WORKER_START_FAILURE = "Python worker failed to connect back"
 
 
@@ -345,16 +344,20 @@ def main(argv: list[str] | None = None) -> int:
         warm_up_deadline = time.monotonic() + DRAIN_TIMEOUT_S
         restarts = 0
         while not all(q.batches() > 0 for q in queries):
-            if restarts < WORKER_START_RETRIES and any(q.worker_start_timed_out() for q in queries):
-                # Spark gives a new Python worker a fixed 10 s to connect back; on a machine
-                # this busy it can take longer. Nothing has run yet (the topic is empty): start
-                # the queries again from their checkpoints, as one restarts any failed query.
+            if time.monotonic() > warm_up_deadline:
+                raise RuntimeError(
+                    "Spark's first micro-batch did not complete within "
+                    f"{DRAIN_TIMEOUT_S:.0f} s (see {log_file})"
+                )
+            if any(q.worker_start_timed_out() for q in queries):
+                # Spark gives a new Python worker a fixed 10 s to connect back (not a setting);
+                # on a machine this busy it can take longer. Nothing has run yet (the topic is
+                # empty): start the queries again from their checkpoints, as one restarts any
+                # failed query, until the warm-up deadline.
                 restarts += 1
                 say(
-                    "   Spark's Python worker did not start within Spark's fixed 10 s (busy machine);"
-                )
-                say(
-                    f"   restarting the queries from their checkpoints ({restarts}/{WORKER_START_RETRIES})"
+                    "   Spark's Python worker did not connect back within Spark's fixed 10 s "
+                    f"(busy machine): restarting the queries from their checkpoints ({restarts})"
                 )
                 for query in queries:
                     query.query.stop()
@@ -362,11 +365,6 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             for query in queries:
                 query.raise_if_failed()
-            if time.monotonic() > warm_up_deadline:
-                raise RuntimeError(
-                    "Spark's first micro-batch did not complete within "
-                    f"{DRAIN_TIMEOUT_S:.0f} s (see {log_file})"
-                )
             time.sleep(POLL_INTERVAL_S)  # the polling interval of a condition with a deadline
         say("   Spark ran its first micro-batch (the topic is still empty)")
 

@@ -671,10 +671,12 @@ class StreamingProducer:
         acks: str = "all",
         partition: int | None = None,
         interval: float = 0.002,
+        value_bytes: int = 0,
         **overrides: Any,
     ) -> None:
         self.topic = topic
         self.prefix = prefix
+        self.value_bytes = value_bytes  # values are padded with "." to at least this size
         self.partition = partition
         self.interval = interval
         self._config = producer_config(bootstrap, acks, **overrides)
@@ -700,7 +702,7 @@ class StreamingProducer:
             sequence = 0
             while not self._stopping.is_set():
                 kwargs: dict[str, Any] = {
-                    "value": f"{self.prefix}-{sequence}".encode(),
+                    "value": f"{self.prefix}-{sequence}".ljust(self.value_bytes, ".").encode(),
                     "on_delivery": self._on_delivery,
                 }
                 if self.partition is not None:

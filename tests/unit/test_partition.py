@@ -56,6 +56,9 @@ class FakeLog:
     def truncate_to(self, offset: int) -> None:
         self.log_end_offset = min(self.log_end_offset, offset)
 
+    def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> None:
+        self.leader_epoch_cache.assign(leader_epoch, start_offset)
+
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         self.high_watermarks.append(high_watermark)
 

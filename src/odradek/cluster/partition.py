@@ -41,6 +41,7 @@ from typing import Any
 from odradek.cluster.isr import CommittedIsr, IsrState, PendingExpandIsr, PendingShrinkIsr
 from odradek.errors import (
     FencedLeaderEpochError,
+    KafkaError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
@@ -179,14 +180,16 @@ class Partition:
         """
         now = time.monotonic() if now is None else now
         was_leader = self.is_leader
+        if state.leader_epoch != self.leader_epoch or not was_leader:
+            # First, before any state changes: a failed log directory (KafkaStorageError) must
+            # leave the partition as it was.
+            self.log.assign_leader_epoch(state.leader_epoch, self.log_end_offset)
+            self.leader_epoch_start_offset = self.log_end_offset
         self.controller_epoch = state.controller_epoch
         self.assignment = tuple(state.replicas)
         self.isr_state = CommittedIsr(frozenset(state.isr))
         self.partition_epoch = state.zk_version
         self.fenced = False
-        if state.leader_epoch != self.leader_epoch or not was_leader:
-            self.log.leader_epoch_cache.assign(state.leader_epoch, self.log_end_offset)
-            self.leader_epoch_start_offset = self.log_end_offset
         self.leader_epoch = state.leader_epoch
         self.leader_id = self.local_broker_id
         followers = {}
@@ -220,10 +223,11 @@ class Partition:
         self._wake_data_waiters()
         return leader_changed
 
-    def make_offline(self) -> None:
-        """Stop serving (StopReplica or deletion): fail every waiter."""
+    def make_offline(self, error: KafkaError | None = None) -> None:
+        """Stop serving (StopReplica, deletion, a failed log directory): fail every waiter with
+        `error` (NOT_LEADER_OR_FOLLOWER by default)."""
         self.leader_id = NO_LEADER
-        self._fail_hw_waiters(NotLeaderOrFollowerError(f"{self} was stopped"))
+        self._fail_hw_waiters(error or NotLeaderOrFollowerError(f"{self} was stopped"))
         self._wake_data_waiters()
 
     def fence(self, reason: str) -> None:

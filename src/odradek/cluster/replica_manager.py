@@ -32,12 +32,14 @@ from odradek.cluster.delete_records import delete_records
 from odradek.cluster.partition import IsrWriter, Partition, PartitionStateInfo, ReadResult
 from odradek.errors import (
     KafkaError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
     StaleControllerEpochError,
     UnknownTopicOrPartitionError,
 )
 from odradek.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from odradek.log.partition_metadata import read_partition_topic_id as read_partition_topic_id
 from odradek.log.validator import NeedsWorkerThread
 
 log = logging.getLogger(__name__)
@@ -92,32 +94,6 @@ class LeaderAndIsrPartition:
     topic_id: str | None = None
 
 
-PARTITION_METADATA = "partition.metadata"
-
-
-def read_partition_topic_id(log_dir: Path) -> str | None:
-    """The topic id recorded in a partition directory's `partition.metadata` (KIP-516), if any.
-
-    The file is two lines, `version: 0` and `topic_id: <base64 topic id>`; it tells a broker that a
-    local log belongs to an older topic of the same name (deleted and re-created while it was down).
-    """
-    try:
-        text = (log_dir / PARTITION_METADATA).read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "topic_id":
-            return value.strip() or None
-    return None
-
-
-def write_partition_topic_id(log_dir: Path, topic_id: str) -> None:
-    # Written in place: a torn file reads as "no topic id", which only skips one stray check.
-    with open(log_dir / PARTITION_METADATA, "w") as file:
-        file.write(f"version: 0\ntopic_id: {topic_id}\n")
-
-
 @dataclass(slots=True)
 class _IsrChanges:
     partitions: set[TopicPartition] = field(default_factory=set)
@@ -150,6 +126,9 @@ class ReplicaManager:
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetcher_manager = fetcher_manager
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Partitions whose log directory failed (KIP-112; see `log_dir_failure`): every request
+        # for them gets KAFKA_STORAGE_ERROR until the broker restarts.
+        self.offline_partitions: set[TopicPartition] = set()
         # Topic ids as LeaderAndIsr states them (ZooKeeper's base64 form): followers name
         # partitions by topic id in Fetch v13+.
         self.topic_ids: dict[str, str] = {}
@@ -164,10 +143,15 @@ class ReplicaManager:
     # start-up and shutdown
 
     def load_high_watermarks(self, log_dirs: Iterable[Path]) -> None:
+        """Read each directory's HW checkpoint. An unreadable one is logged and ignored (Kafka
+        takes the directory offline instead): HWs then start at 0 and the leaders re-derive them,
+        which costs consumers a moment of availability but no data."""
         for log_dir in log_dirs:
             path = Path(log_dir) / HIGH_WATERMARK_CHECKPOINT
-            if path.exists():
+            try:
                 self._high_watermarks.update(read_offset_checkpoint(path))
+            except KafkaStorageError as e:
+                log.warning("%s; high watermarks of %s start at 0", e, log_dir)
 
     def start_background_tasks(self, high_watermark_checkpoint_interval_ms: int) -> None:
         loop = asyncio.get_running_loop()
@@ -197,6 +181,8 @@ class ReplicaManager:
         return self.partitions.get((topic, partition))
 
     def _partition_or_error(self, topic: str, partition: int) -> Partition:
+        if (topic, partition) in self.offline_partitions:
+            raise KafkaStorageError(f"{topic}-{partition} is in an offline log directory")
         hosted = self.partitions.get((topic, partition))
         if hosted is not None and hosted.log is not None:
             return hosted
@@ -214,11 +200,15 @@ class ReplicaManager:
             )
         return hosted
 
-    def _get_or_create_partition(self, topic: str, partition: int) -> Partition:
+    def _get_or_create_partition(self, topic: str, partition: int, is_new: bool) -> Partition:
         key = (topic, partition)
+        if key in self.offline_partitions:
+            raise KafkaStorageError(f"{topic}-{partition} is in an offline log directory")
         hosted = self.partitions.get(key)
         if hosted is None:
-            log_ = self.log_manager.get_or_create_log(topic, partition, self._log_config_for(topic))
+            log_ = self.log_manager.get_or_create_log(
+                topic, partition, self._log_config_for(topic), is_new=is_new
+            )
             hosted = Partition(
                 topic,
                 partition,
@@ -285,24 +275,27 @@ class ReplicaManager:
                 )
                 continue
             try:
-                partition = self._get_or_create_partition(item.topic, item.partition)
+                partition = self._get_or_create_partition(item.topic, item.partition, state.is_new)
+                if item.topic_id and existing is None:
+                    partition.log.record_topic_id(item.topic_id)
             except KafkaError as e:
                 results[key] = e
                 continue
             if item.topic_id:
                 self.topic_ids[item.topic] = item.topic_id
-            if item.topic_id and existing is None:
-                log_dir = Path(partition.log.dir)
-                if read_partition_topic_id(log_dir) != item.topic_id:
-                    write_partition_topic_id(log_dir, item.topic_id)
             (to_lead if state.leader == self.broker_id else to_follow).append((partition, state))
             results[key] = None
         self.log_manager.sync_created_logs()
         if to_lead:
             if self.fetcher_manager is not None:
                 self.fetcher_manager.remove_partitions([(p.topic, p.partition) for p, _ in to_lead])
-            for partition, state in to_lead:
-                partition.make_leader(state)
+            for partition, state in list(to_lead):
+                try:
+                    partition.make_leader(state)
+                except KafkaStorageError as e:
+                    results[(partition.topic, partition.partition)] = e
+                    to_lead.remove((partition, state))
+                    continue
                 log.debug(
                     "%s: leader at epoch %d, ISR %s, LEO %d, HW %d",
                     partition,
@@ -348,14 +341,20 @@ class ReplicaManager:
         results: dict[TopicPartition, KafkaError | None] = {}
         for topic, partition_id, delete in partitions:
             key = (topic, partition_id)
+            if key in self.offline_partitions:
+                results[key] = KafkaStorageError(f"{topic}-{partition_id} is offline")
+                continue
             hosted = self.partitions.get(key)
             if hosted is not None:
                 hosted.make_offline()
+            results[key] = None
             if delete:
                 self.partitions.pop(key, None)
                 self._high_watermarks.pop(key, None)
-                self.log_manager.delete_log(topic, partition_id)
-            results[key] = None
+                try:
+                    self.log_manager.delete_log(topic, partition_id)
+                except KafkaStorageError as e:
+                    results[key] = e
         return results
 
     # produce
@@ -687,12 +686,13 @@ class ReplicaManager:
             parent = os.path.dirname(partition.log.dir)  # cheaper than a Path per partition
             by_parent.setdefault(parent, {})[key] = partition.high_watermark
         by_dir = {Path(parent): offsets for parent, offsets in by_parent.items()}
-        for log_dir in self.log_manager.log_dirs:
+        for log_dir in self.log_manager.live_log_dirs:
             offsets = by_dir.get(Path(log_dir), {})
             try:
                 write_offset_checkpoint(Path(log_dir) / HIGH_WATERMARK_CHECKPOINT, offsets)
-            except (OSError, KafkaError) as e:
-                log.error("cannot write the high watermark checkpoint in %s: %s", log_dir, e)
+            except KafkaStorageError as e:
+                # An I/O error takes the directory offline (KIP-112), like any other of its files.
+                self.log_manager.failure_channel.maybe_add_offline_log_dir(log_dir, str(e))
 
     async def _checkpoint_loop(self, interval: float) -> None:
         while True:

@@ -355,6 +355,7 @@ class ControllerBrokerRequestBatch:
         else:
             partitions = list(self.update_metadata_partitions)
         live = context.live_broker_ids
+        offline_dirs = bool(context.replicas_on_offline_dirs)
         topics: dict[str, list[dict[str, Any]]] = {}
         for tp in partitions:
             state = context.leadership.get(tp)
@@ -375,7 +376,12 @@ class ControllerBrokerRequestBatch:
                     isr=tuple(state.isr),
                     zk_version=state.zk_version,
                     replicas=tuple(replicas),
-                    offline_replicas=tuple(r for r in replicas if r not in live),
+                    offline_replicas=tuple(
+                        r
+                        for r in replicas
+                        if r not in live
+                        or (offline_dirs and context.is_replica_on_offline_dir(r, tp))
+                    ),
                 )
             )
         # Built once for every recipient (only the broker epoch differs): with 100,000 partitions,

@@ -53,6 +53,10 @@ class ControllerContext:
     # The full assignment (RS, adding AR, removing RR) of every partition being reassigned; its
     # RS is also the partition's entry in `assignments`. See `reassignment_plan`.
     reassignments: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
+    # KIP-112: per live broker, the partitions whose replica there sits in a failed log
+    # directory (learnt from KAFKA_STORAGE_ERROR in LeaderAndIsr answers; forgotten when the
+    # broker restarts or dies). Such a replica is offline although its broker is live.
+    replicas_on_offline_dirs: dict[int, set[TopicPartition]] = field(default_factory=dict)
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -76,6 +80,16 @@ class ControllerContext:
         if include_shutting_down:
             return broker_id in self.live_brokers
         return broker_id in self.live_brokers and broker_id not in self.shutting_down_broker_ids
+
+    def brokers_with_offline_replica(self, tp: TopicPartition) -> set[int]:
+        """Live brokers whose replica of `tp` is in a failed log directory."""
+        if not self.replicas_on_offline_dirs:
+            return set()
+        return {b for b, tps in self.replicas_on_offline_dirs.items() if tp in tps}
+
+    def is_replica_on_offline_dir(self, broker_id: int, tp: TopicPartition) -> bool:
+        offline = self.replicas_on_offline_dirs.get(broker_id)
+        return offline is not None and tp in offline
 
     # topics and partitions
 

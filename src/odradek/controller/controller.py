@@ -8,7 +8,9 @@ callbacks only enqueue, and watches registered by an earlier term are ignored (`
 Callbacks, who invokes them, and their steps:
 
 `_on_controller_failover` — when this broker wins the election:
-  1. register the watches (brokers, topics, topic deletions, ISR change notifications);
+  1. register the watches (brokers, topics, topic deletions, ISR change notifications, log
+     directory events — those left behind are deleted: the failover's LeaderAndIsr finds the
+     offline replicas again);
   2. read the whole cluster state from ZooKeeper into the context (pipelined reads);
   3. start a sender per live broker and send UpdateMetadata to every live broker *before* any
      LeaderAndIsr, so brokers know the cluster before they are told their roles;
@@ -27,6 +29,11 @@ brokers' replicas go OnlineReplica (they truncate and follow); New/Offline parti
 `_on_broker_failure(dead)` — BrokerChange with ids gone (or re-registered with a new epoch): the
 partitions they led go Offline and are re-elected at once (live ISR first; unclean only where the topic
 allows it); their replicas go OfflineReplica (leaving the ISR); UpdateMetadata alone if nothing moved.
+
+`on_replicas_become_offline(replicas)` — replicas on dead brokers, or in a failed log directory of
+a live broker (KIP-112, `log_dir_events`: learnt from KAFKA_STORAGE_ERROR in LeaderAndIsr answers):
+partitions they led go Offline and are re-elected (elections skip replicas on failed directories),
+the replicas go OfflineReplica, and UpdateMetadata lists them in `offline_replicas`.
 
 `_on_new_partition_creation` — TopicChange / PartitionModifications: partitions New, replicas New,
 partitions Online (state znodes created with leader = first live replica, ISR = live AR), replicas
@@ -77,6 +84,7 @@ from odradek.controller.elect_leaders import (
     fail_waiter,
 )
 from odradek.controller.event_manager import ControllerEventManager
+from odradek.controller.log_dir_events import LogDirEventManager
 from odradek.controller.partition_state_machine import ElectionStrategy, PartitionStateMachine
 from odradek.controller.reassignment import PartitionReassignmentManager
 from odradek.controller.replica_state_machine import ReplicaStateMachine
@@ -161,6 +169,7 @@ class KafkaController:
         self.leader_election = ReplicaLeaderElection(
             self.context, zk, self, auto_rebalance or AutoRebalanceConfig()
         )
+        self.log_dir_events = LogDirEventManager(self.context, self.zk, self)
 
     # lifecycle (broker's event loop)
 
@@ -393,8 +402,12 @@ class KafkaController:
                 self._send_batch()
             case ev.IsrChangeNotification():
                 await self._process_isr_change_notification()
+            case ev.LogDirEventNotification():
+                await self.log_dir_events.process_notifications(
+                    self.watch(lambda e: ev.LogDirEventNotification())
+                )
             case ev.BrokerResponseReceived():
-                self._process_broker_response(event)
+                await self._process_broker_response(event)
             case _:
                 log.debug("controller ignores event %s", event.name)
 
@@ -563,6 +576,9 @@ class KafkaController:
         )
         if notifications:
             await self.zk.delete_isr_change_notifications(notifications, context.epoch_zk_version)
+        await self.log_dir_events.on_controller_failover(
+            self.watch(lambda e: ev.LogDirEventNotification())
+        )
         # 3. senders, then UpdateMetadata before any LeaderAndIsr
         for broker in context.live_brokers.values():
             self._channel.add_broker(broker)
@@ -684,6 +700,7 @@ class KafkaController:
     async def _on_broker_startup(self, new_ids: set[int]) -> None:
         context = self.context
         context.shutting_down_broker_ids -= new_ids
+        self.log_dir_events.on_brokers_restarted(new_ids)
         # 1. everyone learns about the new brokers; the new brokers learn everything
         self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
         self._send_batch()
@@ -708,18 +725,23 @@ class KafkaController:
     async def _on_broker_failure(self, dead_ids: set[int]) -> None:
         context = self.context
         context.shutting_down_broker_ids -= dead_ids
+        self.log_dir_events.on_brokers_restarted(dead_ids)
         replicas = context.replicas_on_brokers(dead_ids)
-        await self._on_replicas_become_offline(replicas)
+        await self.on_replicas_become_offline(replicas)
         await self._topic_deletion.on_replicas_offline(replicas)
         self._send_batch()
 
-    async def _on_replicas_become_offline(self, replicas: list[PartitionReplica]) -> None:
+    async def on_replicas_become_offline(self, replicas: list[PartitionReplica]) -> None:
+        """Replicas on dead brokers or failed log directories (KIP-112) go offline."""
         context = self.context
-        dead = {r.replica for r in replicas}
+        offline = set(replicas)
+        brokers = {r.replica for r in replicas}  # cheap first test: failovers touch 100,000s
         with_offline_leader = [
             tp
             for tp, state in context.leadership.items()
-            if state.leader in dead and not context.is_topic_queued_for_deletion(tp[0])
+            if state.leader in brokers
+            and PartitionReplica(tp[0], tp[1], state.leader) in offline
+            and not context.is_topic_queued_for_deletion(tp[0])
         ]
         # 1. partitions whose leader died: Offline, then elect at once
         await self._psm.handle_state_changes(with_offline_leader, PartitionState.OfflinePartition)
@@ -884,7 +906,17 @@ class KafkaController:
 
     # responses
 
-    def _process_broker_response(self, event: ev.BrokerResponseReceived) -> None:
+    async def send_leader_and_isr_for_brokers(self, broker_ids: set[int]) -> None:
+        """LeaderAndIsr for every replica of `broker_ids` (a log directory event)."""
+        replicas = [
+            r
+            for r in self.context.replicas_on_brokers(broker_ids)
+            if not self.context.is_topic_queued_for_deletion(r.topic)
+        ]
+        await self._rsm.handle_state_changes(replicas, ReplicaState.OnlineReplica)
+        self._send_batch()
+
+    async def _process_broker_response(self, event: ev.BrokerResponseReceived) -> None:
         response = event.response
         error_code = getattr(response, "error_code", 0)
         if error_code:
@@ -896,6 +928,9 @@ class KafkaController:
             )
         if event.api_key == ApiKey.STOP_REPLICA and self.topic_deletion is not None:
             self._topic_deletion.on_stop_replica_response_event(event.broker_id, response)
+        if event.api_key == ApiKey.LEADER_AND_ISR:
+            await self.log_dir_events.on_leader_and_isr_response(event.broker_id, response)
+            self._send_batch()
 
     # introspection (tests, status)
 

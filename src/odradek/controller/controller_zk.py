@@ -21,7 +21,13 @@ from typing import Any
 
 from odradek.controller.context import LeaderAndIsr, TopicPartition
 from odradek.zk.client import CreateOp, DeleteOp, SetDataOp, WatchCallback, ZkClient
-from odradek.zk.errors import BadVersionError, NodeExistsError, NoNodeError, ZkError
+from odradek.zk.errors import (
+    BadVersionError,
+    InvalidZNodeDataError,
+    NodeExistsError,
+    NoNodeError,
+    ZkError,
+)
 from odradek.zk.znodes import (
     BrokerIdsZNode,
     BrokerIdZNode,
@@ -30,6 +36,8 @@ from odradek.zk.znodes import (
     ControllerZNode,
     IsrChangeNotificationSequenceZNode,
     IsrChangeNotificationZNode,
+    LogDirEventNotificationSequenceZNode,
+    LogDirEventNotificationZNode,
     ReplicaAssignment,
     TopicAssignment,
     TopicConfigZNode,
@@ -273,6 +281,41 @@ class ControllerZk:
         for result in results:
             if isinstance(result, ZkError) and not isinstance(result, NoNodeError):
                 log.warning("could not delete an ISR change notification: %s", result)
+
+    # log directory events (KIP-112)
+
+    async def get_log_dir_event_notifications(
+        self, watch: WatchCallback | None = None
+    ) -> list[str]:
+        return sorted(await self.zk.get_children(LogDirEventNotificationZNode.path(), watch))
+
+    async def read_log_dir_event_notifications(self, children: Sequence[str]) -> set[int]:
+        """The brokers that reported a failed log directory (undecodable entries are skipped)."""
+        paths = [f"{LogDirEventNotificationZNode.path()}/{c}" for c in children]
+        results = await _gather_bounded([self.zk.get(p) for p in paths])
+        brokers: set[int] = set()
+        for path, result in zip(paths, results, strict=True):
+            if isinstance(result, NoNodeError):
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            data, stat = result
+            try:
+                brokers.add(
+                    LogDirEventNotificationSequenceZNode.decode(data, stat.version).broker_id
+                )
+            except InvalidZNodeDataError as e:
+                log.warning("ignoring log directory event %s: %s", path, e)
+        return brokers
+
+    async def delete_log_dir_event_notifications(
+        self, children: Sequence[str], epoch_zk_version: int
+    ) -> None:
+        paths = [f"{LogDirEventNotificationZNode.path()}/{c}" for c in children]
+        results = await self.zk.chunked_multi(epoch_zk_version, [DeleteOp(p) for p in paths])
+        for result in results:
+            if isinstance(result, ZkError) and not isinstance(result, NoNodeError):
+                log.warning("could not delete a log directory event: %s", result)
 
 
 __all__ = ["BadVersionError", "ControllerZk"]

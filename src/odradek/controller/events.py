@@ -74,6 +74,13 @@ class IsrChangeNotification:
 
 
 @dataclass
+class LogDirEventNotification:
+    """A child of `/log_dir_event_notification` appeared: a broker's log directory failed."""
+
+    name: str = "LogDirEventNotification"
+
+
+@dataclass
 class PartitionReassignment:
     """`/admin/reassign_partitions` was created, changed or deleted (Kafka's
     ZkPartitionReassignment)."""

@@ -283,13 +283,21 @@ class PartitionStateMachine:
         offline_rule = strategy in (ElectionStrategy.OFFLINE, ElectionStrategy.UNCLEAN)
         if strategy is ElectionStrategy.OFFLINE:
             needs_unclean = {
-                tp[0] for tp in partitions if not any(r in live for r in context.leadership[tp].isr)
+                tp[0]
+                for tp in partitions
+                if not any(
+                    r in live and not context.is_replica_on_offline_dir(r, tp)
+                    for r in context.leadership[tp].isr
+                )
             }
             if needs_unclean:
                 unclean_topics = await self._unclean_enabled(needs_unclean)
+        all_live = live
         for tp in partitions:
             current = context.leadership[tp]
             assignment = context.partition_replica_assignment(tp)
+            # A replica in a failed log directory cannot lead though its broker lives (KIP-112).
+            live = all_live - context.brokers_with_offline_replica(tp)
             if offline_rule:
                 decision = elect_offline_partition_leader(
                     assignment,
@@ -313,7 +321,7 @@ class PartitionStateMachine:
                 decision = elect_controlled_shutdown_leader(
                     assignment,
                     current.isr,
-                    context.live_broker_ids,
+                    context.live_broker_ids - context.brokers_with_offline_replica(tp),
                     context.shutting_down_broker_ids,
                 )
             if decision is None:

@@ -14,8 +14,9 @@ The offset checkpoints of a log directory (`recovery-point-offset-checkpoint`,
 
 Writes are atomic: the new content goes to `<name>.tmp`, is fsynced, renamed over the old file, and
 the directory is fsynced so that the rename itself survives a crash. A reader therefore sees either
-the old or the new file, never a mix; a file that does not parse is reported as
-`KafkaStorageError` naming the file and line, never silently treated as empty.
+the old or the new file, never a mix; a file that does not parse (including one whose last line
+lacks its newline: a torn write) is reported as `KafkaStorageError` naming the file and line,
+never silently treated as empty.
 
 Not thread-safe: each file has one writer (the log manager or the log that owns it).
 """
@@ -92,11 +93,16 @@ def read_checkpoint(path: Path, parse_entry: Callable[[list[str]], T]) -> list[T
     except (OSError, UnicodeDecodeError) as e:
         raise KafkaStorageError(f"cannot read checkpoint {path}: {e}") from e
     lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
 
     def malformed(line_number: int, why: str) -> KafkaStorageError:
         return KafkaStorageError(f"malformed checkpoint file {path}, line {line_number}: {why}")
+
+    # Every line this module writes ends in a newline: a file that does not is torn (its last
+    # line may still parse, as a prefix of the real one: "3 120" cut to "3 1").
+    if text and lines[-1] != "":
+        raise malformed(len(lines), "the last line is incomplete (a torn write)")
+    if lines and lines[-1] == "":
+        lines.pop()
 
     if len(lines) < 2:
         raise malformed(len(lines) + 1, "missing version or entry count")

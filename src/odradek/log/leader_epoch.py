@@ -23,6 +23,7 @@ Concurrency: not thread-safe; owned by one `Log` and called from the broker's ev
 
 from __future__ import annotations
 
+import itertools
 import logging
 from bisect import bisect_left, bisect_right
 from pathlib import Path
@@ -64,7 +65,16 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._start_offsets: list[int] = []
         self._unsynced = False
-        for entry in read_checkpoint(path, _parse_epoch_entry):
+        entries = read_checkpoint(path, _parse_epoch_entry)
+        for previous, entry in itertools.pairwise(entries):
+            # Both columns increase in every file this cache writes: anything else is damage
+            # (regression: test_torn_writes, a leader-epoch-checkpoint whose last line was cut
+            # to "3 1" read as epoch 3 starting at offset 1 and dropped epoch 2).
+            if entry.epoch <= previous.epoch or entry.start_offset <= previous.start_offset:
+                raise KafkaStorageError(
+                    f"malformed checkpoint file {path}: entry {entry} does not follow {previous}"
+                )
+        for entry in entries:
             self._assign(entry.epoch, entry.start_offset)
 
     # -- queries -------------------------------------------------------------------------------

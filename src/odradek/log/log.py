@@ -28,7 +28,6 @@ synchronous page-cache I/O; fsync happens only in `flush`, `roll` and `close`.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import shutil
@@ -36,7 +35,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from odradek.errors import (
     InvalidRecordError,
@@ -48,7 +47,9 @@ from odradek.log.append_info import LogAppendInfo, append_info
 from odradek.log.checkpoints import fsync_dir
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import LeaderEpochCache
+from odradek.log.log_dir_failure import LogDirFailureChannel, storage_errors
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
+from odradek.log.partition_metadata import read_partition_topic_id, write_partition_topic_id
 from odradek.log.producer_state import (
     AppendOrigin,
     CompletedTxn,
@@ -82,22 +83,6 @@ MAX_TIMESTAMP = -3
 
 _INT32_MAX = 2**31 - 1
 
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def _storage_errors(method: Callable[P, R]) -> Callable[P, R]:
-    """Translate OSError into KafkaStorageError at the log's boundary."""
-
-    @functools.wraps(method)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return method(*args, **kwargs)
-        except OSError as e:
-            raise KafkaStorageError(f"I/O error in {method.__qualname__}: {e}") from e
-
-    return wrapper
-
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -121,6 +106,7 @@ class Log:
         log_end_offset: int,
         recovery_point: int,
         leader_epoch_cache: LeaderEpochCache,
+        failure_channel: LogDirFailureChannel | None = None,
         producer_state: ProducerStateManager | None = None,
     ) -> None:
         """Use `Log.open`; this only assembles already loaded parts."""
@@ -142,12 +128,14 @@ class Log:
         )
         self._txn_index = TransactionIndexes(directory)
         self._closed = False
+        self.failure_channel = failure_channel
+        self.parent_dir = directory.parent
         self.on_truncate: Callable[[Log, int], None] | None = None
         """Called before a truncation with the new end offset (the log cleaner aborts a cleaning
         of this log and lowers its checkpoint); set by the log manager."""
 
     @classmethod
-    @_storage_errors
+    @storage_errors
     def open(
         cls,
         directory: Path,
@@ -157,6 +145,7 @@ class Log:
         log_start_offset: int,
         clean_shutdown: bool,
         now_ms: int,
+        failure_channel: LogDirFailureChannel | None = None,
     ) -> Log:
         """Open (creating if new) the log in `directory`, named `<topic>-<partition>`.
 
@@ -194,6 +183,7 @@ class Log:
             log_end_offset=loaded.log_end_offset,
             recovery_point=loaded.recovery_point,
             leader_epoch_cache=cache,
+            failure_channel=failure_channel,
         )
         if start > log.log_end_offset:
             # The checkpointed start is past the data (e.g. recovery cut the tail below it):
@@ -289,7 +279,7 @@ class Log:
 
     # -- appends -------------------------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def append_as_leader(
         self,
         records: bytes | bytearray | memoryview,
@@ -376,7 +366,7 @@ class Log:
             log_start_offset=self._log_start_offset,
         )
 
-    @_storage_errors
+    @storage_errors
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, now_ms: int | None = None
     ) -> LogAppendInfo:
@@ -391,7 +381,7 @@ class Log:
         self._check_open()
         headers = validate_replicated_batches(records)
         if not headers:
-            return self._emptyappend_info()
+            return self._empty_append_info()
         previous_last = self._log_end_offset - 1
         for header in headers:
             if header.base_offset <= previous_last:
@@ -449,7 +439,7 @@ class Log:
         """The aborted transactions a read_committed read of [fetch_offset, upper_bound) needs."""
         return self._txn_index.collect(fetch_offset, upper_bound)
 
-    def _emptyappend_info(self) -> LogAppendInfo:
+    def _empty_append_info(self) -> LogAppendInfo:
         return LogAppendInfo(-1, -1, NO_TIMESTAMP, -1, NO_TIMESTAMP, 0, 0, self._log_start_offset)
 
     def _check_fits_segment(self, size: int) -> None:
@@ -530,7 +520,7 @@ class Log:
         )
         self._base_offsets.append(base_offset)
 
-    @_storage_errors
+    @storage_errors
     def roll(self, now_ms: int | None = None) -> LogSegment:
         """Start a new segment at the LEO (a no-op when the active segment is empty)."""
         self._check_open()
@@ -540,7 +530,7 @@ class Log:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def read(
         self,
         start_offset: int,
@@ -574,7 +564,7 @@ class Log:
             index += 1
         return b""
 
-    @_storage_errors
+    @storage_errors
     def read_file_records(
         self,
         start_offset: int,
@@ -605,7 +595,7 @@ class Log:
             index += 1
         return b""
 
-    @_storage_errors
+    @storage_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """ListOffsets: (offset, timestamp) of the first record with timestamp >= `timestamp`.
 
@@ -633,9 +623,22 @@ class Log:
     def _segments_from(self, offset: int) -> list[LogSegment]:
         return self._segments[max(bisect_right(self._base_offsets, offset) - 1, 0) :]
 
+    @storage_errors
+    def record_topic_id(self, topic_id: str) -> None:
+        """Write `partition.metadata` with `topic_id` unless it already holds it (KIP-516)."""
+        self._check_open()
+        if read_partition_topic_id(self._dir) != topic_id:
+            write_partition_topic_id(self._dir, topic_id)
+
+    @storage_errors
+    def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> None:
+        """Record that `leader_epoch` starts at `start_offset` (a new leader's first act)."""
+        self._check_open()
+        self._leader_epoch_cache.assign(leader_epoch, start_offset)
+
     # -- truncation ----------------------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
         """Remove every batch holding offsets >= `offset` (a follower's truncation).
 
@@ -678,7 +681,7 @@ class Log:
         )
         return True
 
-    @_storage_errors
+    @storage_errors
     def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
         """Delete everything and restart the log empty at `offset` (a follower whose fetch
         offset fell below the leader's log start)."""
@@ -705,7 +708,7 @@ class Log:
 
     # -- compaction ----------------------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def replace_segments(
         self, old: Sequence[LogSegment], sizes: Sequence[int], cleaned_size: int, now_ms: int
     ) -> bool:
@@ -755,7 +758,7 @@ class Log:
 
     # -- retention -----------------------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def delete_retention_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Delete whole old segments by retention.ms, retention.bytes and the log start offset.
 
@@ -821,7 +824,7 @@ class Log:
             logger.info("%s: deleted %d old segments, log start offset %d", self, count, new_start)
         return count
 
-    @_storage_errors
+    @storage_errors
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Move the log start offset up to `offset` (DeleteRecords); segments wholly below it go
         at the next retention pass. Returns whether it moved."""
@@ -840,7 +843,7 @@ class Log:
 
     # -- durability and lifecycle --------------------------------------------------------------
 
-    @_storage_errors
+    @storage_errors
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets in [recovery point, `up_to`) and move the
         recovery point to `up_to` (the LEO when None)."""
@@ -855,7 +858,7 @@ class Log:
         self._leader_epoch_cache.sync()
         self._recovery_point = end
 
-    @_storage_errors
+    @storage_errors
     def close(self) -> None:
         """Seal and fsync the active segment and close every file. Idempotent."""
         if self._closed:
@@ -868,7 +871,15 @@ class Log:
         self._recovery_point = self._log_end_offset
         self._closed = True
 
-    @_storage_errors
+    def close_quietly(self) -> None:
+        """Close every file without flushing or writing anything, ignoring errors: for a log
+        whose directory failed (its data stays as the disk has it; recovery sorts it out at the
+        next start-up)."""
+        self._closed = True
+        for segment in self._segments:
+            segment.close_quietly()
+
+    @storage_errors
     def delete(self) -> None:
         """Close the log and remove its directory."""
         if not self._closed:

@@ -14,7 +14,8 @@ Unclean shutdown. Data after the recovery point (the offset up to which everythi
 may be torn. Every segment from the one holding the recovery point onward is validated batch by
 batch (header sanity, CRC, offsets increasing across segment boundaries), its indexes are rebuilt,
 and the file is cut after the last valid batch; every later segment is deleted, since its data
-would follow a hole. Leader epochs found in the recovered batches are re-recorded in the leader
+would follow a hole. So are the segments after one that ends before the next begins (a torn
+write that cut it exactly at a batch boundary, or emptied it): segments are contiguous. Leader epochs found in the recovered batches are re-recorded in the leader
 epoch cache.
 
 Either way, a segment swap of the log cleaner that a crash interrupted is first finished or
@@ -168,7 +169,11 @@ def load_segments(
             segment.on_become_inactive()
 
     if recover_from is not None:
-        _recover(directory, segments, recover_from, leader_epoch_cache)
+        # A compacted log has offset gaps (the cleaner removes records): only Kafka's weaker
+        # rule, offsets increasing, holds there.
+        _recover(
+            directory, segments, recover_from, leader_epoch_cache, contiguous=not config.compact
+        )
 
     log_end_offset = segments[-1].next_offset
     # After a clean shutdown everything was fsynced; after recovery, what was validated may
@@ -185,13 +190,17 @@ def _recover(
     segments: list[LogSegment],
     recover_from: int,
     leader_epoch_cache: LeaderEpochCache,
+    *,
+    contiguous: bool = True,
 ) -> None:
-    """Validate segments[recover_from:] in place; drop everything after the first bad batch."""
+    """Validate segments[recover_from:] in place; drop everything after the first bad batch.
+    With `contiguous`, also after a batch or segment that does not start where the previous
+    one ended."""
     min_offset = segments[recover_from].base_offset
     index = recover_from
     while index < len(segments):
         segment = segments[index]
-        truncated = segment.recover(min_offset, leader_epoch_cache)
+        truncated = segment.recover(min_offset, leader_epoch_cache, contiguous=contiguous)
         if truncated:
             for later in segments[index + 1 :]:
                 logger.warning(
@@ -202,5 +211,22 @@ def _recover(
             break
         min_offset = segment.next_offset
         if index < len(segments) - 1:
+            if contiguous and segment.next_offset < segments[index + 1].base_offset:
+                # A segment that ends before the next one begins lost its tail (cut at a batch
+                # boundary, or emptied): Odradek's segments are contiguous (a roll starts the new
+                # segment at the LEO, and there is no compaction), so the later segments follow
+                # a hole. Regression: test_torn_writes, a .log truncated at a batch boundary.
+                logger.warning(
+                    "%s: %s ends at offset %d but the next segment starts at %d; deleting the "
+                    "segments after the hole",
+                    directory,
+                    segment.log_path,
+                    segment.next_offset,
+                    segments[index + 1].base_offset,
+                )
+                for later in segments[index + 1 :]:
+                    later.delete()
+                del segments[index + 1 :]
+                break
             segment.on_become_inactive()
         index += 1

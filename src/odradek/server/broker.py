@@ -13,9 +13,10 @@ Start-up (`Broker.startup`), in Kafka's order and for the same reasons:
   5. register `/brokers/ids/<id>` (ephemeral; its czxid is our broker epoch) with every advertised
      listener and the listener→protocol map;
   6. start the controller component (it competes for `/controller`);
-  7. start the periodic tasks (retention, checkpoints, ISR expiry) and the log cleaner
+  7. start the periodic tasks (retention, checkpoints, ISR expiry), the log cleaner
      (`odradek.log.log_cleaner`: its checkpoints are read here; it cleans a partition only once
-     this broker leads or follows it, up to its high watermark).
+     this broker leads or follows it, up to its high watermark) and the log directory failure
+     handler (KIP-112: directories that failed at start-up are reported to the controller now).
 
 Shutdown (`Broker.shutdown`): controlled shutdown through the controller (leadership moves away
 first), stop listening, stop the controller and the replica manager (fetchers, HW checkpoint), close
@@ -53,6 +54,7 @@ from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
 from odradek.errors import InvariantError, KafkaError, OperatorError, require
 from odradek.log.log_cleaner import CleanerConfig, LogCleaner
+from odradek.log.log_dir_failure import LogDirFailureChannel
 from odradek.log.log_manager import LogManager
 from odradek.network.client import BrokerConnection, ClientSecurity
 from odradek.network.server import SocketServer
@@ -68,7 +70,7 @@ from odradek.server.admin.topics import log_config_for
 from odradek.server.apis import KafkaApis, answer_api_versions
 from odradek.server.authorization import RequestAuthorizer
 from odradek.server.broker_security import BrokerSecurity, zookeeper_identity
-from odradek.server.config import KafkaConfig, parse_properties
+from odradek.server.config import KafkaConfig
 from odradek.server.fetch_session import FetchManager, FetchSessionCache
 from odradek.server.listeners import (
     broker_client_security,
@@ -76,6 +78,7 @@ from odradek.server.listeners import (
     listener_security,
     memory_pool,
 )
+from odradek.server.log_dir_failure import LogDirFailureHandler
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
 from odradek.server.transaction_topic import TransactionTopicCreator, build_transaction_coordinator
@@ -137,6 +140,9 @@ class Broker:
         self.txn_offsets: PendingTxnOffsets = None  # type: ignore[assignment]
         self._transaction_topic: TransactionTopicCreator | None = None
         self._offsets_topic: OffsetsTopicCreator | None = None
+        self.log_dir_failure = LogDirFailureHandler(
+            self.broker_id, lambda: self.replica_manager, lambda: self.zk
+        )
         self._tasks: list[asyncio.Task[Any]] = []
         self._metadata_waiters: list[asyncio.Future[None]] = []
         self._auto_creating: set[str] = set()
@@ -166,7 +172,11 @@ class Broker:
         except InvariantError as e:
             raise OperatorError(str(e)) from None
         # 1. logs
-        self.log_manager = LogManager(config.log_dirs, log_config_for(config, {}))
+        self.log_manager = LogManager(
+            config.log_dirs,
+            log_config_for(config, {}),
+            failure_channel=LogDirFailureChannel(self.log_dir_failure.on_offline),
+        )
         try:
             self._log_manager.startup(now_ms)
         except (OSError, KafkaError) as e:
@@ -183,7 +193,7 @@ class Broker:
         await self._zk.start(timeout=config.zookeeper_connection_timeout_ms / 1000)
         await self._zk.ensure_paths(PERSISTENT_PATHS)
         self.cluster_id = await self._get_or_create_cluster_id()
-        self._check_meta_properties()
+        self._log_manager.check_meta_properties(self.broker_id, self.cluster_id)
         await self._delete_stray_partitions()
         await self.security.start(self._zk)
         # 3. listen
@@ -249,7 +259,7 @@ class Broker:
             config["replica.lag.time.max.ms"],
             fetcher_manager,
         )
-        self.replica_manager.load_high_watermarks(config.log_dirs)
+        self.replica_manager.load_high_watermarks(self._log_manager.live_log_dirs)
         self.admin = AdminManager(
             self.zk, config["num.partitions"], config["default.replication.factor"]
         )
@@ -280,6 +290,8 @@ class Broker:
         self._zk.add_state_listener(self._on_session_state)
         await self._register_broker()
         self.controller.startup()
+        # Directories that failed at start-up are reported now that we are registered.
+        self.log_dir_failure.start()
         # 7. periodic work
         self.replica_manager.start_background_tasks(
             config["replica.high.watermark.checkpoint.interval.ms"]
@@ -316,27 +328,6 @@ class Broker:
         except NodeExistsError:
             data, stat = await self._zk.get(ClusterIdZNode.path())
             return ClusterIdZNode.decode(data, stat.version).id
-
-    def _check_meta_properties(self) -> None:
-        """`meta.properties` in each log dir ties it to one broker id and cluster (as Kafka)."""
-        for log_dir in self.config.log_dirs:
-            path = Path(log_dir) / "meta.properties"
-            if path.exists():
-                values = parse_properties(path.read_text(encoding="utf-8", errors="replace"))
-                if values.get("broker.id", str(self.broker_id)) != str(self.broker_id):
-                    raise OperatorError(
-                        f"log dir {log_dir} belongs to broker.id={values.get('broker.id')}, not {self.broker_id}"
-                    )
-                if values.get("cluster.id", self.cluster_id) != self.cluster_id:
-                    raise OperatorError(
-                        f"log dir {log_dir} belongs to cluster {values.get('cluster.id')}, "
-                        f"but ZooKeeper holds cluster {self.cluster_id}"
-                    )
-            else:
-                Path(log_dir).mkdir(parents=True, exist_ok=True)
-                path.write_text(
-                    f"version=0\nbroker.id={self.broker_id}\ncluster.id={self.cluster_id}\n"
-                )
 
     async def _delete_stray_partitions(self) -> None:
         """Delete local logs that ZooKeeper no longer assigns to this broker.
@@ -673,6 +664,7 @@ class Broker:
             for task in self._tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+            await self.log_dir_failure.stop()
             if self.replica_manager is not None:
                 await self.replica_manager.shutdown()
             if self.log_cleaner is not None:

@@ -12,7 +12,8 @@ deleted only by Kafka's admin client id, as in Kafka.
 
 DescribeLogDirs answers for this broker's log directories: each partition's size in bytes and
 offset lag (high watermark minus log end offset, never below 0: 0 on a healthy replica), and from
-v4 the directory's total and usable bytes.
+v4 the directory's total and usable bytes; a directory that failed (KIP-112) is listed with
+KAFKA_STORAGE_ERROR and no partitions.
 
 DescribeCluster is Metadata without topics: the live brokers (with the address of the listener the
 client came in on, as Metadata), the controller and the cluster id (v1's endpoint type 2,
@@ -139,6 +140,18 @@ def handle_describe_log_dirs(broker: BrokerServices, context: RequestContext, re
     for directory, topics in by_dir.items():
         error = ErrorCode.none
         total = usable = -1
+        if not log_manager.is_log_dir_online(directory):
+            # KIP-112: a failed directory is reported with KAFKA_STORAGE_ERROR and nothing else.
+            results.append(
+                {
+                    "error_code": ErrorCode.kafka_storage_error,
+                    "log_dir": directory,
+                    "topics": [],
+                    "total_bytes": -1,
+                    "usable_bytes": -1,
+                }
+            )
+            continue
         try:
             stats = os.statvfs(directory)
             total, usable = stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize

@@ -135,6 +135,9 @@ class ZooKeeperInfo:
     pid: int | None = None
     dir: Path | None = None
     log: Path | None = None
+    # The members of a private ensemble (or of a server in a network lab): {id, host, port,
+    # pid, dir, config} each; empty for a single server on loopback, described by the above.
+    servers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def external(self) -> bool:

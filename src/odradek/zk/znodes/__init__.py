@@ -57,6 +57,12 @@ from odradek.zk.znodes.controller import (
     ControllerInfo,
     ControllerZNode,
 )
+from odradek.zk.znodes.log_dirs import (
+    LOG_DIR_FAILURE_EVENT,
+    LogDirEventNotification,
+    LogDirEventNotificationSequenceZNode,
+    LogDirEventNotificationZNode,
+)
 from odradek.zk.znodes.topics import (
     IsrChangeNotification,
     IsrChangeNotificationSequenceZNode,
@@ -83,7 +89,7 @@ PERSISTENT_PATHS: tuple[str, ...] = (
     f"{BrokersZNode.path()}/seqid",
     IsrChangeNotificationZNode.path(),
     "/latest_producer_id_block",
-    "/log_dir_event_notification",
+    LogDirEventNotificationZNode.path(),
     f"{ConfigZNode.path()}/topics",
     f"{ConfigZNode.path()}/clients",
     f"{ConfigZNode.path()}/users",
@@ -92,6 +98,7 @@ PERSISTENT_PATHS: tuple[str, ...] = (
 )
 
 __all__ = [
+    "LOG_DIR_FAILURE_EVENT",
     "PERSISTENT_PATHS",
     "AdminZNode",
     "BrokerConfigZNode",
@@ -118,6 +125,9 @@ __all__ = [
     "IsrChangeNotificationSequenceZNode",
     "IsrChangeNotificationZNode",
     "LeaderIsrAndControllerEpoch",
+    "LogDirEventNotification",
+    "LogDirEventNotificationSequenceZNode",
+    "LogDirEventNotificationZNode",
     "PartitionReassignment",
     "PreferredReplicaElection",
     "PreferredReplicaElectionZNode",
