@@ -32,7 +32,7 @@ from odradek.protocol._records import InvalidRecordsError
 
 from odradek.errors import CorruptRecordError
 from odradek.protocol.compression import decompress_bounded
-from odradek.protocol.record_batch import HEADER_SIZE, CompressionType, iter_batches
+from odradek.protocol.record_batch import HEADER_SIZE, BatchHeader, CompressionType, iter_batches
 
 __all__ = ["DEFAULT_MAX_DECOMPRESSED", "ArrowDecoder"]
 
@@ -76,13 +76,15 @@ class ArrowDecoder:
         from_offset: int,
         until_offset: int,
         aborted: Iterable[tuple[int, int]] = (),
+        headers: Iterable[BatchHeader] | None = None,
     ) -> int:
         """Append the rows in [from_offset, until_offset) of the complete batches in `records`;
-        returns the offset after the last complete batch (`from_offset` when there is none)."""
+        returns the offset after the last complete batch (`from_offset` when there is none).
+        `headers`: the batches' headers, when the caller has already listed them."""
         for pair in aborted:
             heapq.heappush(self._aborted, pair)
         position = from_offset
-        for header in iter_batches(records):
+        for header in iter_batches(records) if headers is None else headers:
             if header.magic != 2:
                 raise CorruptRecordError(
                     f"{self.topic}-{self.partition}: batch at offset {header.base_offset} has "

@@ -43,7 +43,7 @@ from odradek.protocol.codec import (
     encode_request,
     request_class,
 )
-from odradek.protocol.record_batch import iter_batches
+from odradek.protocol.record_batch import BatchHeader, iter_batches
 from odradek.spark.decode import ArrowDecoder
 from odradek.spark.offsets import OffsetRange
 
@@ -167,13 +167,10 @@ def _partition_data(response: Any, r: OffsetRange) -> Any:
     raise _Stop("the response lacks the partition")
 
 
-def _next_offset(records: bytes | None, position: int) -> int:
-    """The offset after the last complete batch in `records` (`position` if there is none)."""
-    last = position
-    if records:
-        for header in iter_batches(records):
-            last = max(last, header.next_offset)
-    return last
+def _batches(records: bytes | None, position: int) -> tuple[list[BatchHeader], int]:
+    """The complete batches in `records`, and the offset after the last (`position` if none)."""
+    headers = list(iter_batches(records)) if records else []
+    return headers, max([position, *(h.next_offset for h in headers)])
 
 
 def fast_read(
@@ -197,7 +194,7 @@ def fast_read(
         while position < r.until_offset:
             item = _partition_data(connection.receive(), r)
             records = item.records
-            following = _next_offset(records, position)
+            headers, following = _batches(records, position)
             if following == position:
                 raise _Stop("no complete batch (high watermark below the range's end?)")
             if following < r.until_offset:
@@ -205,7 +202,7 @@ def fast_read(
             aborted = [
                 (int(a.producer_id), int(a.first_offset)) for a in (item.aborted_transactions or ())
             ]
-            decoder.add(records, position, r.until_offset, aborted)
+            decoder.add(records, position, r.until_offset, aborted, headers)
             position = following
             if decoder.rows >= CHUNK_ROWS or decoder.data_bytes >= CHUNK_BYTES:
                 pending_from = position
