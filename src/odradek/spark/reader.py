@@ -1,8 +1,11 @@
 """Reading: one offset range per Spark task on the executors, and the batch reader's planning.
 
-`RangeReader.batches(range)` runs in a Spark task. It creates one Consumer, assigns the range's
-partition at the range's start offset and consumes until the range's end, yielding an Arrow
-RecordBatch per chunk of up to `CHUNK_RECORDS` messages. Its steps:
+`RangeReader.batches(range)` runs in a Spark task. It creates one Consumer. First the fast path
+(`spark.fetch`) sends Fetch requests to the partition's leader itself and decodes the record
+batches natively into Arrow (`spark.decode`); on anything but a healthy read it stops, and the
+Consumer carries on from there: it assigns the range's partition at that offset and consumes
+until the range's end, yielding an Arrow RecordBatch per chunk of up to `CHUNK_RECORDS` messages.
+The Consumer path's steps:
 
 1. Assign at the start offset and consume. Records at or past the range's end are dropped (the
    plan fixed the end; anything later belongs to the next micro-batch). Nothing is asked of the
@@ -55,6 +58,7 @@ from odradek.errors import (
 )
 from odradek.spark.arrow import arrow_schema, record_batch
 from odradek.spark.clients import ClusterOffsets, consumer_config, translate
+from odradek.spark.fetch import fast_path_allowed, fast_read
 from odradek.spark.offsets import (
     EARLIEST,
     LATEST,
@@ -112,17 +116,27 @@ class RangeReader:
     def batches(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange) or partition.size == 0:
             return  # PySpark substitutes InputPartition(None) when a plan has no ranges
+        config = consumer_config(
+            self.options.bootstrap_servers,
+            self.options.client_params,
+            self.options.isolation_level,
+        )
         try:
-            consumer = Consumer(
-                consumer_config(
-                    self.options.bootstrap_servers,
-                    self.options.client_params,
-                    self.options.isolation_level,
-                )
-            )
+            consumer = Consumer(config)
         except KafkaException as e:
             raise translate(e, "creating the Kafka consumer") from None
         try:
+            if fast_path_allowed(config):
+                # Fetch + native Arrow decoding while the leader is healthy (spark.fetch); the
+                # Consumer below takes over from wherever that stops.
+                start = yield from fast_read(
+                    consumer, partition, self.schema, config, self.timeout_s
+                )
+                if start >= partition.until_offset:
+                    return
+                partition = OffsetRange(
+                    partition.topic, partition.partition, start, partition.until_offset
+                )
             yield from self._read(consumer, partition)
         finally:
             consumer.close()
