@@ -16,6 +16,6 @@ setup(
             depends=["src/odradek/protocol/_walker.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=vla"],
         )
-        for name in ("_records", "_frames", "_compaction")
+        for name in ("_records", "_frames", "_compaction", "_arrow")
     ]
 )

@@ -7,10 +7,13 @@ default local[2]):
 
 * odradek: `spark.read.format("odradek")...load()` written to the `noop` sink, which makes Spark
   produce every row and every column and discard them;
-* parquet: the same rows, first saved as Parquet (not timed), read the same way.
+* parquet: the same rows, first saved as Parquet (not timed), read the same way;
+* arrow_ceiling: a Python data source (`arrow-ceiling`, defined here) that emits pre-built Arrow
+  batches of the source's schema, as many rows in as many partitions: the most any Python data
+  source can deliver through PySpark's Arrow path, the ceiling of the `odradek` source.
 
 Each read runs once untimed on a small slice first, so that JVM and Python worker start-up are
-not counted. The ratio is odradek rows/s over Parquet rows/s.
+not counted. The ratios are odradek rows/s over the ceiling's and over Parquet's.
 
     .venv/bin/python bench/spark_read.py --records 1000000
     .venv/bin/python bench/spark_read.py --bootstrap 127.0.0.1:9092 --topic big --records 5000000
@@ -105,6 +108,64 @@ def fill_topic(bootstrap: str, topic: str, records: int, record_bytes: int) -> d
     return {"records_per_s": round(records / elapsed), "seconds": round(elapsed, 2)}
 
 
+def ceiling_source() -> type:
+    """The `arrow-ceiling` data source: options `rows`, `partitions`, `value_bytes`."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from odradek.spark.arrow import arrow_schema, source_schema
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, options: dict[str, str]) -> None:
+            self.rows = int(options["rows"])
+            self.parts = int(options["partitions"])
+            self.value_bytes = int(options["value_bytes"])
+
+        def partitions(self) -> list[InputPartition]:
+            share = self.rows // self.parts
+            return [
+                InputPartition(share + (self.rows % self.parts if i == 0 else 0))
+                for i in range(self.parts)
+            ]
+
+        def read(self, partition: InputPartition) -> Any:
+            schema = arrow_schema(source_schema(False))
+            size = 100_000
+            n = min(size, partition.value)
+            value = b"x" * self.value_bytes
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(n, pa.binary()),
+                    pa.array([value] * n, pa.binary()),
+                    pa.repeat(pa.scalar("t", pa.string()), n),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                    pa.array(range(n), pa.int64()),
+                    pa.array([1_700_000_000_000_000] * n, pa.int64()).cast(
+                        schema.field("timestamp").type
+                    ),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                ],
+                schema=schema,
+            )
+            left = partition.value
+            while left > 0:
+                yield batch if left >= n else batch.slice(0, left)
+                left -= n
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "arrow-ceiling"
+
+        def schema(self) -> Any:
+            return source_schema(False)
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return CeilingReader(dict(self.options))
+
+    return CeilingSource
+
+
 def timed_noop(df: Any) -> float:
     started = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
@@ -146,26 +207,43 @@ def main() -> None:
                     reader = reader.option(key, value)
                 return reader.load()
 
-            # Warm-up: one small task reading 1,000 records of partition 0 to its end. (Not a
-            # limit() over many small tasks: a task cut short by a limit does not give its Python
-            # worker back for reuse, so each would start and import a fresh worker.)
+            # Warm-up: one small task per partition, reading its first records (not a limit()
+            # over the whole topic: a task cut short by a limit does not give its Python worker
+            # back for reuse, so each would start and import a fresh worker). Every Python worker
+            # of the session has then imported the source, as the ceiling's warm-up does.
+            first = min(1000, args.records // (8 * args.partitions))
             timed_noop(
                 source(
-                    assign=json.dumps({topic: [0]}),
-                    endingOffsets=json.dumps({topic: {"0": min(1000, args.records // 8)}}),
+                    endingOffsets=json.dumps(
+                        {topic: {str(p): first for p in range(args.partitions)}}
+                    ),
                 )
             )
             odradek_s = timed_noop(source())
+            spark.dataSource.register(ceiling_source())
+
+            def ceiling(rows: int) -> Any:
+                return (
+                    spark.read.format("arrow-ceiling")
+                    .option("rows", str(rows))
+                    .option("partitions", str(args.partitions))
+                    .option("value_bytes", str(args.record_bytes))
+                    .load()
+                )
+
+            timed_noop(ceiling(1000))
             parquet_path = str(work / "parquet")
             source().write.parquet(parquet_path)
             rows = spark.read.parquet(parquet_path).count()  # from the footers: no full read
             timed_noop(spark.read.parquet(parquet_path).limit(1000))
             parquet_s = timed_noop(spark.read.parquet(parquet_path))
+            ceiling_s = timed_noop(ceiling(rows))
         finally:
             spark.stop()
             shutil.rmtree(work, ignore_errors=True)
     odradek_rate = rows / odradek_s
     parquet_rate = rows / parquet_s
+    ceiling_rate = rows / ceiling_s
     print(
         json.dumps(
             {
@@ -177,7 +255,12 @@ def main() -> None:
                 "partitions": args.partitions,
                 "produce": produced,
                 "odradek": {"rows_per_s": round(odradek_rate), "seconds": round(odradek_s, 2)},
+                "arrow_ceiling": {
+                    "rows_per_s": round(ceiling_rate),
+                    "seconds": round(ceiling_s, 2),
+                },
                 "parquet": {"rows_per_s": round(parquet_rate), "seconds": round(parquet_s, 2)},
+                "odradek_over_ceiling": round(odradek_rate / ceiling_rate, 3),
                 "odradek_over_parquet": round(odradek_rate / parquet_rate, 3),
             }
         ),

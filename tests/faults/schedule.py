@@ -174,10 +174,9 @@ def make_schedule(seed: int, settings: ScheduleSettings) -> Schedule:
 class ZooKeeperControl:
     """Stop and start a local cluster's private ZooKeeper on the same port and data directory.
 
-    `LocalCluster` has no ZooKeeper restart of its own; this helper reads the port, data and log
-    paths from `cluster.json` and drives the `ZooKeeperServer` object that `LocalCluster.up`
-    started (or a new one on the same files), handing it back to the cluster so that `down()` and
-    `kill_all()` stop whichever process runs at the end, and recording the new pid in cluster.json.
+    Drives the single server of the `ZooKeeperEnsemble` that `LocalCluster.up` started (the
+    cluster's `ensemble`), so that `down()` and `kill_all()` stop whichever process runs at the
+    end, and records the new pid in cluster.json.
     """
 
     def __init__(self, cluster: LocalCluster) -> None:
@@ -190,11 +189,7 @@ class ZooKeeperControl:
         self.log = Path(info["log"]) if info.get("log") else None
 
     def _server(self) -> ZooKeeperServer:
-        server = self.cluster._zk_server
-        if server is None:
-            server = ZooKeeperServer(self.port, self.data_dir, self.log, fsync=False)
-            self.cluster._zk_server = server
-        return server
+        return self.cluster.ensemble.server(1)
 
     def stop(self, crash: bool) -> None:
         server = self._server()

@@ -57,6 +57,8 @@ from tests.faults.checker import (
     read_state_change_log,
     replicas_agree_below_high_watermark,
 )
+from tests.faults.history import History, check_history, record_final
+from tests.faults.lab import HistoryReader
 from tests.faults.schedule import (
     FaultInjector,
     FaultKind,
@@ -241,13 +243,20 @@ class FaultRun:
             self.leaders,
             self.controllers,
         )
+        # Every send, acknowledgement and read during the run, for the Jepsen-style checks.
+        self.history = History(idempotent=False)
         self.workload = ProducerWorkload(
             self.cluster.bootstrap_servers,
             self.topic,
             settings.partitions,
             settings.producers,
+            history=self.history,
             idempotent=IDEMPOTENT_PRODUCERS,
         )
+        self.readers = [
+            HistoryReader(b, self.topic, self.history, settings.partitions)
+            for b in self.cluster.brokers
+        ]
         self.injector = FaultInjector(
             self.cluster, self.topic, settings.partitions, settings.session_timeout_ms, seed
         )
@@ -286,6 +295,8 @@ class FaultRun:
             )
         except AssertionError as e:
             self.notes.append(str(e))
+        for reader in self.readers:
+            reader.stop()
         return self.workload.stop()
 
     def collect(self) -> Committed | None:
@@ -326,6 +337,12 @@ class FaultRun:
             self.cluster.zookeeper_connect, self.topic, self.settings.partitions
         )
         records = committed.records if committed else {}
+        for partition, partition_records in records.items():
+            record_final(
+                self.history,
+                partition,
+                ((r.offset, (r.value or b"").decode(errors="replace")) for r in partition_records),
+            )
         results = [
             *_producer_checks(stats),
             acknowledged_records_readable(acknowledged, records),
@@ -345,6 +362,7 @@ class FaultRun:
                 self.settings.partitions,
             ),
             brokers_never_crash(self.injector.crashes, len(self.records)),
+            *check_history(self.history),
         ]
         if committed is None:
             results.append(CheckResult("committed_records_read", False, 0, ("could not read",)))
@@ -385,6 +403,8 @@ def run_faults(
     run = FaultRun(make_cluster, seed, settings, budget, config)
     run.observer.start()
     run.workload.start()
+    for reader in run.readers:
+        reader.start()
     try:
         run.safety_phase()
         stats = run.liveness_phase()
@@ -393,6 +413,8 @@ def run_faults(
         raise
     finally:
         run.observer.stop()
+        for reader in run.readers:
+            reader.stop()
     committed = run.collect()
     results = run.check(stats, committed)
     summary.append(run.summary(stats, results))  # printed in the terminal summary

@@ -49,6 +49,7 @@ from odradek.zk.znodes import (
     TopicZNode,
 )
 from tests.faults.checker import ControllerEpochHistory, LeaderEpochHistory
+from tests.faults.history import History
 from tests.integration._replication import producer_config
 
 log = logging.getLogger(__name__)
@@ -145,8 +146,11 @@ class ProducerWorkload:
         count: int,
         interval_s: float = 0.01,
         max_queued: int = 2000,
+        history: History | None = None,
+        message_timeout_ms: int = 120_000,
         idempotent: int = 0,
     ) -> None:
+        self.history = history
         self.topic = topic
         self.partitions = partitions
         self.interval_s = interval_s
@@ -157,7 +161,7 @@ class ProducerWorkload:
             enable_idempotence=False,
             max_in_flight_requests_per_connection=1,
             linger_ms=5,
-            message_timeout_ms=120_000,
+            message_timeout_ms=message_timeout_ms,
             request_timeout_ms=5000,
             socket_timeout_ms=10_000,
         )
@@ -192,6 +196,20 @@ class ProducerWorkload:
         error: ConfluentKafkaError | None,
         message: Message,
     ) -> None:
+        if self.history is not None:
+            value_text = (message.value() or b"").decode(errors="replace")
+            if error is not None:
+                self.history.record(
+                    "fail", stats.name, message.partition() or 0, value=value_text,
+                    error=error.name(),
+                )  # fmt: skip
+            else:
+                offset = message.offset()
+                self.history.record(
+                    "ack", stats.name, message.partition() or 0, value=value_text,
+                    # None: librdkafka's implicit acknowledgement (idempotent producers only)
+                    offset=offset if offset is not None and offset >= 0 else None,
+                )  # fmt: skip
         with self._lock:
             if error is not None:
                 stats.failures[error.name()] = stats.failures.get(error.name(), 0) + 1
@@ -233,6 +251,10 @@ class ProducerWorkload:
                     with self._lock:
                         floor = stats.highest_acked.get(partition, -1)
                     try:
+                        if self.history is not None:
+                            self.history.record(
+                                "send", stats.name, partition, value=f"{stats.name}-{sequence}"
+                            )
                         producer.produce(
                             self.topic,
                             value=f"{stats.name}-{sequence}".encode(),

@@ -22,10 +22,12 @@ handled wrongly fails the test with its hex dump. At the end:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -135,6 +137,22 @@ def test_fuzzed_requests_of_every_api(make_cluster: Any) -> None:
             f"{rss_after_warmup >> 20} MB, grown {grown >> 20} MB since; samples "
             f"{[(n, r >> 20) for n, r in stats.rss_samples[-5:]]}"
         )
+        results = os.environ.get("ODRADEK_FUZZ_RESULTS")
+        if results:  # ./dev soak's JSON summary
+            Path(results).write_text(
+                json.dumps(
+                    {
+                        "frames": stats.sent,
+                        "skipped": stats.skipped,
+                        "seconds": round(stats.seconds),
+                        "outcomes": dict(stats.outcomes),
+                        "rss_after_warmup_mb": rss_after_warmup >> 20,
+                        "rss_grown_mb": grown >> 20,
+                    },
+                    indent=2,
+                )
+                + "\n"
+            )
         assert grown < RSS_GROWTH_BOUND, f"the broker's RSS grew by {grown >> 20} MB"
     assert alive(pid)
     assert cluster.registered_brokers() == [1]

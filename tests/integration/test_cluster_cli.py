@@ -33,6 +33,7 @@ from odradek.protocol.build import build
 from odradek.protocol.codec import response_class
 from odradek.testing import CLUSTER_FILE, LocalCluster, ProcessState, read_status
 from odradek.zk.client import CreateOp, ZkClient
+from odradek.zk.server import server_mode
 from odradek.zk.znodes import (
     BrokerIdZNode,
     ControllerEpochZNode,
@@ -593,6 +594,46 @@ def test_cluster_cli_up_status_kill_restart_down(tmp_path: Path):
         document = json.loads((directory / CLUSTER_FILE).read_text())
         assert document["zookeeper"]["pid"] is None
         assert [b["pid"] for b in document["brokers"]] == [None, None, None]
+    finally:
+        if (directory / CLUSTER_FILE).exists():
+            LocalCluster.load(directory).kill_all()
+
+
+def test_cluster_cli_with_a_zookeeper_ensemble(tmp_path: Path):
+    """`cluster up --zookeepers 3`: three members in one quorum, all in the brokers'
+    zookeeper.connect; the cluster keeps working with one member killed; `cluster down` stops
+    every member."""
+    directory = tmp_path / "cluster"
+    up = odradek("cluster", "up", "--brokers", "1", "--zookeepers", "3", "--dir", str(directory))
+    try:
+        assert up.returncode == 0, up.stderr
+        zookeeper = json.loads((directory / CLUSTER_FILE).read_text())["zookeeper"]
+        members = zookeeper["servers"]
+        assert [m["id"] for m in members] == [1, 2, 3]
+        assert zookeeper["connect"] == ",".join(f"{m['host']}:{m['port']}" for m in members)
+        config = (directory / "broker-1" / "server.properties").read_text()
+        assert f"zookeeper.connect={zookeeper['connect']}" in config
+        modes = sorted(server_mode(m["host"], m["port"]) or "none" for m in members)
+        assert modes == ["follower", "follower", "leader"]
+        for member in members:
+            assert (Path(member["dir"]) / "myid").read_text().strip() == str(member["id"])
+
+        leader = next(m for m in members if server_mode(m["host"], m["port"]) == "leader")
+        os.killpg(leader["pid"], 9)
+        bootstrap = up.stdout.strip()
+        created = odradek("topics", "--bootstrap-server", bootstrap, "--create", "--topic", "t")
+        assert created.returncode == 0, created.stderr
+        assert cli_status(directory)["brokers"][0]["registered"] is True
+
+        down = odradek("cluster", "down", "--dir", str(directory))
+        assert down.returncode == 0, down.stderr
+        wait_until(
+            lambda: processes_mentioning(str(directory)) == [],
+            30,
+            "every ZooKeeper member and the broker to be gone",
+        )
+        document = json.loads((directory / CLUSTER_FILE).read_text())
+        assert [m["pid"] for m in document["zookeeper"]["servers"]] == [None, None, None]
     finally:
         if (directory / CLUSTER_FILE).exists():
             LocalCluster.load(directory).kill_all()

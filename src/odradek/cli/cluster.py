@@ -162,6 +162,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         overrides=_parse_overrides(args.override),
         timeout=args.timeout,
         zookeeper=args.zookeeper,
+        zookeepers=args.zookeepers,
     )
     print(cluster.bootstrap_servers)
     return 0
@@ -172,6 +173,8 @@ def _up_secure(args: argparse.Namespace) -> int:
 
     if args.zookeeper:
         raise OperatorError("--secure starts its own ZooKeeper: drop --zookeeper")
+    if args.zookeepers != 1:
+        raise OperatorError("--secure starts a single ZooKeeper server: drop --zookeepers")
     cluster, setup = start_secure_cluster(
         Path(args.dir),
         args.brokers,
@@ -282,6 +285,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
     up = commands.add_parser("up", help="start ZooKeeper and N brokers in the background")
     up.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
+    up.add_argument(
+        "--zookeepers",
+        type=int,
+        default=1,
+        help="members of the private ZooKeeper ensemble (default 1: a standalone server)",
+    )
     up.add_argument("--dir", required=True, help="the cluster directory")
     up.add_argument(
         "--base-port", type=int, help="ZooKeeper on this port, broker i on base+i (default: free)"

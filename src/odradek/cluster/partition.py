@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from odradek.cluster.broker_topic_stats import BrokerTopicStats
 from odradek.cluster.isr import CommittedIsr, IsrState, PendingExpandIsr, PendingShrinkIsr
 from odradek.errors import (
     FencedLeaderEpochError,
@@ -124,8 +125,10 @@ class Partition:
         on_isr_change: Callable[[str, int], None],
         min_insync_replicas: Callable[[], int],
         replica_lag_time_max_ms: int,
+        stats: BrokerTopicStats | None = None,
     ) -> None:
         self.topic = topic
+        self._stats = stats  # IsrShrinksPerSec / IsrExpandsPerSec, counted on a committed change
         self.partition = partition
         self.local_broker_id = local_broker_id
         self.log = log
@@ -143,6 +146,7 @@ class Partition:
         self.isr_state: IsrState = CommittedIsr(frozenset())
         self.followers: dict[int, FollowerState] = {}
         self.high_watermark = 0
+        self.leader_high_watermark = -1  # as follower: the HW of the leader's last fetch answer
         self.fenced = False
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._low_watermark_waiters: list[tuple[int, asyncio.Future[int]]] = []
@@ -161,6 +165,16 @@ class Partition:
     @property
     def isr(self) -> frozenset[int]:
         return self.isr_state.isr
+
+    @property
+    def is_under_replicated(self) -> bool:
+        """Led here with an ISR smaller than the assignment (Kafka's isUnderReplicated)."""
+        return self.is_leader and len(self.isr) < len(self.assignment)
+
+    @property
+    def is_under_min_isr(self) -> bool:
+        """Led here with fewer in-sync replicas than min.insync.replicas."""
+        return self.is_leader and len(self.isr) < self._min_insync_replicas()
 
     @property
     def log_end_offset(self) -> int:
@@ -571,6 +585,11 @@ class Partition:
             return
         self.isr_state = CommittedIsr(frozenset(update.isr))
         self.partition_epoch = new_version
+        if self._stats is not None:
+            if isinstance(pending, PendingExpandIsr):
+                self._stats.isr_expands += 1
+            else:
+                self._stats.isr_shrinks += 1
         log.info("%s: ISR is now %s (znode version %d)", self, list(update.isr), new_version)
         self._on_isr_change(self.topic, self.partition)
         self._maybe_increment_high_watermark()
@@ -607,6 +626,7 @@ class Partition:
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         """As follower: HW = min(leader's HW, own LEO); never decreases."""
+        self.leader_high_watermark = leader_high_watermark  # ReplicaFetcherManager MaxLag
         new_high_watermark = min(leader_high_watermark, self.log_end_offset)
         if new_high_watermark > self.high_watermark:
             self.high_watermark = new_high_watermark

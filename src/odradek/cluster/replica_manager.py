@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from odradek.cluster.append_queue import AppendQueue
+from odradek.cluster.broker_topic_stats import BrokerTopicStats
 from odradek.cluster.delete_records import delete_records
 from odradek.cluster.partition import IsrWriter, Partition, PartitionStateInfo, ReadResult
 from odradek.errors import (
@@ -134,6 +135,8 @@ class ReplicaManager:
         self.topic_ids: dict[str, str] = {}
         self.controller_epoch = -1
         self._isr_changes = _IsrChanges()
+        # BrokerTopicMetrics and the ISR meters (read by the metrics scrape).
+        self.broker_topic_stats = BrokerTopicStats()
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.append_queue = AppendQueue()
@@ -218,6 +221,7 @@ class ReplicaManager:
                 self._record_isr_change,
                 lambda: self._min_insync_replicas_for(topic),
                 self.replica_lag_time_max_ms,
+                stats=self.broker_topic_stats,
             )
             checkpointed = self._high_watermarks.get(key, 0)
             hosted.high_watermark = max(0, min(checkpointed, hosted.log_end_offset))
@@ -391,8 +395,10 @@ class ReplicaManager:
                 deferred[key] = self._defer_append(key, records, required_acks, now_ms, origin)
                 continue
             except KafkaError as e:
+                self.broker_topic_stats.record_failed_produce(key[0])
                 results[key] = ProduceResult(error=e)
                 continue
+            self.broker_topic_stats.record_append(key[0], info.record_count, info.size)
             results[key], wait = self._appended(partition, info, required_acks)
             if wait is not None:
                 waits[key] = wait
@@ -437,7 +443,9 @@ class ReplicaManager:
                     records, required_acks, now_ms, validated=validated, origin=origin
                 )
             except KafkaError as e:
+                self.broker_topic_stats.record_failed_produce(key[0])
                 return ProduceResult(error=e), None
+            self.broker_topic_stats.record_append(key[0], info.record_count, info.size)
             return self._appended(partition, info, required_acks)
 
         return self.append_queue.defer(key, append)

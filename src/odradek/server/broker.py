@@ -80,6 +80,9 @@ from odradek.server.listeners import (
 )
 from odradek.server.log_dir_failure import LogDirFailureHandler
 from odradek.server.metadata_cache import MetadataCache
+from odradek.server.metrics.exporter import MetricsExporter, parse_metrics_listener
+from odradek.server.metrics.request_metrics import RequestMetrics
+from odradek.server.metrics.snapshot import collect as collect_metrics
 from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
 from odradek.server.transaction_topic import TransactionTopicCreator, build_transaction_coordinator
 from odradek.zk.client import CreateOp, SessionState, ZkClient
@@ -130,6 +133,8 @@ class Broker:
             config, listeners.controller_listener
         )
         self.socket_servers: list[SocketServer] = []
+        self.request_metrics = RequestMetrics()
+        self.metrics_exporter: MetricsExporter | None = None
         self.replica_manager: ReplicaManager = None  # type: ignore[assignment]
         self.controller: KafkaController = None  # type: ignore[assignment]
         self.admin: AdminManager = None  # type: ignore[assignment]
@@ -222,12 +227,13 @@ class Broker:
             self.inter_broker_client,
         )
         apis = KafkaApis(self)
+        dispatch = self.request_metrics.metered(apis.dispatch)
         quotas, pool = connection_quotas(config), memory_pool(config)
         for endpoint in config.listeners:
             server = SocketServer(
                 endpoint.host or "0.0.0.0",
                 endpoint.port,
-                apis.dispatch,
+                dispatch,
                 config["socket.request.max.bytes"],
                 security=listener_security(
                     config, endpoint, self.security.credentials, answer_api_versions
@@ -304,6 +310,13 @@ class Broker:
         self.transaction_coordinator.start()
         self.log_cleaner = LogCleaner(self._log_manager, cleaner_config, self._cleanable_offset)
         self.log_cleaner.start()
+        # 8. metrics, once every component they read exists
+        if config["metrics.listener"]:
+            host, port = parse_metrics_listener(config["metrics.listener"])
+            self.metrics_exporter = MetricsExporter(
+                host, port, lambda: collect_metrics(self, self.request_metrics)
+            )
+            self.metrics_exporter.start()
         self.started = True
         log.info(
             "broker %d started: listening on %s, cluster %s, %d logs",
@@ -648,6 +661,8 @@ class Broker:
         self._shutting_down = True
         log.info("broker %d shutting down", self.broker_id)
         try:
+            if self.metrics_exporter is not None:
+                await self.metrics_exporter.stop()
             if self.started:
                 with contextlib.suppress(Exception):
                     await self.controlled_shutdown()

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import javaproperties
 
@@ -65,11 +66,26 @@ def _one_of(*allowed: str) -> Callable[[Any], str | None]:
     return check
 
 
+def _http_listener(value: Any) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(str(value).strip())
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or port is None or parts.path not in ("", "/"):
+        return "must be http://HOST:PORT"
+    return None
+
+
 _DEFS = [
     ConfigDef("broker.id", "int", -1, _at_least(-1)),
     ConfigDef("broker.rack", "string", None),
     ConfigDef("listeners", "string", "PLAINTEXT://:9092"),
     ConfigDef("advertised.listeners", "string", None),
+    # Prometheus text format at /metrics (odradek.server.metrics); unset: no metrics endpoint.
+    ConfigDef("metrics.listener", "string", None, _http_listener),
     ConfigDef("listener.security.protocol.map", "string", None),
     ConfigDef("inter.broker.listener.name", "string", None),
     ConfigDef("security.inter.broker.protocol", "string", "PLAINTEXT"),

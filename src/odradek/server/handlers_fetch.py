@@ -225,6 +225,9 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     else:
         result = {}
 
+    # BytesOutPerSec counts what consumers read; followers' reads are replication (as Kafka).
+    stats = replica_manager.broker_topic_stats if replica_id < 0 else None
+
     def answer(results: dict[tuple[str, int], FetchPartitionResult]) -> Any:
         entries: dict[PartitionKey, PartitionAnswer] = {}
         summary: dict[PartitionKey, tuple[int, int, int, bool]] = {}
@@ -243,6 +246,8 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                     code = ErrorCode.unknown_server_error
                 entries[key] = PartitionAnswer(index, code.value, -1, -1, b"")
                 summary[key] = (0, -1, -1, True)
+                if stats is not None and name is not None:
+                    stats.record_fetch(name, 0, failed=True)
                 continue
             read = item.read
             records = read.records
@@ -258,6 +263,8 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                 read.aborted_transactions,
             )
             summary[key] = (len(records), read.high_watermark, read.log_start_offset, False)
+            if stats is not None:
+                stats.record_fetch(name, len(records), failed=False)
         session_id, included = fetch_context.respond(summary)
         if fetch_context.error != ErrorCode.none:
             return _session_error(header, fetch_context.error)

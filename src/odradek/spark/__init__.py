@@ -49,6 +49,9 @@ Source options (names are case-insensitive, as in Spark):
 `kafkaConsumer.pollTimeoutMs`  how long a task waits without progress (default 120000)
 `fetchOffset.numRetries`,      retries of offset requests on the driver (default 3, 1000 ms)
 `fetchOffset.retryIntervalMs`
+`kafka.isolation.level`        `read_uncommitted` (default, as Spark's) or `read_committed`:
+                               offsets end at the last stable offset, records of aborted
+                               transactions are skipped (control batches never are rows)
 `kafka.*`                      passed to the clients without the prefix (librdkafka names,
                                which match the Java client's for common settings such as
                                `kafka.security.protocol`); settings the source owns are refused
@@ -62,21 +65,25 @@ Source schema::
     key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp,
     timestampType int, headers array<struct<key:string,value:binary>> (only with includeHeaders)
 
-Reads see only committed records: "latest" is a partition's high watermark, never beyond it. A
-stream picks up new partitions of its topics (and new topics matching `subscribePattern`) from the
+Reads see only replicated records: "latest" is a partition's high watermark, never beyond it
+(under read_committed, its last stable offset: a batch stops before the first undecided
+transaction and a later one reads it once it is decided). A stream picks up new partitions of its topics (and new topics matching `subscribePattern`) from the
 next trigger on, reading them from their first offset. `Trigger.AvailableNow` reads what existed
 when the query started (its high watermarks) in one or more batches and stops.
 
 Sink options: `kafka.bootstrap.servers` (required), `topic` (optional; wins over a `topic` column),
-`kafka.*`. Sink columns: `value` (string or binary, required), `key` (string or binary),
+`exactlyOnce` (streaming writes, default false; needs `topic`), `kafka.*`. Sink columns: `value` (string or binary, required), `key` (string or binary),
 `topic` (string), `partition` (int), `headers` (as in the source schema). Records are produced
 with `acks=all`; a batch write supports mode append only.
 
 Delivery guarantees: a stream reading from Odradek into a file sink (Parquet, ...) is exactly-once:
 offsets are Spark's checkpointed offsets, so a restarted query replays an unfinished micro-batch
 over exactly the same ranges and Spark's file sink log keeps one copy. Writing into a topic is
-at-least-once: a retried task or a replayed micro-batch writes its records again (the job's abort
-logs what had already been written).
+at-least-once by default: a retried task or a replayed micro-batch writes its records again (the
+job's abort logs what had already been written). A streaming write with `exactlyOnce=true` is
+exactly-once for read_committed readers of the topic: each task writes its rows in one Kafka
+transaction that also records the micro-batch as committed, and a replayed task whose batch is
+recorded writes nothing (see `odradek.spark.exactly_once`).
 """
 
 from __future__ import annotations

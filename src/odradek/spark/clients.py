@@ -14,7 +14,8 @@ Three kinds of client, each built from the checked options:
   wrote it.
 * `ClusterOffsets` -- the driver's view of the cluster: topics, partitions and their earliest /
   latest offsets, through an AdminClient (ListOffsets batched per leader, not one request per
-  partition). "Latest" is the high watermark: reads never go past committed records.
+  partition). "Latest" is the high watermark (reads never go past replicated records), or under
+  `kafka.isolation.level=read_committed` the last stable offset (never into an open transaction).
 
 librdkafka's own log lines go to the `odradek.spark.librdkafka` logger instead of stderr.
 Third-party exceptions (`confluent_kafka.KafkaException`) are translated into the project's at this
@@ -29,8 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka import KafkaError as RdKafkaError
-from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as RdTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -73,8 +74,12 @@ def _base(bootstrap_servers: str, params: Mapping[str, str], client_id: str) -> 
     }
 
 
-def consumer_config(bootstrap_servers: str, params: Mapping[str, str]) -> dict[str, Any]:
-    """A reader's Consumer: explicit assignment, no commits, end-of-partition events on."""
+def consumer_config(
+    bootstrap_servers: str, params: Mapping[str, str], isolation_level: str = "read_uncommitted"
+) -> dict[str, Any]:
+    """A reader's Consumer: explicit assignment, no commits, end-of-partition events on, the
+    source's isolation level (librdkafka's own default, read_committed, is never left in
+    place: Spark's default is read_uncommitted)."""
     config = _base(
         bootstrap_servers, {"group.id": CONSUMER_GROUP_ID, **params}, "odradek-spark-reader"
     )
@@ -85,20 +90,26 @@ def consumer_config(bootstrap_servers: str, params: Mapping[str, str]) -> dict[s
             "enable.partition.eof": True,
             "auto.offset.reset": "error",
             "allow.auto.create.topics": False,
+            "isolation.level": isolation_level,
         }
     )
     return config
 
 
-def producer_config(bootstrap_servers: str, params: Mapping[str, str]) -> dict[str, Any]:
-    """The sink's Producer: acks=all, retries on, idempotence off, Java's key partitioning."""
+def producer_config(
+    bootstrap_servers: str, params: Mapping[str, str], transactional_id: str | None = None
+) -> dict[str, Any]:
+    """The sink's Producer: acks=all, retries on, Java's key partitioning; idempotence off, or
+    on and transactional with `transactional_id` (the exactly-once sink)."""
     config: dict[str, Any] = {
         "linger.ms": 5,
         "partitioner": "murmur2_random",
         "compression.type": "none",
     }
     config.update(_base(bootstrap_servers, params, "odradek-spark-writer"))
-    config.update({"acks": "all", "enable.idempotence": False})
+    config.update({"acks": "all", "enable.idempotence": transactional_id is not None})
+    if transactional_id is not None:
+        config["transactional.id"] = transactional_id
     config.setdefault("message.send.max.retries", 2_147_483_647)
     return config
 
@@ -177,8 +188,10 @@ class ClusterOffsets:
         timeout_s: float = 10.0,
         retries: int = 3,
         retry_interval_s: float = 1.0,
+        read_committed: bool = False,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self.read_committed = read_committed
         self.params = dict(params)
         self.timeout_s = timeout_s
         self.retries = retries
@@ -239,7 +252,8 @@ class ClusterOffsets:
         which: Literal["earliest", "latest"],
         retries: int | None = None,
     ) -> OffsetsResult:
-        """The earliest (log start) or latest (high watermark) offset of each partition.
+        """The earliest (log start) or latest offset of each partition: the high watermark, or
+        with `read_committed` the last stable offset (ListOffsets under read_committed).
 
         Partitions whose request failed with a retriable error are asked again, up to `retries`
         times (default: the configured number); what still fails is returned in `failed` rather
@@ -260,7 +274,14 @@ class ClusterOffsets:
             request = {RdTopicPartition(tp.topic, tp.partition): spec for tp in pending}
             retry: list[TopicPartition] = []
             try:
-                futures = self.admin.list_offsets(request, request_timeout=self.timeout_s)
+                isolation = (
+                    IsolationLevel.READ_COMMITTED
+                    if self.read_committed
+                    else IsolationLevel.READ_UNCOMMITTED
+                )
+                futures = self.admin.list_offsets(
+                    request, isolation_level=isolation, request_timeout=self.timeout_s
+                )
             except KafkaException as e:
                 self._admin = None
                 raise translate(e, f"listing {which} offsets") from None

@@ -32,6 +32,7 @@ from odradek.spark.offsets import (
 __all__ = ["SinkOptions", "SourceOptions", "Subscription", "kafka_params"]
 
 BOOTSTRAP = "kafka.bootstrap.servers"
+EXACTLY_ONCE = "exactlyOnce"
 
 # Client settings the source or sink owns; a user setting them would break offset tracking or
 # delivery checking. Value: what to do instead.
@@ -47,8 +48,13 @@ _REFUSED_CLIENT_PARAMS = {
 }
 _REFUSED_SINK_PARAMS = {
     "acks": "the sink always produces with acks=all",
-    "enable.idempotence": "the sink always produces with idempotence off",
+    "enable.idempotence": "the sink sets it (on with exactlyOnce=true, off otherwise)",
+    "transactional.id": "set the sink option 'exactlyOnce' to true instead (the sink derives "
+    "one transactional id per query and task)",
 }
+
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+ISOLATION_LEVEL = "kafka.isolation.level"
 
 
 class _Options:
@@ -229,6 +235,11 @@ class SourceOptions:
     fetch_offset_num_retries: int
     fetch_offset_retry_interval_ms: int
     client_params: Mapping[str, str] = field(default_factory=dict)
+    isolation_level: str = "read_uncommitted"
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == "read_committed"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -252,7 +263,10 @@ class SourceOptions:
             poll_timeout_ms=opts.positive_int("kafkaConsumer.pollTimeoutMs") or 120_000,
             fetch_offset_num_retries=_non_negative(opts, "fetchOffset.numRetries", 3),
             fetch_offset_retry_interval_ms=opts.positive_int("fetchOffset.retryIntervalMs") or 1000,
-            client_params=kafka_params(options),
+            client_params={
+                k: v for k, v in kafka_params(options).items() if k != "isolation.level"
+            },
+            isolation_level=_isolation_level(opts),
         )
 
     def for_batch(self) -> SourceOptions:
@@ -281,6 +295,20 @@ class SourceOptions:
         return replace(self, starting_offsets=self.starting_offsets or OffsetSpec("latest"))
 
 
+def _isolation_level(options: _Options) -> str:
+    """`kafka.isolation.level`, read_uncommitted by default as in Spark's Kafka source (whose Java
+    consumer defaults to it; librdkafka's default, read_committed, is not taken)."""
+    value = options.get(ISOLATION_LEVEL)
+    if value is None:
+        return "read_uncommitted"
+    level = value.strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise DataSourceOptionError(
+            f"{ISOLATION_LEVEL}: expected read_uncommitted or read_committed, got {value!r}"
+        )
+    return level
+
+
 def _spec(options: _Options, name: str) -> OffsetSpec | None:
     value = options.get(name)
     return None if value is None else parse_offset_spec(value, name)
@@ -306,6 +334,7 @@ class SinkOptions:
     bootstrap_servers: str
     topic: str | None
     client_params: Mapping[str, str] = field(default_factory=dict)
+    exactly_once: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -318,8 +347,15 @@ class SinkOptions:
         topic = opts.get("topic")
         if topic is not None and not topic.strip():
             raise DataSourceOptionError("topic: the topic name is empty")
+        exactly_once = opts.boolean(EXACTLY_ONCE, False)
+        if exactly_once and not topic:
+            raise DataSourceOptionError(
+                f"{EXACTLY_ONCE}=true needs the 'topic' option: each task records the last "
+                "micro-batch it committed as a transactional offset of that topic's partition 0"
+            )
         return cls(
             bootstrap_servers=_bootstrap(opts),
             topic=topic.strip() if topic else None,
             client_params=kafka_params(options, sink=True),
+            exactly_once=exactly_once,
         )

@@ -1,8 +1,11 @@
 """Reading: one offset range per Spark task on the executors, and the batch reader's planning.
 
-`RangeReader.batches(range)` runs in a Spark task. It creates one Consumer, assigns the range's
-partition at the range's start offset and consumes until the range's end, yielding an Arrow
-RecordBatch per chunk of up to `CHUNK_RECORDS` messages. Its steps:
+`RangeReader.batches(range)` runs in a Spark task. It creates one Consumer. First the fast path
+(`spark.fetch`) sends Fetch requests to the partition's leader itself and decodes the record
+batches natively into Arrow (`spark.decode`); on anything but a healthy read it stops, and the
+Consumer carries on from there: it assigns the range's partition at that offset and consumes
+until the range's end, yielding an Arrow RecordBatch per chunk of up to `CHUNK_RECORDS` messages.
+The Consumer path's steps:
 
 1. Assign at the start offset and consume. Records at or past the range's end are dropped (the
    plan fixed the end; anything later belongs to the next micro-batch). Nothing is asked of the
@@ -17,9 +20,16 @@ RecordBatch per chunk of up to `CHUNK_RECORDS` messages. Its steps:
    topic is gone: with `failOnDataLoss` a DataLossError, otherwise a warning, and the reader
    skips to the log start or stops.
 
+With `kafka.isolation.level=read_committed` the consumer returns only committed records: records
+of aborted transactions and control batches (transaction markers) are skipped by librdkafka (from
+the aborted-transaction list of each Fetch answer), so the offsets of a range can end in records
+that never arrive; a record or an end-of-partition event at or past the range's end ends it.
+
 The batch reader (`spark.read.format("odradek")`) plans on the driver: it resolves the topic
-partitions and their earliest and latest (high watermark) offsets once, turns `startingOffsets`
-and `endingOffsets` into one range per partition, and splits them for `minPartitions`.
+partitions and their earliest and latest offsets once (the high watermark, or under
+read_committed the last stable offset, so a range never reaches into an open transaction),
+turns `startingOffsets` and `endingOffsets` into one range per partition, and splits them for
+`minPartitions`.
 
 Concurrency: a RangeReader belongs to one task (one thread). The batch reader is created, planned
 and pickled by Spark; it keeps no client across the pickle.
@@ -33,7 +43,7 @@ import time
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Message
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import TopicPartition as RdTopicPartition
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -48,6 +58,7 @@ from odradek.errors import (
 )
 from odradek.spark.arrow import arrow_schema, record_batch
 from odradek.spark.clients import ClusterOffsets, consumer_config, translate
+from odradek.spark.fetch import fast_path_allowed, fast_read
 from odradek.spark.offsets import (
     EARLIEST,
     LATEST,
@@ -90,6 +101,7 @@ def cluster_offsets(options: SourceOptions) -> ClusterOffsets:
         timeout_s=min(10.0, options.poll_timeout_ms / 1000),
         retries=options.fetch_offset_num_retries,
         retry_interval_s=options.fetch_offset_retry_interval_ms / 1000,
+        read_committed=options.read_committed,
     )
 
 
@@ -104,13 +116,27 @@ class RangeReader:
     def batches(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, OffsetRange) or partition.size == 0:
             return  # PySpark substitutes InputPartition(None) when a plan has no ranges
+        config = consumer_config(
+            self.options.bootstrap_servers,
+            self.options.client_params,
+            self.options.isolation_level,
+        )
         try:
-            consumer = Consumer(
-                consumer_config(self.options.bootstrap_servers, self.options.client_params)
-            )
+            consumer = Consumer(config)
         except KafkaException as e:
             raise translate(e, "creating the Kafka consumer") from None
         try:
+            if fast_path_allowed(config):
+                # Fetch + native Arrow decoding while the leader is healthy (spark.fetch); the
+                # Consumer below takes over from wherever that stops.
+                start = yield from fast_read(
+                    consumer, partition, self.schema, config, self.timeout_s
+                )
+                if start >= partition.until_offset:
+                    return
+                partition = OffsetRange(
+                    partition.topic, partition.partition, start, partition.until_offset
+                )
             yield from self._read(consumer, partition)
         finally:
             consumer.close()
@@ -202,6 +228,11 @@ class RangeReader:
                 position = records[-1].offset() + 1  # type: ignore[operator]
                 deadline = time.monotonic() + self.timeout_s
                 yield record_batch(records, r.topic, r.partition, self.schema)
+            if any(_reached(m, r.until_offset) for m in messages):
+                # Under read_committed the offsets up to the end may hold no record this
+                # consumer returns (aborted records, control batches): a later record, or the
+                # end of the partition at or past the range's end, says the range is done.
+                return
             for message in messages:
                 error = message.error()
                 if error is None:
@@ -259,6 +290,16 @@ class RangeReader:
             f"offsets [{position}, {r.until_offset}) of {r.topic}-{r.partition} are gone "
             f"(its high watermark is now {high})",
         )
+
+
+def _reached(message: Message, until_offset: int) -> bool:
+    """Whether `message` (a record, or an end-of-partition event, which carries the offset the
+    fetch reached) shows the consumer at or past `until_offset`."""
+    error = message.error()
+    if error is not None and error.code() != RdKafkaError._PARTITION_EOF:
+        return False
+    offset = message.offset()
+    return offset is not None and offset >= until_offset
 
 
 def resolve_offsets(

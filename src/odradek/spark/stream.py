@@ -21,6 +21,9 @@ file sink downstream receives every record exactly once.
   among partitions by backlog. A partition whose HW cannot be had this time (its leader is
   moving) stays where it is. Partitions that appeared since `start` (new partitions, new topics
   matching `subscribePattern`) are included and start from offset 0, i.e. the earliest.
+  With `kafka.isolation.level=read_committed` "high watermark" means the last stable offset
+  throughout (ListOffsets under read_committed): a batch ends before the first open transaction
+  and the next batch picks it up once it is decided.
 * `partitions(start, end)` -- one range per partition with records, split for `minPartitions`.
   A partition in `start` but not in `end` has been deleted: data loss, reported per
   `failOnDataLoss` (raise, or warn and drop it).

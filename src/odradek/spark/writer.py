@@ -10,8 +10,11 @@ Each Spark task produces its rows with one Producer (`acks=all`, retries on, see
 `odradek.spark.clients`), then flushes and checks the delivery report of every record before it
 returns its commit message. Any failed delivery raises DeliveryError in the task, so Spark retries
 the task; if it gives up, the job's (or micro-batch's) `abort` runs on the driver and logs what
-the successful tasks had already written. Records stay written: a topic sink is at-least-once
-(a retried task writes its rows again), unlike a file sink, which Spark makes exactly-once.
+the successful tasks had already written. Records stay written: by default a topic sink is
+at-least-once (a retried task writes its rows again), unlike a file sink, which Spark makes
+exactly-once. A streaming write with `exactlyOnce=true` writes each task's rows in one Kafka
+transaction and skips tasks of a replayed micro-batch that had committed
+(`odradek.spark.exactly_once`): exactly-once for read_committed readers.
 
 A topic that does not exist is created by the first write when the cluster allows it
 (`auto.create.topics.enable`); when it does not, the write fails at once with
@@ -24,6 +27,7 @@ thread on an executor with its own Producer; `commit` and `abort` run on the dri
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -57,6 +61,7 @@ from odradek.errors import (
     UnknownTopicOrPartitionError,
 )
 from odradek.spark.clients import admin_config, producer_config, translate
+from odradek.spark.exactly_once import TXN_TIMEOUT_S, TransactionLedger, task_identity
 from odradek.spark.options import SinkOptions
 
 __all__ = ["OdradekBatchWriter", "OdradekStreamWriter", "WriteReport", "check_sink_schema"]
@@ -76,6 +81,7 @@ class WriteReport(WriterCommitMessage):
     only approximately). Travels back to the driver for commit / abort."""
 
     records: int = 0
+    skipped: int = 0  # rows of a micro-batch this task had committed before (exactlyOnce)
     first_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     last_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
@@ -84,7 +90,8 @@ class WriteReport(WriterCommitMessage):
             f"{t}-{p} from offset {first} to {self.last_offsets[(t, p)]}"
             for (t, p), first in sorted(self.first_offsets.items())
         )
-        return f"{self.records} records" + (f" ({parts})" if parts else "")
+        skipped = f", {self.skipped} skipped (committed before)" if self.skipped else ""
+        return f"{self.records} records{skipped}" + (f" ({parts})" if parts else "")
 
 
 def _is_text_or_bytes(t: DataType) -> bool:
@@ -159,13 +166,18 @@ def _check_topics(client: Any, topics: list[str]) -> None:
 class _TaskProducer:
     """Produces one task's rows and checks every delivery report. One task thread."""
 
-    def __init__(self, options: SinkOptions) -> None:
+    def __init__(self, options: SinkOptions, transactional_id: str | None = None) -> None:
         params = dict(options.client_params)
         params.setdefault("message.timeout.ms", str(DEFAULT_MESSAGE_TIMEOUT_MS))
+        if transactional_id is not None:
+            # librdkafka wants a record's delivery timeout within the transaction's.
+            params.setdefault("transaction.timeout.ms", params["message.timeout.ms"])
         self.options = options
         self.flush_timeout_s = int(params["message.timeout.ms"]) / 1000 + 30
         try:
-            self.producer = Producer(producer_config(options.bootstrap_servers, params))
+            self.producer = Producer(
+                producer_config(options.bootstrap_servers, params, transactional_id)
+            )
         except KafkaException as e:
             raise translate(e, "creating the Kafka producer") from None
         self.report = WriteReport()
@@ -287,6 +299,47 @@ class _TaskProducer:
             )
 
 
+def write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteReport:
+    """One task's rows: produced as they come, or with `exactlyOnce` in one transaction."""
+    if not options.exactly_once:
+        return _TaskProducer(options).write(batches)
+    identity = task_identity()
+    assert options.topic is not None  # SinkOptions.parse requires it with exactlyOnce
+    task = _TaskProducer(options, identity.transactional_id)
+    ledger = TransactionLedger(
+        options.bootstrap_servers, dict(options.client_params), identity, options.topic
+    )
+    producer = task.producer
+    try:
+        # Fences earlier attempts of this task and settles their open transaction first.
+        producer.init_transactions(TXN_TIMEOUT_S)
+        if ledger.already_committed():
+            task.report.skipped = sum(batch.num_rows for batch in batches)
+            log.info(
+                "micro-batch %d task %d was committed before: %d rows not written again",
+                identity.batch_id,
+                identity.partition_id,
+                task.report.skipped,
+            )
+            return task.report
+        producer.begin_transaction()
+        try:
+            report = task.write(batches)
+            ledger.record(producer)
+            producer.commit_transaction(TXN_TIMEOUT_S)
+        except BaseException:
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(TXN_TIMEOUT_S)
+            raise
+        return report
+    except KafkaException as e:
+        raise translate(
+            e, f"micro-batch {identity.batch_id}, transaction {identity.transactional_id}"
+        ) from None
+    finally:
+        ledger.close()
+
+
 def _broker_code(error: RdKafkaError) -> ErrorCode | None:
     """The Kafka error code of a broker error (librdkafka's local errors are negative)."""
     try:
@@ -318,6 +371,11 @@ class OdradekBatchWriter(DataSourceArrowWriter):
             raise DataSourceOptionError(
                 "mode('overwrite') is not supported: a topic is append-only; use mode('append')"
             )
+        if options.exactly_once:
+            raise DataSourceOptionError(
+                "exactlyOnce applies to streaming writes (writeStream), whose micro-batches "
+                "Spark may replay; a batch write is at-least-once"
+            )
         check_sink_schema(schema, options)
         check_topic_exists(options)
         self.options = options
@@ -342,11 +400,24 @@ class OdradekStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
-        return _TaskProducer(self.options).write(iterator)
+        return write_task(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        total = sum(m.records for m in messages if isinstance(m, WriteReport))
-        log.info("odradek micro-batch %d committed: %d records", batchId, total)
+        reports = [m for m in messages if isinstance(m, WriteReport)]
+        log.info(
+            "odradek micro-batch %d committed: %d records (%d skipped: written before a replay)",
+            batchId,
+            sum(m.records for m in reports),
+            sum(m.skipped for m in reports),
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        if self.options.exactly_once:
+            log.warning(
+                "odradek micro-batch %d aborted; the tasks that committed their transaction "
+                "are skipped when Spark replays it:%s",
+                batchId,
+                "".join(f"\n  {m.describe()}" for m in messages if isinstance(m, WriteReport)),
+            )
+            return
         _log_abort(f"odradek micro-batch {batchId}", messages)

@@ -117,6 +117,8 @@ class LocalBroker:
     # Every listener's port, by listener name, when the broker has more than PLAINTEXT on
     # `port` (a secure cluster); `port` is then the first (client) listener's.
     listeners: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Its Prometheus endpoint (`metrics.listener`): "http://host:port/metrics".
+    metrics: str | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -135,6 +137,9 @@ class ZooKeeperInfo:
     pid: int | None = None
     dir: Path | None = None
     log: Path | None = None
+    # The members of a private ensemble (or of a server in a network lab): {id, host, port,
+    # pid, dir, config} each; empty for a single server on loopback, described by the above.
+    servers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def external(self) -> bool:

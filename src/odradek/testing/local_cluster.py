@@ -32,7 +32,6 @@ they may be called from synchronous tests and from inside asyncio code alike.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import json
@@ -46,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from odradek.errors import ClusterTimeoutError, OperatorError
+from odradek.errors import OperatorError
 from odradek.testing.cluster_files import (
     CLUSTER_FILE,
     HOST,
@@ -55,19 +54,22 @@ from odradek.testing.cluster_files import (
     development_defaults,
     from_json,
     run_sync,
-    tail,
     to_json,
     write_properties,
 )
 from odradek.testing.cluster_status import (
     local_status,
-    read_controller,
-    read_registrations,
     read_status,
-    zk_session,
 )
+from odradek.testing.cluster_view import ClusterView
+from odradek.testing.netns import NetworkLab
 from odradek.testing.processes import ClusterProcess, ProcessState, free_ports, request_exit
-from odradek.zk.server import ZooKeeperServer, port_is_free
+from odradek.testing.zookeeper_ensemble import ZooKeeperEnsemble
+from odradek.zk.server import port_is_free
+
+# A broker in a network namespace of its own listens on Kafka's usual port on its own address.
+NAMESPACE_BROKER_PORT = 9092
+NAMESPACE_METRICS_PORT = 9404
 
 T = TypeVar("T")
 
@@ -78,7 +80,7 @@ _STATUS_CONNECT_TIMEOUT_S = 3.0
 
 
 @dataclass
-class LocalCluster:
+class LocalCluster(ClusterView):
     """A ZooKeeper and N brokers on this machine (see the module docstring).
 
     Build one with `LocalCluster.up(...)` (starts everything) or `LocalCluster.load(dir)` (finds a
@@ -89,7 +91,8 @@ class LocalCluster:
     zookeeper: ZooKeeperInfo
     _brokers: dict[int, LocalBroker] = field(default_factory=dict)
     _processes: dict[int, ClusterProcess] = field(default_factory=dict)
-    _zk_server: ZooKeeperServer | None = None
+    _ensemble: ZooKeeperEnsemble | None = None
+    network: NetworkLab | None = None
     _log_offsets: dict[int, int] = field(default_factory=dict)
     client_config: Path | None = None
     broker_env: dict[int, dict[str, str]] = field(default_factory=dict)
@@ -112,6 +115,8 @@ class LocalCluster:
         client_config: Path | None = None,
         before_brokers: Callable[[str], None] | None = None,
         broker_env: Mapping[int, Mapping[str, str]] | None = None,
+        zookeepers: int = 1,
+        network: NetworkLab | None = None,
     ) -> LocalCluster:
         """Start ZooKeeper (unless `zookeeper` names an external one) and brokers 1..`brokers`.
 
@@ -129,6 +134,12 @@ class LocalCluster:
         and before any broker starts (a secure cluster creates its SCRAM users there).
         `broker_env` adds environment variables to some brokers' processes (a fault-injection
         library in `LD_PRELOAD`, say), at every start; it is not saved in cluster.json.
+
+        `zookeepers` > 1 runs a private ensemble of that many members
+        (`odradek.testing.zookeeper_ensemble`). With `network`, every ZooKeeper server and every
+        broker runs in a node of that `NetworkLab` of its own (`zk1`..., `broker1`...), on its
+        own address with Kafka's usual ports; the calling thread must have entered one of the
+        lab's nodes (`network.entered("client")`), since it talks to them.
         """
         if brokers < 1:
             raise OperatorError(f"--brokers must be at least 1, not {brokers}")
@@ -137,30 +148,52 @@ class LocalCluster:
         _refuse_running_cluster(directory)
         names = list(listeners or {})
         per_broker = max(1, len(names))
-        if base_port is not None:
-            if base_port < 1 or base_port + brokers * per_broker > 65535:
-                raise OperatorError(f"--base-port {base_port} leaves ports out of range")
-            zk_port = base_port
-            all_ports = [base_port + i for i in range(1, brokers * per_broker + 1)]
+        if network is not None:
+            if listeners:
+                raise OperatorError("named listeners are not supported in a network lab")
+            zk_port = 0
+            all_ports = [NAMESPACE_BROKER_PORT] * brokers
+            metrics_ports = [NAMESPACE_METRICS_PORT] * brokers
         else:
-            zk_port, *all_ports = free_ports(brokers * per_broker + 1, HOST)
+            if base_port is not None:
+                if base_port < 1 or base_port + brokers * (per_broker + 1) > 65535:
+                    raise OperatorError(f"--base-port {base_port} leaves ports out of range")
+                zk_port = base_port
+                all_ports = [base_port + i for i in range(1, brokers * (per_broker + 1) + 1)]
+            else:
+                zk_port, *all_ports = free_ports(brokers * (per_broker + 1) + 1, HOST)
+            # After the Kafka listeners' ports: one metrics port per broker.
+            all_ports, metrics_ports = (
+                all_ports[: brokers * per_broker],
+                all_ports[brokers * per_broker :],
+            )
         broker_ports = all_ports[:brokers]
-        for index, port in enumerate(all_ports):
+        for index, port in enumerate(all_ports + metrics_ports if network is None else []):
             if not port_is_free(port, HOST):
                 raise OperatorError(
                     f"port {port} (broker {index % brokers + 1}) is in use on {HOST}"
                 )
 
+        ensemble = None
         if zookeeper is not None:
             zk_info = ZooKeeperInfo(connect=zookeeper)
-        else:
+        elif zookeepers == 1 and network is None:
             zk_info = ZooKeeperInfo(
                 connect=f"{HOST}:{zk_port}",
                 port=zk_port,
                 dir=directory / "zookeeper",
                 log=directory / "zookeeper.log",
             )
-        cluster = cls(directory, zk_info, client_config=client_config)
+        else:
+            ensemble = ZooKeeperEnsemble(directory, zookeepers, network)
+            zk_info = ZooKeeperInfo(
+                connect=ensemble.connect,
+                port=ensemble.peers[0].client_port,
+                dir=ensemble.member_dir(1),
+                log=ensemble.servers[1].log_file,
+            )
+        cluster = cls(directory, zk_info, client_config=client_config, network=network)
+        cluster._ensemble = ensemble
         cluster.broker_env = {b: dict(env) for b, env in (broker_env or {}).items()}
         properties = {**development_defaults(brokers), **(overrides or {})}
         if listeners:
@@ -170,9 +203,10 @@ class LocalCluster:
             properties["inter.broker.listener.name"] = inter_broker_listener or names[0]
         for broker_id, port in enumerate(broker_ports, start=1):
             broker_dir = directory / f"broker-{broker_id}"
+            host = HOST if network is None else network.add_node(f"broker{broker_id}").address
             broker = LocalBroker(
                 id=broker_id,
-                host=HOST,
+                host=host,
                 port=port,
                 dir=broker_dir,
                 data_dir=broker_dir / "data",
@@ -183,6 +217,7 @@ class LocalCluster:
                     name: all_ports[brokers * index + broker_id - 1]
                     for index, name in enumerate(names)
                 },
+                metrics=f"http://{host}:{metrics_ports[broker_id - 1]}/metrics",
             )
             cluster._brokers[broker_id] = broker
             cluster._write_broker_config(
@@ -260,12 +295,22 @@ class LocalCluster:
         """True while the broker's process exists (running or stopped by SIGSTOP)."""
         return self.process_state(broker_id) is not ProcessState.DEAD
 
+    @property
+    def ensemble(self) -> ZooKeeperEnsemble:
+        """The private ZooKeeper servers this object started (for faults on them)."""
+        if self._ensemble is None:
+            raise OperatorError("this cluster's ZooKeeper was not started by this object")
+        return self._ensemble
+
     def zookeeper_alive(self) -> bool | None:
-        """Whether the private ZooKeeper's process runs; None for an external ZooKeeper."""
+        """Whether the private ZooKeeper's process runs (any member of an ensemble); None for an
+        external ZooKeeper."""
         if self.zookeeper.external:
             return None
-        if self._zk_server is not None:
-            return self._zk_server.is_running
+        if self._ensemble is not None:
+            return any(s.is_running for s in self._ensemble.servers.values())
+        if self.zookeeper.servers:
+            return any(p.alive for p in self._zookeeper_member_processes())
         process = self._zookeeper_process()
         return process is not None and process.alive
 
@@ -286,6 +331,8 @@ class LocalCluster:
         }
         if broker.rack is not None:
             config["broker.rack"] = broker.rack
+        if broker.metrics is not None:
+            config["metrics.listener"] = broker.metrics.removesuffix("/metrics")
         config.update(properties)
         write_properties(
             broker.config, config, f"broker {broker.id} of the local cluster in {self.directory}"
@@ -297,10 +344,12 @@ class LocalCluster:
             return
         # fsync off: a development cluster's ZooKeeper need not survive a power cut, and
         # ZooKeeper's fsync per transaction would dominate topic creation on slow disks.
-        server = ZooKeeperServer(info.port, info.dir, info.log, fsync=False)
-        server.start(timeout=timeout)
-        self._zk_server = server
-        info.pid = server.pid
+        if self._ensemble is None:
+            self._ensemble = ZooKeeperEnsemble(self.directory, 1, client_port=info.port)
+        self._ensemble.start(timeout)
+        info.pid = self._ensemble.servers[min(self._ensemble.servers)].pid
+        if len(self._ensemble.servers) > 1 or self.network is not None:
+            info.servers = self._ensemble.describe()
 
     def _command(self, broker: LocalBroker) -> list[str]:
         return [
@@ -326,7 +375,10 @@ class LocalCluster:
             log.write(f"=== odradek cluster: starting broker {broker_id} at {stamp} ===\n".encode())
             log.flush()
             popen = subprocess.Popen(
-                self._command(broker),
+                [
+                    *(self.network.exec_prefix(f"broker{broker_id}") if self.network else []),
+                    *self._command(broker),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -347,9 +399,9 @@ class LocalCluster:
         broker = self.broker(broker_id)
         if self.is_alive(broker_id):
             return
-        if not port_is_free(broker.port, broker.host):
+        if self.network is None and not port_is_free(broker.port, broker.host):
             raise OperatorError(f"port {broker.port} (broker {broker_id}) is in use on {HOST}")
-        previous = self._registered_epochs() if wait else {}
+        previous = self.registered_epochs() if wait else {}
         self._spawn(broker_id)
         self._save([broker_id])
         if wait:
@@ -462,19 +514,27 @@ class LocalCluster:
 
     def _zookeeper_process(self) -> ClusterProcess | None:
         """The private ZooKeeper of a cluster loaded from cluster.json (one started by this
-        object is `_zk_server` instead)."""
+        object is `_ensemble` instead)."""
         info = self.zookeeper
         if info.pid is None or info.config_file is None:
             return None
         return ClusterProcess(info.pid, str(info.config_file))
 
     def _stop_zookeeper(self, kill: bool) -> None:
-        if self._zk_server is not None:
-            if kill:
-                self._zk_server.kill()
-            else:
-                self._zk_server.stop()
-            self._zk_server = None
+        if self._ensemble is not None:
+            self._ensemble.stop(kill=kill)
+            self._ensemble = None
+        elif self.zookeeper.servers:
+            for process in self._zookeeper_member_processes():
+                if not process.alive:
+                    continue
+                if kill:
+                    process.kill()
+                else:
+                    process.signal(signal.SIGCONT)
+                    process.signal(signal.SIGTERM)
+                    if not process.wait(10.0):
+                        process.kill()
         else:
             process = self._zookeeper_process()
             if process is not None and process.alive:
@@ -485,6 +545,16 @@ class LocalCluster:
                     if not process.wait(10.0):
                         process.kill()
         self.zookeeper.pid = None
+        for member in self.zookeeper.servers:
+            member["pid"] = None
+
+    def _zookeeper_member_processes(self) -> list[ClusterProcess]:
+        """The members of an ensemble of a cluster loaded from cluster.json."""
+        return [
+            ClusterProcess(m["pid"], m["config"])
+            for m in self.zookeeper.servers
+            if m.get("pid") is not None
+        ]
 
     # -- cluster.json -------------------------------------------------------------------------
 
@@ -522,150 +592,6 @@ class LocalCluster:
             temporary = path.with_name(f".{CLUSTER_FILE}.{os.getpid()}.tmp")
             temporary.write_text(json.dumps(document, indent=2) + "\n")
             os.replace(temporary, path)
-
-    # -- waiting ------------------------------------------------------------------------------
-
-    def wait_for(
-        self, condition: Callable[[], T], timeout: float, what: str, interval: float = 0.05
-    ) -> T:
-        """Poll `condition()` until it returns something truthy, and return that.
-
-        ClusterTimeoutError naming `what` when `timeout` seconds pass first.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            result = condition()
-            if result:
-                return result
-            if time.monotonic() >= deadline:
-                raise ClusterTimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-            time.sleep(interval)
-
-    def _raise_if_exited(self, broker_ids: Iterable[int]) -> None:
-        for broker_id in broker_ids:
-            process = self._processes.get(broker_id)
-            if process is not None and process.alive:
-                continue
-            broker = self._brokers[broker_id]
-            code = process.popen.returncode if process and process.popen else None
-            self._processes.pop(broker_id, None)
-            broker.pid = None
-            last = tail(broker.log, 20, self._log_offsets.get(broker_id, 0)).strip()
-            errors = [line for line in last.splitlines() if "odradek: error:" in line]
-            summary = errors[-1].split("odradek: error:", 1)[1].strip() if errors else ""
-            status = f"exit code {code}" if code is not None else "exited"
-            message = f"broker {broker_id} exited during start-up ({status})"
-            message += f": {summary}" if summary else f"; last lines of {broker.log}:\n{last}"
-            raise OperatorError(message)
-
-    def _registered_epochs(self) -> dict[int, int]:
-        async def read() -> dict[int, int]:
-            async with zk_session(self.zookeeper.connect, 10.0) as zk:
-                return {i: b.broker_epoch for i, b in (await read_registrations(zk)).items()}
-
-        return run_sync(read)
-
-    def _wait_for_cluster(
-        self,
-        broker_ids: list[int],
-        previous_epochs: Mapping[int, int],
-        timeout: float,
-        need_controller: bool,
-    ) -> None:
-        """Wait until each of `broker_ids` is registered with an epoch other than its previous
-        one (a registration left by a killed predecessor does not count) and, if asked, a
-        registered broker holds `/controller`. Fails fast if a broker process exits."""
-
-        async def poll() -> None:
-            deadline = time.monotonic() + timeout
-            async with zk_session(self.zookeeper.connect, timeout) as zk:
-                while True:
-                    self._raise_if_exited(broker_ids)
-                    registered = await read_registrations(zk)
-                    missing = [
-                        i
-                        for i in broker_ids
-                        if i not in registered
-                        or registered[i].broker_epoch == previous_epochs.get(i)
-                    ]
-                    controller = await read_controller(zk) if need_controller else None
-                    if (
-                        not missing
-                        and (not need_controller or controller in registered)
-                        and await self._metadata_ready(broker_ids, set(registered))
-                    ):
-                        return
-                    if time.monotonic() >= deadline:
-                        waiting = (
-                            f"brokers {missing} to register"
-                            if missing
-                            else "a controller to be elected"
-                        )
-                        raise ClusterTimeoutError(
-                            f"timed out after {timeout:g}s waiting for {waiting} "
-                            f"(see the logs in {self.directory})"
-                        )
-                    await asyncio.sleep(_POLL_INTERVAL_S)
-
-        run_sync(poll)
-
-    async def _metadata_ready(self, broker_ids: list[int], registered: set[int]) -> bool:
-        """Has every broker in `broker_ids` had its first UpdateMetadata (it lists every
-        registered broker and names a controller)? Until then a client bootstrapping from it
-        would see an empty cluster."""
-        from odradek.errors import NetworkError
-        from odradek.network.client import BrokerConnection
-        from odradek.protocol.build import build
-        from odradek.protocol.codec import ApiKey, request_class
-
-        request = build(
-            request_class(ApiKey.METADATA, 12), {"topics": [], "allow_auto_topic_creation": False}
-        )
-        security = self.client_security()
-        for broker_id in broker_ids:
-            broker = self.broker(broker_id)
-            try:
-                connection = await BrokerConnection.connect(
-                    broker.host, broker.port, timeout=5, security=security
-                )
-                try:
-                    answer = await connection.send(ApiKey.METADATA, 12, request, timeout=5)
-                finally:
-                    connection.close()
-            except NetworkError:
-                return False
-            if answer.controller_id < 0 or not registered <= {b.node_id for b in answer.brokers}:
-                return False
-        return True
-
-    def client_properties(self) -> dict[str, str]:
-        """The client properties the harness connects with ({} for PLAINTEXT)."""
-        if self.client_config is None:
-            return {}
-        from odradek.server.config import parse_properties
-
-        return parse_properties(self.client_config.read_text())
-
-    def client_security(self) -> Any:
-        """`client_properties` as a `ClientSecurity` for the project's own client."""
-        from odradek.security.client_config import client_security
-
-        return client_security(self.client_properties())
-
-    # -- ZooKeeper's view ---------------------------------------------------------------------
-
-    def controller_id(self) -> int | None:
-        """The broker id in `/controller`, or None while there is no controller."""
-
-        async def read() -> int | None:
-            async with zk_session(self.zookeeper.connect, 10.0) as zk:
-                return await read_controller(zk)
-
-        return run_sync(read)
-
-    def registered_brokers(self) -> list[int]:
-        """Broker ids with a registration in `/brokers/ids`."""
-        return sorted(self._registered_epochs())
 
     def status(self) -> dict[str, Any]:
         """The cluster as ZooKeeper and the process table see it (see `local_status`)."""

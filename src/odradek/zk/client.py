@@ -33,6 +33,7 @@ import asyncio
 import enum
 import logging
 import posixpath
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
@@ -86,6 +87,14 @@ BULK_READ_MIN = 500
 BULK_READ_SESSIONS = 4
 
 DEFAULT_MAX_MULTI_BYTES = 900_000  # ZooKeeper refuses requests over jute.maxbuffer (1 MiB)
+
+
+# kazoo's states as Kafka's SessionState gauge names them (ZooKeeper's client States).
+_KAFKA_SESSION_STATES = {
+    KazooState.CONNECTED: "CONNECTED",
+    KazooState.SUSPENDED: "DISCONNECTED",
+    KazooState.LOST: "EXPIRED",
+}
 
 
 class SessionState(enum.Enum):
@@ -340,6 +349,12 @@ class ZkClient:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[StateListener] = []
         self._closing = False
+        # Kafka's ZooKeeperClientMetrics (ZooKeeperRequestLatencyMs) and SessionState, read by the
+        # metrics scrape: counted on the loop thread as each request's answer arrives.
+        self.request_count = 0
+        self.request_latency_ms_total = 0.0
+        self.request_latency_ms_max = 0.0
+        self.session_state = "CONNECTING"  # written by kazoo's thread; a str swap is atomic
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -426,6 +441,7 @@ class ZkClient:
             KazooState.SUSPENDED: SessionState.SUSPENDED,
             KazooState.LOST: SessionState.EXPIRED,
         }.get(state)
+        self.session_state = _KAFKA_SESSION_STATES.get(state, str(state))
         loop = self._loop
         if mapped is None or loop is None:
             return
@@ -450,6 +466,8 @@ class ZkClient:
         """An asyncio future completed (on the loop thread) when kazoo's result is ready."""
         loop = self._require_loop()
         future: asyncio.Future[Any] = loop.create_future()
+        started = time.monotonic()
+        future.add_done_callback(lambda _f: self._record_latency(started))
 
         def on_done(result: Any) -> None:  # kazoo's completion thread
             try:
@@ -459,6 +477,13 @@ class ZkClient:
 
         async_result.rawlink(on_done)
         return future
+
+    def _record_latency(self, started: float) -> None:
+        latency_ms = (time.monotonic() - started) * 1000
+        self.request_count += 1
+        self.request_latency_ms_total += latency_ms
+        if latency_ms > self.request_latency_ms_max:
+            self.request_latency_ms_max = latency_ms
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

@@ -32,6 +32,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -39,6 +40,7 @@ from odradek.errors import OperatorError
 
 DEFAULT_JAR_DIRS: tuple[Path, ...] = (Path("/usr/share/java"),)
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+QUORUM_MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 # Jars ZooKeeper 3.8's standalone server cannot start without.
 _REQUIRED_JARS = ("zookeeper", "zookeeper-jute", "slf4j-api")
@@ -211,8 +213,30 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class QuorumPeer:
+    """One member of an ensemble as every member's `zoo.cfg` names it (`server.ID=host:quorum
+    port:election port`): followers talk to the leader on the quorum port, elections use the
+    election port."""
+
+    id: int
+    host: str
+    client_port: int
+    quorum_port: int
+    election_port: int
+
+    @property
+    def connect(self) -> str:
+        return f"{self.host}:{self.client_port}"
+
+
 class ZooKeeperServer:
-    """One standalone ZooKeeper server in a child process (its own process group).
+    """One ZooKeeper server in a child process (its own process group): standalone, or one
+    member of an ensemble when `ensemble` lists every member (this one is `server_id`; its
+    `myid` file is written beside `zoo.cfg` and it runs QuorumPeerMain).
+
+    `host` is the address it binds (127.0.0.1 unless it runs in a network namespace of
+    `odradek.testing.netns`, whose `ip netns exec` prefix is `command_prefix`).
 
     Lifecycle: `start()` -> serving -> `stop()` (or `kill()` for a crash); it may be started again
     on the same port and data directory, which keeps its znodes and live sessions (a restart).
@@ -229,8 +253,16 @@ class ZooKeeperServer:
         max_session_timeout_ms: int = 120_000,
         fsync: bool = True,
         jar_dirs: Sequence[Path] | None = None,
+        host: str = "127.0.0.1",
+        server_id: int | None = None,
+        ensemble: Sequence[QuorumPeer] = (),
+        command_prefix: Sequence[str] = (),
     ) -> None:
         self.port = port
+        self.host = host
+        self.server_id = server_id
+        self.ensemble = tuple(ensemble)
+        self.command_prefix = tuple(command_prefix)
         self.data_dir = Path(data_dir)
         self.log_file = Path(log_file) if log_file is not None else self.data_dir / "zookeeper.log"
         self.tick_time_ms = tick_time_ms
@@ -243,7 +275,7 @@ class ZooKeeperServer:
 
     @property
     def connect_string(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -262,7 +294,7 @@ class ZooKeeperServer:
         lines = [
             f"tickTime={self.tick_time_ms}",
             f"dataDir={self.data_dir.resolve()}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={self.host}",
             f"clientPort={self.port}",
             f"maxSessionTimeout={self.max_session_timeout_ms}",
             "maxClientCnxns=0",
@@ -272,25 +304,46 @@ class ZooKeeperServer:
             "autopurge.snapRetainCount=3",
             "autopurge.purgeInterval=1",
         ]
+        if self.ensemble:
+            # initLimit/syncLimit in ticks: a follower has 5 s to sync and is dropped by the
+            # leader after 2.5 s without an answer (the defaults Kafka's docs suggest, scaled to
+            # this short tick).
+            lines += ["initLimit=10", "syncLimit=5", "standaloneEnabled=false"]
+            lines += [
+                f"server.{p.id}={p.host}:{p.quorum_port}:{p.election_port}" for p in self.ensemble
+            ]
+            (self.data_dir / "myid").write_text(f"{self.server_id}\n")
         self.config_file.write_text("\n".join(lines) + "\n")
         return self.config_file
 
     def command(self) -> list[str]:
         classpath = os.pathsep.join(str(p) for p in find_classpath(self._jar_dirs))
         java = find_java()
-        return [str(java), *_JVM_OPTIONS, "-cp", classpath, MAIN_CLASS, str(self.config_file)]
+        main = QUORUM_MAIN_CLASS if self.ensemble else MAIN_CLASS
+        return [
+            *self.command_prefix,
+            str(java),
+            *_JVM_OPTIONS,
+            "-cp",
+            classpath,
+            main,
+            str(self.config_file),
+        ]
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 30.0, wait: bool = True) -> None:
         """Start the server and return once it serves; OperatorError (one line) otherwise.
 
         Checks, in order: java and jars exist, the port is free (else `srvr` could be answered by
         someone else's server), the child stays alive, and `srvr` reports a mode before `timeout`.
+        Without `wait` it returns once the process runs: a member of an ensemble serves only
+        once a quorum of members runs, so an ensemble starts them all before waiting.
         """
         if self.is_running:
             return
         command = self.command()
-        if not port_is_free(self.port):
-            raise OperatorError(f"ZooKeeper port {self.port} is in use on 127.0.0.1")
+        # In a namespace of its own the address is not this namespace's to test.
+        if not self.command_prefix and not port_is_free(self.port, self.host):
+            raise OperatorError(f"ZooKeeper port {self.port} is in use on {self.host}")
         self.write_config()
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
@@ -302,18 +355,25 @@ class ZooKeeperServer:
                 cwd=self.data_dir,
                 start_new_session=True,  # own process group: signals to us don't reach it
             )
+        if wait:
+            self.wait_until_serving(timeout)
+
+    def wait_until_serving(self, timeout: float = 30.0) -> None:
+        """Block until `srvr` reports a mode; OperatorError if the child exits or time runs out."""
+        if self._process is None:
+            raise OperatorError(f"ZooKeeper on {self.connect_string} is not running")
         deadline = time.monotonic() + timeout
         while True:
             exit_code = self._process.poll()
             if exit_code is not None:
                 self._process = None
                 raise OperatorError(self._startup_failure(exit_code))
-            if server_mode("127.0.0.1", self.port, timeout=1.0) is not None:
+            if server_mode(self.host, self.port, timeout=1.0) is not None:
                 return
             if time.monotonic() >= deadline:
                 self.kill()
                 raise OperatorError(
-                    f"ZooKeeper on port {self.port} not serving after {timeout:g}s "
+                    f"ZooKeeper on {self.connect_string} not serving after {timeout:g}s "
                     f"(see {self.log_file})"
                 )
             time.sleep(_POLL_INTERVAL_S)
@@ -340,6 +400,16 @@ class ZooKeeperServer:
                 _signal_group(process, signal.SIGKILL)
                 process.wait()
         self._process = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the server freezes with its sockets open (a long GC pause, a hung disk)."""
+        if self._process is not None:
+            _signal_group(self._process, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        if self._process is not None:
+            _signal_group(self._process, signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL the server (a crash: no clean shutdown) and reap it."""

@@ -129,6 +129,9 @@ class GroupCoordinator(GroupRebalancer):
         manager.on_group_unloaded = lambda group: self._unload(group, "its partition moved")
         self.active = False
         self._tasks: list[asyncio.Task[None]] = []
+        # Kafka's group-coordinator-metrics offset-commit-count: partitions whose commit was
+        # accepted for storing (read by the metrics scrape).
+        self.offset_commits = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -452,6 +455,7 @@ class GroupCoordinator(GroupRebalancer):
         )
         if error is not ErrorCode.none or group is None:
             return dict.fromkeys(offsets, error)
+        self.offset_commits += len(offsets)
         return self.manager.store_offsets(group, offsets)
 
     def _validate_offset_commit(

@@ -1,0 +1,346 @@
+"""Every metric of one broker, read from its components at scrape time (on the event loop thread).
+
+Gauges (partition counts, log sizes, consumer lag) are computed here rather than kept up to date on
+the request path; counters are read from the components that bump them (BrokerTopicStats in the
+replica manager, RequestMetrics, the ZooKeeper client, the group coordinator). One scrape walks the
+hosted partitions and the coordinated groups once: O(partitions + committed offsets).
+
+Consumer lag follows kafka_exporter's names (`kafka_consumergroup_lag`), since Kafka's broker has no
+such MBean: a broker reports it for the groups it coordinates, for the partitions it hosts a
+replica of, as that replica's high watermark minus the committed offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric, UnknownMetricFamily
+
+from odradek.server.metrics.names import jmx_metric_name, request_name
+from odradek.server.metrics.request_metrics import RequestMetrics
+
+# BrokerTopicMetrics: MBean name -> TopicMeters field.
+_TOPIC_METERS = {
+    "MessagesInPerSec": "messages_in",
+    "BytesInPerSec": "bytes_in",
+    "BytesOutPerSec": "bytes_out",
+    "FailedProduceRequestsPerSec": "failed_produce_requests",
+    "FailedFetchRequestsPerSec": "failed_fetch_requests",
+    "TotalProduceRequestsPerSec": "total_produce_requests",
+    "TotalFetchRequestsPerSec": "total_fetch_requests",
+}
+
+# Kafka's ControllerState values (kafka.controller.ControllerState), by odradek event class name.
+_CONTROLLER_STATES = {
+    "ControllerChange": 1,
+    "Startup": 1,
+    "Reelect": 1,
+    "Expire": 1,
+    "BrokerChange": 2,
+    "BrokerModification": 2,
+    "RegisterBrokerAndReelect": 1,
+    "TopicChange": 3,
+    "PartitionModifications": 3,
+    "TopicDeletion": 4,
+    "TopicDeletionStopReplicaResponseReceived": 4,
+    "PartitionReassignment": 5,
+    "ApiPartitionReassignment": 5,
+    "ListPartitionReassignments": 15,
+    "PartitionReassignmentIsrChange": 5,
+    "AutoPreferredReplicaLeaderElection": 6,
+    "PreferredReplicaElection": 7,
+    "ReplicaLeaderElection": 7,
+    "ControlledShutdown": 8,
+    "IsrChangeNotification": 9,
+    "BrokerResponseReceived": 10,
+    "Shutdown": 12,
+    "TopicUncleanLeaderElectionEnable": 14,
+}
+
+
+def _untyped(name: str, doc: str, labels: Iterable[str] = ()) -> UnknownMetricFamily:
+    # JMX exporter output is untyped unless a rule says otherwise; untyped also keeps the name
+    # exactly as given (prometheus_client would append `_total` to a counter's).
+    return UnknownMetricFamily(name, doc, labels=list(labels))
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=list(labels))
+
+
+def collect(broker: Any, request_metrics: RequestMetrics) -> list[Metric]:
+    """All families of `broker` now. Call on the broker's event loop thread."""
+    families: list[Metric] = []
+    families.extend(_broker_topic_metrics(broker))
+    families.extend(_request_metrics(request_metrics))
+    families.extend(_replica_manager(broker))
+    families.extend(_controller(broker))
+    families.extend(_group_coordinator(broker))
+    families.extend(_network(broker))
+    families.extend(_zookeeper(broker))
+    return families
+
+
+def _broker_topic_metrics(broker: Any) -> Iterator[Metric]:
+    replica_manager = broker.replica_manager
+    if replica_manager is None:
+        return
+    stats = replica_manager.broker_topic_stats
+    for mbean, field in _TOPIC_METERS.items():
+        family = _untyped(
+            jmx_metric_name("kafka.server", "BrokerTopicMetrics", mbean, "Count"),
+            f"kafka.server:type=BrokerTopicMetrics,name={mbean} (all topics, and per topic)",
+            ["topic"],
+        )
+        # The all-topics MBean has no topic key; an empty label is the same series to Prometheus.
+        family.add_metric([""], getattr(stats.all_topics, field))
+        for topic, meters in sorted(stats.topics.items()):
+            family.add_metric([topic], getattr(meters, field))
+        yield family
+
+
+def _request_metrics(request_metrics: RequestMetrics) -> Iterator[Metric]:
+    def family(mbean: str, attribute: str, doc: str) -> UnknownMetricFamily:
+        return _untyped(
+            jmx_metric_name("kafka.network", "RequestMetrics", mbean, attribute), doc, ["request"]
+        )
+
+    requests = family("RequestsPerSec", "Count", "requests received, per API")
+    errors = family("ErrorsPerSec", "Count", "requests that failed in their handler, per API")
+    times = {
+        (mbean, attribute): family(mbean, attribute, f"{mbean} {attribute.lower()}, per API")
+        for mbean in ("TotalTimeMs", "LocalTimeMs", "RemoteTimeMs")
+        for attribute in ("Count", "Mean")
+    }
+    total_max = family("TotalTimeMs", "Max", "TotalTimeMs max, per API")
+    for api_key, stats in sorted(request_metrics.by_api.items()):
+        label = [request_name(api_key)]
+        requests.add_metric(label, stats.requests)
+        errors.add_metric(label, stats.errors)
+        done = stats.requests - stats.errors
+        for mbean, summed in (
+            ("TotalTimeMs", stats.total_ms),
+            ("LocalTimeMs", stats.local_ms),
+            ("RemoteTimeMs", stats.remote_ms),
+        ):
+            times[(mbean, "Count")].add_metric(label, done)
+            times[(mbean, "Mean")].add_metric(label, summed / done if done else 0.0)
+        total_max.add_metric(label, stats.total_max_ms)
+    yield requests
+    yield errors
+    yield from times.values()
+    yield total_max
+
+
+def _replica_manager(broker: Any) -> Iterator[Metric]:
+    replica_manager = broker.replica_manager
+    if replica_manager is None:
+        return
+    partitions = list(replica_manager.partitions.values())
+
+    def gauge(mbean: str, doc: str, value: float) -> GaugeMetricFamily:
+        family = _gauge(jmx_metric_name("kafka.server", "ReplicaManager", mbean, "Value"), doc)
+        family.add_metric([], value)
+        return family
+
+    yield gauge(
+        "UnderReplicatedPartitions",
+        "partitions led here whose ISR is smaller than their assignment",
+        sum(1 for p in partitions if p.is_under_replicated),
+    )
+    yield gauge(
+        "UnderMinIsrPartitionCount",
+        "partitions led here with fewer in-sync replicas than min.insync.replicas",
+        sum(1 for p in partitions if p.is_under_min_isr),
+    )
+    yield gauge("PartitionCount", "partitions hosted here", len(partitions))
+    yield gauge("LeaderCount", "partitions led here", sum(1 for p in partitions if p.is_leader))
+    yield gauge(
+        "OfflineReplicaCount",
+        "replicas in failed log directories (KIP-112)",
+        len(replica_manager.offline_partitions),
+    )
+    log_manager = broker.log_manager
+    if log_manager is not None:
+        offline_dirs = _gauge(
+            jmx_metric_name("kafka.log", "LogManager", "OfflineLogDirectoryCount", "Value"),
+            "log directories that failed",
+        )
+        offline_dirs.add_metric([], len(log_manager.failure_channel.offline_log_dirs))
+        yield offline_dirs
+    stats = replica_manager.broker_topic_stats
+    for mbean, value in (
+        ("IsrShrinksPerSec", stats.isr_shrinks),
+        ("IsrExpandsPerSec", stats.isr_expands),
+    ):
+        family = _untyped(
+            jmx_metric_name("kafka.server", "ReplicaManager", mbean, "Count"),
+            f"ISR {mbean[3:-6].lower()} written to ZooKeeper by this broker as leader",
+        )
+        family.add_metric([], value)
+        yield family
+    max_lag = _gauge(
+        jmx_metric_name("kafka.server", "ReplicaFetcherManager", "MaxLag", "Value"),
+        "largest lag (leader HW - own LEO, in messages) of the partitions followed here",
+        ["clientid"],
+    )
+    lags = [
+        p.leader_high_watermark - p.log_end_offset
+        for p in partitions
+        if not p.is_leader and p.leader_high_watermark >= 0
+    ]
+    max_lag.add_metric(["Replica"], max([0, *lags]))
+    yield max_lag
+    size = _gauge(
+        jmx_metric_name("kafka.log", "Log", "Size", "Value"),
+        "bytes of a hosted partition's log",
+        ["topic", "partition"],
+    )
+    end = _gauge(
+        jmx_metric_name("kafka.log", "Log", "LogEndOffset", "Value"),
+        "a hosted partition's log end offset",
+        ["topic", "partition"],
+    )
+    start = _gauge(
+        jmx_metric_name("kafka.log", "Log", "LogStartOffset", "Value"),
+        "a hosted partition's log start offset",
+        ["topic", "partition"],
+    )
+    for p in sorted(partitions, key=lambda p: (p.topic, p.partition)):
+        labels = [p.topic, str(p.partition)]
+        size.add_metric(labels, p.log.size_in_bytes)
+        end.add_metric(labels, p.log_end_offset)
+        start.add_metric(labels, p.log_start_offset)
+    yield size
+    yield end
+    yield start
+
+
+def _controller(broker: Any) -> Iterator[Metric]:
+    controller = broker.controller
+    if controller is None:
+        return
+    active = controller.is_active
+    context = controller.context
+    event_manager = controller.event_manager
+
+    def gauge(mbean: str, doc: str, value: float) -> GaugeMetricFamily:
+        family = _gauge(jmx_metric_name("kafka.controller", "KafkaController", mbean, "Value"), doc)
+        family.add_metric([], value)
+        return family
+
+    yield gauge("ActiveControllerCount", "1 on the active controller, else 0", int(active))
+    # Like Kafka, only the active controller reports the cluster-wide counts (0 elsewhere).
+    yield gauge(
+        "OfflinePartitionsCount",
+        "partitions without a live leader",
+        context.offline_partition_count() if active else 0,
+    )
+    yield gauge(
+        "GlobalPartitionCount",
+        "partitions in the cluster",
+        sum(len(parts) for parts in context.assignments.values()) if active else 0,
+    )
+    yield gauge(
+        "GlobalTopicCount", "topics in the cluster", len(context.assignments) if active else 0
+    )
+    current = event_manager.current_event if event_manager is not None else None
+    state = _CONTROLLER_STATES.get(type(current).__name__, 0) if current is not None else 0
+    yield gauge("ControllerState", "Kafka's ControllerState of the event being processed", state)
+    queue = _gauge(
+        jmx_metric_name("kafka.controller", "ControllerEventManager", "EventQueueSize", "Value"),
+        "events waiting in the controller's queue",
+    )
+    queue.add_metric([], event_manager.queue_size if event_manager is not None else 0)
+    yield queue
+
+
+def _group_coordinator(broker: Any) -> Iterator[Metric]:
+    coordinator = broker.group_coordinator
+    if coordinator is None:
+        return
+    groups = list(coordinator.manager.groups.values())
+    by_state: dict[str, int] = {}
+    offsets = 0
+    for group in groups:
+        by_state[group.state.value] = by_state.get(group.state.value, 0) + 1
+        offsets += len(group.offsets.committed)
+
+    def gauge(mbean: str, doc: str, value: float) -> GaugeMetricFamily:
+        family = _gauge(
+            jmx_metric_name("kafka.coordinator.group", "GroupMetadataManager", mbean, "Value"), doc
+        )
+        family.add_metric([], value)
+        return family
+
+    yield gauge("NumGroups", "groups coordinated here", len(groups))
+    for state in ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty"):
+        yield gauge(f"NumGroups{state}", f"groups in state {state}", by_state.get(state, 0))
+    yield gauge("NumOffsets", "committed offsets held here", offsets)
+    commits = _untyped(
+        jmx_metric_name("kafka.server", "group-coordinator-metrics", None, "offset-commit-count"),
+        "partition offsets accepted for commit by this coordinator",
+    )
+    commits.add_metric([], coordinator.offset_commits)
+    yield commits
+    lag = _gauge(
+        "kafka_consumergroup_lag",
+        "high watermark of the local replica minus the group's committed offset",
+        ["consumergroup", "topic", "partition"],
+    )
+    current = _gauge(
+        "kafka_consumergroup_current_offset",
+        "the group's committed offset",
+        ["consumergroup", "topic", "partition"],
+    )
+    hosted = broker.replica_manager.partitions if broker.replica_manager is not None else {}
+    for group in sorted(groups, key=lambda g: g.group_id):
+        for (topic, index), committed in sorted(group.offsets.committed.items()):
+            labels = [group.group_id, topic, str(index)]
+            offset = committed.value.offset
+            current.add_metric(labels, offset)
+            partition = hosted.get((topic, index))
+            if partition is not None:
+                lag.add_metric(labels, max(0, partition.high_watermark - offset))
+    yield lag
+    yield current
+
+
+def _network(broker: Any) -> Iterator[Metric]:
+    connections = _gauge(
+        jmx_metric_name("kafka.server", "socket-server-metrics", None, "connection-count"),
+        "open connections, per listener",
+        ["listener"],
+    )
+    for server in broker.socket_servers:
+        connections.add_metric([server.listener], len(server.connections))
+    yield connections
+
+
+def _zookeeper(broker: Any) -> Iterator[Metric]:
+    zk = broker.zk
+    if zk is None:
+        return
+    count = zk.request_count
+
+    def latency(attribute: str, value: float) -> UnknownMetricFamily:
+        family = _untyped(
+            jmx_metric_name(
+                "kafka.server", "ZooKeeperClientMetrics", "ZooKeeperRequestLatencyMs", attribute
+            ),
+            f"ZooKeeper request latency, {attribute.lower()}",
+        )
+        family.add_metric([], value)
+        return family
+
+    yield latency("Count", count)
+    yield latency("Mean", zk.request_latency_ms_total / count if count else 0.0)
+    yield latency("Max", zk.request_latency_ms_max)
+    state = _gauge(
+        jmx_metric_name("kafka.server", "SessionExpireListener", "SessionState", "Value"),
+        "1 for the ZooKeeper session's current state",
+        ["state"],
+    )
+    state.add_metric(["CONNECTED" if zk.connected else zk.session_state], 1)
+    yield state

@@ -1,0 +1,229 @@
+"""The fast path of a range read: Fetch requests straight to the partition's leader, decoded into
+Arrow by `spark.decode`, with the next Fetch in flight while the previous response is decoded.
+
+`fast_read(consumer, r, schema, config)` reads as much of the offset range `r` as a healthy leader
+serves and returns (through `StopIteration`'s value, i.e. `yield from`) the offset where it
+stopped. It does not handle trouble: any error code, connection failure, timeout, a range the
+leader's high watermark does not reach yet, or records it cannot decode ends the fast path
+quietly, and the reader's Consumer path (`spark.reader`) carries on from that offset with its
+retries, leader changes and `failOnDataLoss` rules. A rows chunk is only yielded once its rows are
+all decoded, so the two paths never yield an offset twice.
+
+The leader comes from the reader's Consumer's metadata (one Metadata request). Only PLAINTEXT
+connections take this path: with `security.protocol` set to anything else the reader uses the
+Consumer for everything. `isolation.level=read_committed` in the consumer's configuration fetches
+with isolation level 1 and drops aborted transactions' batches (see `spark.decode`).
+
+Each Fetch (v11: topic names, no fetch session) asks for up to `FETCH_MAX_BYTES` of the one
+partition; a response's rows are appended to the decoder and yielded as a RecordBatch once
+`CHUNK_ROWS` rows (or `CHUNK_BYTES` of keys and values) are held, and at the end of the range.
+
+Concurrency: one task thread; the socket is closed before `fast_read` returns.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+import struct
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaException
+
+from odradek.errors import OdradekError
+from odradek.protocol.build import build
+from odradek.protocol.codec import (
+    ApiKey,
+    ProtocolError,
+    decode_response,
+    encode_request,
+    request_class,
+)
+from odradek.protocol.record_batch import BatchHeader, iter_batches
+from odradek.spark.decode import ArrowDecoder
+from odradek.spark.offsets import OffsetRange
+
+__all__ = ["CHUNK_BYTES", "CHUNK_ROWS", "FETCH_MAX_BYTES", "fast_path_allowed", "fast_read"]
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 11
+FETCH_MAX_BYTES = 32 * 1024 * 1024
+CHUNK_ROWS = 200_000
+CHUNK_BYTES = 64 * 1024 * 1024
+_MAX_WAIT_MS = 500
+_SIZE = struct.Struct(">i")
+_MAX_RESPONSE = FETCH_MAX_BYTES * 2 + (1 << 20)
+
+
+def fast_path_allowed(config: Mapping[str, Any]) -> bool:
+    """Whether a reader's consumer configuration allows the fast path (plaintext only)."""
+    return str(config.get("security.protocol", "plaintext")).lower() == "plaintext"
+
+
+class _Stop(Exception):
+    """Leave the fast path; the Consumer path continues from the position reached."""
+
+
+class _Connection:
+    """A blocking connection to one broker with requests pipelined in order."""
+
+    def __init__(self, host: str, port: int, timeout_s: float) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.correlation = 0
+        self.pending: list[int] = []
+
+    def send(self, request: Any) -> None:
+        self.correlation += 1
+        frame = encode_request(
+            ApiKey.FETCH, FETCH_VERSION, self.correlation, "odradek-spark-reader", request
+        )
+        self.sock.sendall(frame)
+        self.pending.append(self.correlation)
+
+    def _exactly(self, n: int) -> bytearray:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self.sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise _Stop("connection closed")
+            got += k
+        return buf
+
+    def receive(self) -> Any:
+        (size,) = _SIZE.unpack(self._exactly(4))
+        if size < 4 or size > _MAX_RESPONSE:
+            raise _Stop(f"response of {size} bytes")
+        correlation, response = decode_response(
+            ApiKey.FETCH, FETCH_VERSION, bytes(self._exactly(size))
+        )
+        if correlation != self.pending.pop(0):
+            raise _Stop("correlation id out of order")
+        return response
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _leader(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[str, int]:
+    metadata = consumer.list_topics(topic, timeout=timeout_s)
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or partition not in found.partitions:
+        raise _Stop("no metadata for the partition")
+    leader = found.partitions[partition].leader
+    broker = metadata.brokers.get(leader)
+    if broker is None:
+        raise _Stop("the partition has no leader")
+    return broker.host, broker.port
+
+
+def _request(r: OffsetRange, position: int, isolation_level: int) -> Any:
+    return build(
+        request_class(ApiKey.FETCH, FETCH_VERSION),
+        {
+            "replica_id": -1,
+            "max_wait": datetime.timedelta(milliseconds=_MAX_WAIT_MS),
+            "min_bytes": 1,
+            "max_bytes": FETCH_MAX_BYTES,
+            "isolation_level": isolation_level,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": r.topic,
+                    "partitions": [
+                        {
+                            "partition": r.partition,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": position,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": FETCH_MAX_BYTES,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+    )
+
+
+def _partition_data(response: Any, r: OffsetRange) -> Any:
+    if response.error_code != 0:
+        raise _Stop(f"fetch error {response.error_code}")
+    for topic in response.responses:
+        for item in topic.partitions:
+            if topic.topic == r.topic and item.partition_index == r.partition:
+                if item.error_code != 0:
+                    raise _Stop(f"partition error {item.error_code}")
+                return item
+    raise _Stop("the response lacks the partition")
+
+
+def _batches(records: bytes | None, position: int) -> tuple[list[BatchHeader], int]:
+    """The complete batches in `records`, and the offset after the last (`position` if none)."""
+    headers = list(iter_batches(records)) if records else []
+    return headers, max([position, *(h.next_offset for h in headers)])
+
+
+def fast_read(
+    consumer: Consumer,
+    r: OffsetRange,
+    schema: pa.Schema,
+    config: Mapping[str, Any],
+    timeout_s: float,
+) -> Iterator[pa.RecordBatch]:
+    """Yield RecordBatches of `r` from its start; the generator's value is where it stopped."""
+    position = r.from_offset
+    pending_from = position  # where the decoder's rows not yet yielded start
+    isolation = 1 if str(config.get("isolation.level", "")).lower() == "read_committed" else 0
+    decoder = ArrowDecoder(r.topic, r.partition, schema)
+    connection: _Connection | None = None
+    started = time.monotonic()
+    try:
+        host, port = _leader(consumer, r.topic, r.partition, min(10.0, timeout_s))
+        connection = _Connection(host, port, min(30.0, timeout_s + _MAX_WAIT_MS / 1000))
+        connection.send(_request(r, position, isolation))
+        while position < r.until_offset:
+            item = _partition_data(connection.receive(), r)
+            records = item.records
+            headers, following = _batches(records, position)
+            if following == position:
+                raise _Stop("no complete batch (high watermark below the range's end?)")
+            if following < r.until_offset:
+                connection.send(_request(r, following, isolation))  # in flight while decoding
+            aborted = [
+                (int(a.producer_id), int(a.first_offset)) for a in (item.aborted_transactions or ())
+            ]
+            decoder.add(records, position, r.until_offset, aborted, headers)
+            position = following
+            if decoder.rows >= CHUNK_ROWS or decoder.data_bytes >= CHUNK_BYTES:
+                pending_from = position
+                yield decoder.take()
+    except OdradekError as e:
+        # Records it cannot decode: drop the rows not yet yielded, let the Consumer judge them.
+        log.warning("fast read of %s-%s at %d: %s", r.topic, r.partition, position, e)
+        decoder.take()
+        position = pending_from
+    except (_Stop, OSError, ProtocolError, KafkaException) as e:
+        log.debug(
+            "fast read of %s-%s stopped at %d after %.1fs: %s",
+            r.topic,
+            r.partition,
+            position,
+            time.monotonic() - started,
+            e,
+        )
+    finally:
+        if connection is not None:
+            connection.close()
+    if decoder.rows:
+        yield decoder.take()
+    return min(position, r.until_offset)

@@ -1,0 +1,194 @@
+"""Mixed faults for the soak (`./dev soak`, never CI): network, ZooKeeper and process faults one
+after another on the namespaced cluster of `tests.faults.lab`.
+
+A seeded schedule picks each fault's kind and victims and how long it lasts (0.5-4 s); after
+each one everything is healed and killed processes are started again, and every
+`CONVERGE_EVERY` faults the cluster must converge before the next. The kinds:
+
+* network: a random split of all brokers and ZooKeeper members into two sides (symmetric or
+  one-way), one node isolated (optionally but for the clients), a slow/lossy/reordering link
+  on one node, a link flap;
+* ZooKeeper: a member killed (restarted at heal), a member paused, a majority paused (quorum
+  lost);
+* process: a broker SIGKILLed (restarted at heal), a broker paused (SIGSTOP), a broker
+  restarted with a controlled shutdown.
+
+Faults run in rounds (`FAULTS_PER_ROUND`), each round a `run_scenario` on a fresh topic whose
+history is checked; `SoakReport` collects the counts for the JSON summary.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from odradek.errors import ClusterTimeoutError, OperatorError
+from odradek.testing import ProcessState
+from odradek.testing.cluster_files import tail
+from odradek.testing.link_emulator import LinkProfile
+from tests.faults.lab import LabCluster, ScenarioContext, wait_converged
+
+FAULTS_PER_ROUND = 100
+CONVERGE_EVERY = 10
+
+
+@dataclass
+class SoakReport:
+    faults: Counter[str] = field(default_factory=Counter)
+    rounds: list[dict[str, object]] = field(default_factory=list)
+    nemesis_errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "faults": sum(self.faults.values()),
+            "faults_by_kind": dict(sorted(self.faults.items())),
+            "rounds": self.rounds,
+            "acknowledged": sum(int(r["acknowledged"]) for r in self.rounds),  # type: ignore[call-overload]
+            "anomalies": sum(int(r["anomalies"]) for r in self.rounds),  # type: ignore[call-overload]
+            "nemesis_errors": self.nemesis_errors,
+        }
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def _inject_one(lab: LabCluster, context: ScenarioContext, report: SoakReport) -> str:
+    rng = context.rng
+    network = lab.network
+    cluster = lab.cluster
+    ensemble = cluster.ensemble
+    nodes = lab.broker_nodes + lab.zookeeper_nodes
+    hold = rng.uniform(0.5, 4.0)
+    kind = rng.choice(
+        [
+            "partition", "one-way-partition", "isolate", "isolate-but-clients", "slow-link",
+            "flap", "zookeeper-kill", "zookeeper-pause", "zookeeper-quorum-loss",
+            "broker-kill", "broker-pause", "broker-restart",
+        ]
+    )  # fmt: skip
+    killed_brokers: list[int] = []
+    paused_brokers: list[int] = []
+    if kind in ("partition", "one-way-partition"):
+        shuffled = rng.sample(nodes, len(nodes))
+        cut = rng.randrange(1, len(nodes))
+        network.partition(shuffled[:cut], shuffled[cut:], one_way=kind == "one-way-partition")
+    elif kind in ("isolate", "isolate-but-clients"):
+        network.isolate(rng.choice(nodes), except_=["client"] if kind.endswith("clients") else [])
+    elif kind == "slow-link":
+        profile = LinkProfile(
+            delay_ms=rng.choice([20, 100, 200]),
+            jitter_ms=rng.choice([0, 10, 50]),
+            loss_percent=rng.choice([0, 1, 5, 20]),
+            reorder_percent=rng.choice([0, 5]),
+        )
+        network.set_link(rng.choice(nodes), profile, seed=rng.randrange(1 << 30))
+    elif kind == "flap":
+        network.flap(rng.choice(nodes), rng.randint(1, 4), rng.uniform(0.1, 1.0), 0.3)
+        hold = 0.0
+    elif kind == "zookeeper-kill":
+        ensemble.kill(rng.choice(ensemble.ids))
+    elif kind == "zookeeper-pause":
+        ensemble.pause(rng.choice(ensemble.ids))
+    elif kind == "zookeeper-quorum-loss":
+        for server_id in rng.sample(ensemble.ids, 2):
+            ensemble.pause(server_id)
+        hold = rng.uniform(2.0, 9.0)  # sometimes longer than the session timeout
+    elif kind == "broker-kill":
+        broker = rng.choice(cluster.broker_ids)  # all run: _require_no_crash checked
+        cluster.kill(broker)
+        killed_brokers.append(broker)
+    elif kind == "broker-pause":
+        broker = rng.choice(cluster.broker_ids)
+        cluster.stop(broker)
+        paused_brokers.append(broker)
+    elif kind == "broker-restart":
+        cluster.restart(rng.choice(cluster.broker_ids), timeout=90)
+        hold = 0.0
+    context.nemesis(
+        f"{kind} for {hold:.1f}s: cuts {[(sorted(a), sorted(b)) for a, b in network.partitions]}, "
+        f"links {[n.name for n in network.nodes.values() if n.emulator]}, "
+        f"brokers killed {killed_brokers} paused {paused_brokers}, "
+        f"ZooKeeper modes {ensemble.modes() if kind.startswith('zookeeper') else 'unchanged'}"
+    )
+    time.sleep(hold)
+    for broker in paused_brokers:
+        cluster.cont(broker)
+    lab.heal()
+    for broker in killed_brokers:
+        cluster.start_broker(broker, wait=False)
+    report.faults[kind] += 1
+    context.nemesis("heal")
+    return kind
+
+
+def _restart_stopped_brokers(lab: LabCluster) -> None:
+    for broker in lab.cluster.broker_ids:
+        if lab.cluster.process_state(broker) is ProcessState.STOPPED:
+            lab.cluster.cont(broker)
+        if not lab.cluster.is_alive(broker):
+            lab.cluster.start_broker(broker, wait=False)
+
+
+# What a broker prints when it gives up at start-up because ZooKeeper did not answer within
+# zookeeper.connection.timeout.ms: Kafka's broker exits the same way (ZooKeeperClientTimeoutException).
+_ZOOKEEPER_UNREACHABLE_AT_START = "odradek: error: ZooKeeper at "
+
+
+def _require_no_crash(lab: LabCluster, context: ScenarioContext, index: int) -> None:
+    """Every broker runs before each fault (the previous heal restarted the ones the nemesis
+    killed). One that does not either gave up at start-up because ZooKeeper had no quorum then
+    (restarted, and recorded: Kafka does the same), or crashed (the soak fails)."""
+    dead = [b for b in lab.cluster.broker_ids if not lab.cluster.is_alive(b)]
+    for broker in list(dead):
+        last = tail(lab.cluster.broker(broker).log, 3)
+        if _ZOOKEEPER_UNREACHABLE_AT_START in last and "unreachable" in last:
+            context.nemesis(
+                f"broker {broker} gave up at start-up, ZooKeeper unreachable: restarted"
+            )
+            lab.cluster.start_broker(broker, wait=False)
+            dead.remove(broker)
+    if dead:
+        logs = {b: tail(lab.cluster.broker(b).log, 15) for b in dead}
+        raise AssertionError(f"before fault {index}: brokers {dead} are not running: {logs}")
+
+
+def _converge(lab: LabCluster, context: ScenarioContext, index: int) -> None:
+    """Wait for the cluster to converge, restarting (once ZooKeeper serves) a broker that gave
+    up at start-up during a ZooKeeper outage."""
+    deadline = time.monotonic() + 180
+    while True:
+        _require_no_crash(lab, context, index)
+        try:
+            wait_converged(lab, context.topic, min(30.0, max(1.0, deadline - time.monotonic())))
+            return
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                raise
+
+
+def mixed_faults(lab: LabCluster, report: SoakReport, count: int):  # type: ignore[no-untyped-def]
+    """A `run_scenario` fault function injecting `count` mixed faults."""
+
+    def fault(context: ScenarioContext) -> None:
+        for index in range(1, count + 1):
+            _require_no_crash(lab, context, index)
+            try:
+                _inject_one(lab, context, report)
+            except (OperatorError, ClusterTimeoutError, subprocess.SubprocessError) as e:
+                # The nemesis could not do what it meant to (a restart that waited too long on a
+                # loaded machine): recorded and counted, the soak goes on; a broker that really
+                # died is caught by _require_no_crash before the next fault.
+                report.nemesis_errors.append(f"fault {index}: {e}"[:300])
+                context.nemesis(f"nemesis error: {e}")
+                lab.heal()
+                _restart_stopped_brokers(lab)
+            if index % CONVERGE_EVERY == 0:
+                lab.heal()
+                _converge(lab, context, index)
+        context.notes.append(f"{count} mixed faults")
+
+    return fault

@@ -1,0 +1,107 @@
+"""The range reader's Fetch fast path (`odradek.spark.fetch`) against a live cluster, without Spark:
+the rows it decodes equal what a confluent-kafka consumer reads, for every codec, and it stops
+(for the Consumer path to carry on) where the leader has nothing more."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer
+
+from odradek.spark.arrow import arrow_schema, source_schema
+from odradek.spark.clients import consumer_config
+from odradek.spark.fetch import fast_path_allowed, fast_read
+from odradek.spark.offsets import OffsetRange
+from odradek.testing import LocalCluster
+from tests.spark.topics import (
+    Record,
+    consume_all,
+    create_topic,
+    high_watermarks,
+    produce,
+    unique_topic,
+)
+
+SCHEMA = arrow_schema(source_schema(True))
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+PER_CODEC = 400
+
+
+@pytest.fixture(scope="module")
+def mixed_topic(cluster3: LocalCluster) -> tuple[str, list[Record]]:
+    """One partition holding batches of every codec, with null keys and headers."""
+    bootstrap = cluster3.bootstrap_servers
+    topic = unique_topic("fast-read")
+    create_topic(bootstrap, topic, partitions=1)
+    for n, codec in enumerate(CODECS):
+        messages: list[dict[str, Any]] = []
+        for i in range(PER_CODEC):
+            message: dict[str, Any] = {"value": f"{codec}-{i}".encode() * (1 + i % 7)}
+            if i % 4:
+                message["key"] = f"k{i}".encode()
+            if i % 3 == 0:
+                message["headers"] = [("h", f"{n}-{i}".encode()), ("none", None)]
+            messages.append(message)
+        produce(bootstrap, topic, messages, compression_type=codec, batch_num_messages=97)
+    return topic, consume_all(bootstrap, topic)
+
+
+def _fast(bootstrap: str, r: OffsetRange) -> tuple[list[Record], int]:
+    config = consumer_config(bootstrap, {})
+    assert fast_path_allowed(config)
+    consumer = Consumer(config)
+    try:
+        reader = fast_read(consumer, r, SCHEMA, config, timeout_s=30)
+        batches: list[pa.RecordBatch] = []
+        while True:
+            try:
+                batches.append(next(reader))
+            except StopIteration as stop:
+                stopped = stop.value
+                break
+    finally:
+        consumer.close()
+    records = []
+    for row in pa.Table.from_batches(batches, schema=SCHEMA).to_pylist():
+        headers = row["headers"]
+        records.append(
+            Record(
+                row["partition"],
+                row["offset"],
+                row["key"],
+                row["value"],
+                None if headers is None else tuple((h["key"], h["value"]) for h in headers),
+                int(row["timestamp"].replace(tzinfo=dt.UTC).timestamp() * 1000),
+                row["timestampType"],
+            )
+        )
+    return records, stopped
+
+
+def test_fast_path_reads_every_codec_as_a_consumer_does(
+    cluster3: LocalCluster, mixed_topic: tuple[str, list[Record]]
+) -> None:
+    topic, expected = mixed_topic
+    assert len(expected) == PER_CODEC * len(CODECS)
+    bootstrap = cluster3.bootstrap_servers
+    got, stopped = _fast(bootstrap, OffsetRange(topic, 0, 0, len(expected)))
+    assert stopped == len(expected)  # no fallback: the fast path read the whole range
+    assert got == expected
+    assert any(r.key is None for r in got) and any(r.headers for r in got)
+    # A range starting and ending inside batches is trimmed to exactly its offsets.
+    got, stopped = _fast(bootstrap, OffsetRange(topic, 0, 250, 1333))
+    assert stopped == 1333
+    assert got == expected[250:1333]
+
+
+def test_fast_path_stops_where_the_leader_has_nothing_more(
+    cluster3: LocalCluster, mixed_topic: tuple[str, list[Record]]
+) -> None:
+    topic, expected = mixed_topic
+    high = high_watermarks(cluster3.bootstrap_servers, topic)[0]
+    got, stopped = _fast(cluster3.bootstrap_servers, OffsetRange(topic, 0, high - 10, high + 50))
+    assert stopped == high  # the Consumer path takes over from here, and waits
+    assert got == expected[high - 10 :]

@@ -1,0 +1,192 @@
+"""Kafka's metric names as the JMX exporter gives them, and the text format the broker serves."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from odradek.cluster.broker_topic_stats import BrokerTopicStats
+from odradek.errors import OperatorError
+from odradek.network.request_context import RequestContext
+from odradek.protocol.codec import ApiKey
+from odradek.server.metrics.exporter import MetricsExporter, parse_metrics_listener
+from odradek.server.metrics.names import jmx_metric_name, request_name
+from odradek.server.metrics.request_metrics import RequestMetrics
+from odradek.server.metrics.snapshot import collect
+
+
+@pytest.mark.parametrize(
+    ("mbean", "expected"),
+    [
+        (
+            ("kafka.server", "BrokerTopicMetrics", "MessagesInPerSec", "Count"),
+            "kafka_server_brokertopicmetrics_messagesinpersec_count",
+        ),
+        (
+            ("kafka.server", "ReplicaManager", "UnderReplicatedPartitions", "Value"),
+            "kafka_server_replicamanager_underreplicatedpartitions_value",
+        ),
+        (
+            ("kafka.controller", "KafkaController", "ActiveControllerCount", "Value"),
+            "kafka_controller_kafkacontroller_activecontrollercount_value",
+        ),
+        (
+            ("kafka.coordinator.group", "GroupMetadataManager", "NumGroups", "Value"),
+            "kafka_coordinator_group_groupmetadatamanager_numgroups_value",
+        ),
+        (
+            ("kafka.server", "socket-server-metrics", None, "connection-count"),
+            "kafka_server_socket_server_metrics_connection_count",
+        ),
+    ],
+)
+def test_jmx_exporter_names(mbean: tuple[Any, ...], expected: str) -> None:
+    assert jmx_metric_name(*mbean) == expected
+
+
+def test_request_names_are_kafkas() -> None:
+    assert request_name(ApiKey.PRODUCE) == "Produce"
+    assert request_name(ApiKey.LEADER_AND_ISR) == "LeaderAndIsr"
+    assert request_name(ApiKey.OFFSET_COMMIT) == "OffsetCommit"
+    assert request_name(9999) == "Unknown9999"
+
+
+@pytest.mark.parametrize("value", ["http://127.0.0.1:9404", "http://:9404/", "http://host:1"])
+def test_metrics_listener_accepted(value: str) -> None:
+    host, port = parse_metrics_listener(value)
+    assert port > 0 and host
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1:9404", "https://h:1", "http://h", "http://h:1/x"])
+def test_metrics_listener_refused(value: str) -> None:
+    with pytest.raises(OperatorError):
+        parse_metrics_listener(value)
+
+
+def test_broker_topic_stats_count_per_topic_and_total() -> None:
+    stats = BrokerTopicStats()
+    stats.record_append("a", 3, 300)
+    stats.record_append("b", 2, 50)
+    stats.record_failed_produce("a")
+    stats.record_fetch("a", 120, failed=False)
+    stats.record_fetch("b", 0, failed=True)
+    assert stats.topic("a").messages_in == 3 and stats.topic("a").bytes_in == 300
+    assert stats.all_topics.messages_in == 5 and stats.all_topics.bytes_in == 350
+    assert stats.all_topics.failed_produce_requests == 1
+    assert stats.all_topics.total_produce_requests == 3
+    assert stats.all_topics.bytes_out == 120 and stats.all_topics.failed_fetch_requests == 1
+    stats.remove_topic("a")
+    assert "a" not in stats.topics and stats.all_topics.messages_in == 5
+
+
+def _context(api_key: int) -> RequestContext:
+    header = SimpleNamespace(api_key=api_key, api_version=0, correlation_id=1, client_id="c")
+    return RequestContext(header, "127.0.0.1:1", "127.0.0.1")  # type: ignore[arg-type]
+
+
+def test_request_metrics_time_sync_and_async_requests() -> None:
+    metrics = RequestMetrics()
+
+    async def run() -> None:
+        release = asyncio.Event()
+
+        async def waits() -> str:
+            await release.wait()
+            return "done"
+
+        def dispatch(context: RequestContext, frame: bytes) -> Any:
+            return waits() if context.header.api_key == ApiKey.FETCH else "answer"
+
+        metered = metrics.metered(dispatch)
+        assert metered(_context(ApiKey.PRODUCE), b"") == "answer"
+        future = metered(_context(ApiKey.FETCH), b"")
+        await asyncio.sleep(0)
+        fetch = metrics.stats(ApiKey.FETCH)
+        assert fetch.requests == 1 and fetch.total_ms == 0.0  # not complete yet
+        release.set()
+        assert await future == "done"
+
+    asyncio.run(run())
+    produce, fetch = metrics.stats(ApiKey.PRODUCE), metrics.stats(ApiKey.FETCH)
+    assert produce.requests == 1 and produce.total_ms >= produce.local_ms >= 0
+    assert fetch.total_ms > 0 and fetch.remote_ms > 0
+
+
+def _fake_broker() -> Any:
+    stats = BrokerTopicStats()
+    stats.record_append("orders", 10, 1000)
+    partition = SimpleNamespace(
+        topic="orders",
+        partition=0,
+        is_leader=True,
+        is_under_replicated=True,
+        is_under_min_isr=False,
+        leader_high_watermark=-1,
+        log_end_offset=10,
+        log_start_offset=0,
+        high_watermark=10,
+        log=SimpleNamespace(size_in_bytes=1000),
+    )
+    committed = SimpleNamespace(value=SimpleNamespace(offset=4))
+    group = SimpleNamespace(
+        group_id="g",
+        state=SimpleNamespace(value="Stable"),
+        offsets=SimpleNamespace(committed={("orders", 0): committed}),
+    )
+    return SimpleNamespace(
+        replica_manager=SimpleNamespace(
+            broker_topic_stats=stats,
+            partitions={("orders", 0): partition},
+            offline_partitions={("lost", 0)},
+        ),
+        log_manager=SimpleNamespace(failure_channel=SimpleNamespace(offline_log_dirs={"/d2"})),
+        controller=None,
+        group_coordinator=SimpleNamespace(
+            manager=SimpleNamespace(groups={"g": group}), offset_commits=7
+        ),
+        socket_servers=[SimpleNamespace(listener="PLAINTEXT", connections={1, 2})],
+        zk=None,
+    )
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_exporter_serves_the_snapshot_over_http() -> None:
+    broker = _fake_broker()
+
+    async def run() -> str:
+        exporter = MetricsExporter("127.0.0.1", 0, lambda: collect(broker, RequestMetrics()))
+        exporter.start()
+        try:
+            url = f"http://127.0.0.1:{exporter.port}/metrics"
+            response = await asyncio.to_thread(urllib.request.urlopen, url, None, 10)
+            return response.read().decode()
+        finally:
+            await exporter.stop()
+
+    samples = _samples(asyncio.run(run()))
+    messages = "kafka_server_brokertopicmetrics_messagesinpersec_count"
+    assert samples[(messages, (("topic", "orders"),))] == 10
+    assert samples[(messages, (("topic", ""),))] == 10
+    assert samples[("kafka_server_replicamanager_underreplicatedpartitions_value", ())] == 1
+    assert samples[("kafka_server_replicamanager_leadercount_value", ())] == 1
+    assert samples[("kafka_server_replicamanager_offlinereplicacount_value", ())] == 1
+    assert samples[("kafka_log_logmanager_offlinelogdirectorycount_value", ())] == 1
+    size = ("kafka_log_log_size_value", (("partition", "0"), ("topic", "orders")))
+    assert samples[size] == 1000
+    lag_labels = (("consumergroup", "g"), ("partition", "0"), ("topic", "orders"))
+    assert samples[("kafka_consumergroup_lag", lag_labels)] == 6
+    assert samples[("kafka_coordinator_group_groupmetadatamanager_numgroupsstable_value", ())] == 1
+    connections = "kafka_server_socket_server_metrics_connection_count"
+    assert samples[(connections, (("listener", "PLAINTEXT"),))] == 2
