@@ -34,22 +34,22 @@ from tests.integration.test_idempotent_producer import check_exactly_once, end_o
 SESSION_TIMEOUT_MS = 6000
 
 
-def _three_free_ports() -> int:
+def _four_free_ports() -> int:
     for _attempt in range(20):
         (base,) = free_ports(1, "127.0.0.1")
-        if base + 2 < 65535 and all(port_is_free(base + i, "127.0.0.1") for i in (1, 2)):
+        if base + 3 < 65535 and all(port_is_free(base + i, "127.0.0.1") for i in (1, 2, 3)):
             return base
-    pytest.skip("no three consecutive free ports")
+    pytest.skip("no four consecutive free ports")
 
 
 @contextlib.contextmanager
 def proxied_broker(directory: Path) -> Iterator[tuple[LocalCluster, DroppingProxy]]:
     """One broker advertising a `DroppingProxy` in front of it as its address. The ports are
-    chosen here (ZooKeeper, broker, proxy: consecutive); another process on the machine may take
+    chosen here (ZooKeeper, broker, the broker's metrics, proxy: consecutive); another process on the machine may take
     one between the choice and the start, so a start that finds its port taken is tried again."""
     for attempt in range(3):
-        base = _three_free_ports()
-        proxy = DroppingProxy(base + 2)
+        base = _four_free_ports()
+        proxy = DroppingProxy(base + 3)  # base + 2 is the broker's metrics port
         proxy.target = ("127.0.0.1", base + 1)  # broker 1 listens on base + 1
         try:
             cluster = LocalCluster.up(
