@@ -13,10 +13,11 @@ leader's election and then count every acknowledged record.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 
 from odradek.demo import TopicWatch
 from odradek.testing import LocalCluster
@@ -29,16 +30,34 @@ from tests.integration._replication import (
 
 TOPIC = "pageviews"  # TopicWatch watches the demo's input topic
 VICTIM = 1
+_COORDINATOR_NOT_READY = (
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+)
 RECOVERY_S = 15.0  # "within seconds" of the election, with room for a loaded 2-core machine
 
 
 def _group_coordinated_by(bootstrap: str, broker_id: int) -> str:
     """A group id whose coordinator is `broker_id` (the coordinator follows the group id)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def describe(group: str) -> ConsumerGroupDescription:
+        # The first describe creates __consumer_offsets; until its partitions are loaded the
+        # coordinator answers COORDINATOR_LOAD_IN_PROGRESS, which librdkafka's admin client
+        # hands back instead of retrying (Kafka's Java admin client retries it).
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return admin.describe_consumer_groups([group])[group].result(30)
+            except KafkaException as e:
+                if e.args[0].code() not in _COORDINATOR_NOT_READY or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+
     for index in range(200):
         group = f"demo-progress-{index}"
-        description = admin.describe_consumer_groups([group])[group].result(30)
-        if description.coordinator.id == broker_id:
+        if describe(group).coordinator.id == broker_id:
             return group
     raise AssertionError(f"no group id among 200 is coordinated by broker {broker_id}")
 
