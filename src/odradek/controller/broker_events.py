@@ -42,7 +42,7 @@ from odradek.errors import BrokerNotAvailableError, NotControllerError, StaleBro
 from odradek.protocol.codec import ApiKey
 from odradek.security.controller_requests import validate_controlled_shutdown
 
-log = logging.getLogger("odradek.controller.controller")
+log = logging.getLogger(__name__)
 
 
 class BrokerEventHandlers(TermComponents):

@@ -41,7 +41,7 @@ from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.zk.client import WatchEvent, WatchEventKind
 from odradek.zk.errors import BadVersionError
 
-log = logging.getLogger("odradek.controller.controller")
+log = logging.getLogger(__name__)
 
 
 class TopicEventHandlers(TermComponents):
