@@ -85,8 +85,9 @@ from odradek.server.metrics.request_metrics import RequestMetrics
 from odradek.server.metrics.snapshot import collect as collect_metrics
 from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
 from odradek.server.transaction_topic import TransactionTopicCreator, build_transaction_coordinator
-from odradek.zk.client import CreateOp, SessionState, ZkClient
+from odradek.zk.client import SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
+from odradek.zk.ops import CreateOp
 from odradek.zk.znodes import (
     PERSISTENT_PATHS,
     BrokerIdZNode,
