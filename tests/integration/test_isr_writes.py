@@ -9,7 +9,7 @@ import asyncio
 from typing import Any
 
 from odradek.cluster.isr_writes import BatchedIsrWriter, encode_state
-from odradek.cluster.partition import IsrUpdate
+from odradek.cluster.partition_isr import IsrUpdate
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import ClientClosedError, SessionExpiredError
 from odradek.zk.ops import CreateOp

@@ -22,7 +22,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 
-from odradek.cluster.partition import IsrUpdate
+from odradek.cluster.partition_isr import IsrUpdate
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import BadVersionError, NoNodeError
 from odradek.zk.ops import SetDataOp
