@@ -43,6 +43,7 @@ from tests.integration._replication import (
     CONSUMER_REPLICA_ID,
     LATEST_TIMESTAMP,
     LIST_OFFSETS_VERSION,
+    FetchAnswer,
     create_topic,
     fetch_records,
     read_committed,
@@ -207,6 +208,24 @@ def wait_converged(lab: LabCluster, topic: str, timeout: float) -> dict[int, Par
     raise AssertionError(f"the cluster did not converge in {timeout:g}s: {last}")
 
 
+def read_final(lab: LabCluster, topic: str, partition: int, timeout: float = 60.0) -> FetchAnswer:
+    """Everything committed in `partition`, read from its leader. Leadership may still move after
+    the cluster converged (the auto-rebalance task hands partitions back to their preferred
+    leaders), so a NOT_LEADER answer re-reads the partition state and asks the new leader."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = read_partition_states(lab.cluster.zookeeper_connect, topic, PARTITIONS)[partition]
+        answer = read_committed(lab.cluster.broker(state.leader), topic, partition)
+        if answer.error == ErrorCode.none:
+            return answer
+        if answer.error not in _LEADER_MOVED or time.monotonic() > deadline:
+            raise AssertionError(f"final read of partition {partition}: {answer.error!r}")
+        time.sleep(0.5)
+
+
+_LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
+
+
 def wait_replicas_agree(
     lab: LabCluster, topic: str, states: dict[int, PartitionState], timeout: float = 60.0
 ) -> CheckResult:
@@ -272,11 +291,8 @@ def run_scenario(
             reader.stop()
     states = wait_converged(lab, topic, CONVERGE_TIMEOUT_S)
     agreement = wait_replicas_agree(lab, topic, states)
-    for partition, state in states.items():
-        answer = read_committed(lab.cluster.broker(state.leader), topic, partition)
-        assert answer.error == ErrorCode.none, (
-            f"final read of partition {partition}: {answer.error}"
-        )
+    for partition in states:
+        answer = read_final(lab, topic, partition)
         record_final(
             history,
             partition,
