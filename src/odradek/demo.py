@@ -159,6 +159,14 @@ class Query:
             return None
         return max(dt.datetime.fromisoformat(m.replace("Z", "+00:00")) for m in marks)
 
+    def dropped_as_late(self) -> int:
+        """Records its micro-batches dropped for arriving behind the watermark (as reported)."""
+        return sum(
+            int(operator.get("numRowsDroppedByWatermark", 0))
+            for p in self.query.recentProgress
+            for operator in p.get("stateOperators", [])
+        )
+
     def drained(self, target: dict[int, int], last_window_end: dt.datetime) -> str | None:
         """None if this query is done; else what it is still waiting for."""
         read = self.read_offsets()
@@ -445,10 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         produced, _ = topic.end_offsets()
         say("   " + run.describe(produced, [], topic.layout()))
         say("   drained: every record read and every window written; stopping the job")
+        dropped: dict[str, int] = {}
         for query in queries:
             query.query.stop()
             for progress in query.query.recentProgress:
                 log.info("%s progress: %s", query.name, json.dumps(progress, default=str))
+            dropped[query.name] = query.dropped_as_late()
 
         say(
             "6. checking the Parquet output against a batch recomputation over the whole input topic"
@@ -478,6 +488,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{out['duplicated_count']} repeated, {out['wrong_count']} wrong"
             )
         ok = bool(report["ok"])
+        if any(dropped.values()):
+            say(
+                "   Spark dropped records as later than the watermark allows ("
+                + ", ".join(f"{name}: {n}" for name, n in dropped.items() if n)
+                + "): a partition fell further behind the others than the allowed lateness"
+                f" ({watermark} of event time) covers"
+            )
         elapsed = time.monotonic() - started
         say(
             f"PASS: nothing lost, nothing doubled ({elapsed:.0f} s)"
