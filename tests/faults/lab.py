@@ -22,6 +22,7 @@ min.insync.replicas=2, unclean election off):
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -234,6 +235,8 @@ def wait_replicas_agree(
     deadline = time.monotonic() + timeout
     while True:
         high_watermarks = {}
+        with contextlib.suppress(OperatorError):  # leadership may move on (auto-rebalance)
+            states = read_partition_states(lab.cluster.zookeeper_connect, topic, PARTITIONS)
         for partition, state in states.items():
             try:
                 answer = read_committed(lab.cluster.broker(state.leader), topic, partition)
@@ -250,6 +253,22 @@ def wait_replicas_agree(
         time.sleep(0.5)
 
 
+def log_excerpt(lab: LabCluster, topic: str, lines: int = 40) -> str:
+    """What each broker logged about `topic`, its ZooKeeper session and the controller: the
+    lines a failed scenario is diagnosed from (CI keeps only the end of the output)."""
+    words = (topic, "session", "controller", "fenced", "brokers changed", "ISR")
+    parts = []
+    for broker in lab.cluster.brokers:
+        try:
+            text = broker.log.read_text(errors="replace").splitlines()
+        except OSError as e:
+            parts.append(f"----- broker {broker.id}: {e}")
+            continue
+        kept = [line for line in text if any(w in line for w in words)][-lines:]
+        parts.append(f"----- broker {broker.id} ({broker.log}):\n" + "\n".join(kept))
+    return "\n".join(parts)
+
+
 def run_scenario(
     lab: LabCluster,
     name: str,
@@ -259,6 +278,21 @@ def run_scenario(
     producers: int = 2,
 ) -> list[CheckResult]:
     topic = f"{name[:40]}-{seed % 100000}"
+    try:
+        return _scenario(lab, name, topic, fault, seed, summary, producers)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{log_excerpt(lab, topic)}") from None
+
+
+def _scenario(
+    lab: LabCluster,
+    name: str,
+    topic: str,
+    fault: Callable[[ScenarioContext], None],
+    seed: int,
+    summary: list[str],
+    producers: int,
+) -> list[CheckResult]:
     assignment = [[(p + i) % 3 + 1 for i in range(3)] for p in range(PARTITIONS)]
     create_topic(
         lab.cluster,
