@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     from odradek.cli import cluster as cluster_cli
     from odradek.cli import configs as configs_cli
     from odradek.cli import consumer_groups as consumer_groups_cli
+    from odradek.cli import dump_log as dump_log_cli
     from odradek.cli import leader_election as leader_election_cli
     from odradek.cli import log_admin as log_admin_cli
     from odradek.cli import reassign as reassign_cli
@@ -150,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     acls_cli.add_parser(sub)
     configs_cli.add_parser(sub)
     transactions_cli.add_parser(sub)
+    dump_log_cli.add_parser(sub)
     return parser
 
 
