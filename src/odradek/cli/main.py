@@ -134,10 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     from odradek.cli import acls as acls_cli
     from odradek.cli import cluster as cluster_cli
     from odradek.cli import configs as configs_cli
+    from odradek.cli import console_consumer as console_consumer_cli
+    from odradek.cli import console_producer as console_producer_cli
     from odradek.cli import consumer_groups as consumer_groups_cli
     from odradek.cli import dump_log as dump_log_cli
+    from odradek.cli import get_offsets as get_offsets_cli
     from odradek.cli import leader_election as leader_election_cli
     from odradek.cli import log_admin as log_admin_cli
+    from odradek.cli import perf_test as perf_test_cli
     from odradek.cli import reassign as reassign_cli
     from odradek.cli import topics as topics_cli
     from odradek.cli import transactions as transactions_cli
@@ -151,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     acls_cli.add_parser(sub)
     configs_cli.add_parser(sub)
     transactions_cli.add_parser(sub)
+    console_producer_cli.add_parser(sub)
+    console_consumer_cli.add_parser(sub)
+    get_offsets_cli.add_parser(sub)
+    perf_test_cli.add_parsers(sub)
     dump_log_cli.add_parser(sub)
     return parser
 
