@@ -172,6 +172,8 @@ def producer_settings(args: argparse.Namespace) -> dict[str, str]:
         "message.send.max.retries": str(args.message_send_max_retries),
         "retry.backoff.ms": str(args.retry_backoff_ms),
         "client.id": "console-producer",
+        # Keyed records go where a Java producer would put them (Kafka's murmur2 partitioner).
+        "partitioner": "murmur2_random",
     }
     if args.batch_size is not None:
         defaults["batch.num.messages"] = str(args.batch_size)

@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     from odradek.cli import reassign as reassign_cli
     from odradek.cli import topics as topics_cli
     from odradek.cli import transactions as transactions_cli
+    from odradek.cli import verifiable as verifiable_cli
 
     cluster_cli.add_parser(sub)
     topics_cli.add_parser(sub)
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     console_consumer_cli.add_parser(sub)
     get_offsets_cli.add_parser(sub)
     perf_test_cli.add_parsers(sub)
+    verifiable_cli.add_parsers(sub)
     dump_log_cli.add_parser(sub)
     return parser
 
