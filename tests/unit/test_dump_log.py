@@ -93,7 +93,7 @@ def test_damage_is_reported(tmp_path: Path) -> None:
     data = bytearray(index.read_bytes())
     struct.pack_into(">i", data, 4, 0)  # the first entry's position: the first batch's
     index.write_bytes(bytes(data))
-    first_ts, first_offset = struct.unpack_from(">qi", time_index.read_bytes(), 0)
+    first_ts, _ = struct.unpack_from(">qi", time_index.read_bytes(), 0)
     damaged = bytearray(time_index.read_bytes())
     struct.pack_into(">q", damaged, 0, first_ts - 1)
     time_index.write_bytes(bytes(damaged))
