@@ -129,7 +129,7 @@ def test_java_properties_for_librdkafka() -> None:
             "bootstrap.servers": "h:1",
             "key.serializer": "org.apache.kafka.common.serialization.StringSerializer",
             "sasl.mechanism": "PLAIN",
-            "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
+            "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
             'required username="alice" password="s3cret";',
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": "/ca.pem",
