@@ -146,7 +146,7 @@ def test_java_properties_for_librdkafka() -> None:
     }
     with pytest.raises(OperatorError, match="PEM"):
         java_to_librdkafka({"ssl.truststore.location": "/x.jks"})
-    assert parse_property_list(["a=1", "b = x=y"], "--p") == {"a": "1", "b": "x=y"}
+    assert parse_property_list(["a=1", "b = x=y"], "--p") == {"a": "1", "b": " x=y"}
     with pytest.raises(OperatorError, match="--p expects key=value"):
         parse_property_list(["novalue"], "--p")
 

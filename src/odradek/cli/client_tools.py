@@ -15,6 +15,7 @@ Kafka's tools take Java client properties (`--producer.config F`, `--producer-pr
 | `ssl.endpoint.identification.algorithm=` (empty) | `ssl.endpoint.identification.algorithm=none` |
 
 Anything librdkafka does not know is reported by librdkafka itself, as one line, exit status 1.
+librdkafka's own log is off (`log_level=0`) unless a property turns it on.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ from typing import Any
 
 from odradek.errors import OdradekError, OperatorError
 from odradek.server.config import parse_properties
+
+# librdkafka logs every refused connection and retry on standard error; the tools report failures
+# themselves, as one line, so its log stays quiet unless `log_level` is set (e.g. with
+# `--consumer-property log_level=6`).
+QUIET = {"log_level": "0"}
 
 _DROPPED = (
     "key.serializer",
@@ -56,13 +62,14 @@ def read_properties_file(path: str | None, flag: str) -> dict[str, str]:
 
 
 def parse_property_list(items: Iterable[str] | None, flag: str) -> dict[str, str]:
-    """`k=v` items (repeated flags, each possibly comma-free), as Kafka's tools take them."""
+    """`k=v` items (one per repeated flag), as Kafka's tools take them: the value is kept as
+    given, spaces included (`--property "key.separator= | "` separates with " | ")."""
     properties: dict[str, str] = {}
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise OperatorError(f"{flag} expects key=value, not {item!r}")
-        properties[key.strip()] = value.strip()
+        properties[key.strip()] = value
     return properties
 
 
@@ -115,7 +122,7 @@ def client_config(
 ) -> dict[str, str]:
     """librdkafka configuration: `defaults`, then the file, then the `k=v` items, then the
     bootstrap servers (the flag wins, as in Kafka's tools)."""
-    merged = dict(defaults or {})
+    merged = {**QUIET, **(defaults or {})}
     merged.update(read_properties_file(config_file, config_flag))
     merged.update(parse_property_list(properties, properties_flag))
     if bootstrap_server:

@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from odradek.cli.client_tools import (
+    QUIET,
     bootstrap_of,
     client_config,
     describe_kafka_error,
@@ -162,7 +163,7 @@ def _payloads(args: argparse.Namespace) -> list[bytes] | None:
 def _producer_config(args: argparse.Namespace) -> dict[str, str]:
     if not args.producer_props and not args.producer_config:
         raise OperatorError("Either --producer-props or --producer.config must be specified.")
-    merged = read_properties_file(args.producer_config, "--producer.config")
+    merged = {**QUIET, **read_properties_file(args.producer_config, "--producer.config")}
     merged.update(parse_property_list(args.producer_props, "--producer-props"))
     if args.bootstrap_server:
         merged["bootstrap.servers"] = args.bootstrap_server
