@@ -384,12 +384,12 @@ def dump_txn_index(path: Path, out: Callable[[str], None]) -> None:
 
 
 def dump_checkpoint(path: Path, out: Callable[[str], None]) -> None:
+    if not path.is_file():
+        raise OdradekError(f"{path} does not exist or is not a file")
     if path.name == LEADER_EPOCH_CHECKPOINT:
         for entry in LeaderEpochCache(path).epoch_entries():
             out(f"epoch: {entry.epoch} startOffset: {entry.start_offset}")
         return
-    if not path.exists():
-        raise OdradekError(f"{path} does not exist")
     for (topic, partition), offset in sorted(read_offset_checkpoint(path).items()):
         out(f"topic: {topic} partition: {partition} offset: {offset}")
 
