@@ -28,7 +28,7 @@ import argparse
 import random
 import sys
 import time
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from odradek.cli.client_tools import (
     add_bootstrap_arguments,
@@ -222,12 +222,13 @@ def consume(args: argparse.Namespace, output: BinaryIO) -> int:
                 continue
             last_record = time.monotonic()
             count += 1
+            headers = cast("list[tuple[str, bytes | None]] | None", message.headers())
             output.write(
                 formatter.format(
                     message.timestamp(),
-                    message.partition(),
-                    message.offset(),
-                    message.headers(),
+                    message.partition() or 0,
+                    message.offset() or 0,
+                    headers,
                     message.key(),
                     message.value(),
                 )

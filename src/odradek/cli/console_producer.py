@@ -28,7 +28,7 @@ import argparse
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from odradek.cli.client_tools import (
     add_bootstrap_arguments,
@@ -216,7 +216,7 @@ def produce_lines(args: argparse.Namespace, stream: BinaryIO) -> int:
                         args.topic,
                         value=record.value,
                         key=record.key,
-                        headers=record.headers or None,
+                        headers=cast(Any, record.headers or None),
                         partition=partition,
                         on_delivery=on_delivery,
                     )

@@ -78,7 +78,7 @@ def _compile(pattern: str) -> re.Pattern[str]:
 def parse_topic_partitions(text: str) -> list[tuple[re.Pattern[str], PartitionFilter]]:
     """Kafka's `--topic-partitions` patterns: `topic`, `topic:3`, `topic:0-3` (end exclusive),
     `topic:5-`, `topic:-3`; an empty topic matches every topic."""
-    filters = []
+    filters: list[tuple[re.Pattern[str], PartitionFilter]] = []
     for item in text.split(","):
         match = _TOPIC_PARTITION.match(item.strip())
         if match is None:
@@ -89,15 +89,22 @@ def parse_topic_partitions(text: str) -> list[tuple[re.Pattern[str], PartitionFi
         topic, single, low, high = match.groups()
         pattern = _compile(topic or ".*")
         if single is not None:
-            number = int(single)
-            filters.append((pattern, lambda p, n=number: p == n))
+            filters.append((pattern, _partition_range(int(single), int(single) + 1)))
         elif low is not None or high is not None:
-            start = int(low) if low else 0
             end = int(high) if high else None
-            filters.append((pattern, lambda p, s=start, e=end: p >= s and (e is None or p < e)))
+            filters.append((pattern, _partition_range(int(low) if low else 0, end)))
         else:
-            filters.append((pattern, lambda p: True))
+            filters.append((pattern, _partition_range(0, None)))
     return filters
+
+
+def _partition_range(start: int, end: int | None) -> PartitionFilter:
+    """Partitions from `start` up to `end` (exclusive; None: no end)."""
+
+    def accepts(partition: int) -> bool:
+        return partition >= start and (end is None or partition < end)
+
+    return accepts
 
 
 def partition_filters(args: argparse.Namespace) -> list[tuple[re.Pattern[str], PartitionFilter]]:
@@ -107,12 +114,12 @@ def partition_filters(args: argparse.Namespace) -> list[tuple[re.Pattern[str], P
         return parse_topic_partitions(args.topic_partitions)
     pattern = _compile(args.topic or ".*")
     if not args.partitions:
-        return [(pattern, lambda p: True)]
+        return [(pattern, _partition_range(0, None))]
     try:
         wanted = {int(p) for p in args.partitions.split(",") if p.strip()}
     except ValueError:
         raise OperatorError("--partitions must be partition ids separated by commas") from None
-    return [(pattern, lambda p: p in wanted)]
+    return [(pattern, wanted.__contains__)]
 
 
 def fetch_offsets(args: argparse.Namespace) -> dict[tuple[str, int], int]:
@@ -126,13 +133,15 @@ def fetch_offsets(args: argparse.Namespace) -> dict[tuple[str, int], int]:
     admin = AdminClient(config)
     metadata = admin.list_topics(timeout=args.timeout)
     partitions = [
-        (topic.topic, partition)
+        (topic.topic or "", partition)
         for topic in metadata.topics.values()
         if topic.error is None
+        and topic.topic
         and not (args.exclude_internal_topics and topic.topic in INTERNAL_TOPICS)
         for partition in topic.partitions
         if any(
-            pattern.fullmatch(topic.topic) and accepts(partition) for pattern, accepts in filters
+            pattern.fullmatch(topic.topic or "") and accepts(partition)
+            for pattern, accepts in filters
         )
     ]
     if not partitions:

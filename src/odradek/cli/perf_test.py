@@ -290,10 +290,10 @@ def run_consumer_perf(args: argparse.Namespace) -> int:
             )
     consumer = Consumer(config)
     start_ms = int(time.time() * 1000)
-    join = {"ms": 0, "round_ms": 0, "started": time.monotonic()}
+    join: dict[str, float] = {"ms": 0, "round_ms": 0, "started": time.monotonic()}
 
     def on_assign(consumer: Any, partitions: Any) -> None:
-        elapsed = int((time.monotonic() - join["started"]) * 1000)
+        elapsed = (time.monotonic() - join["started"]) * 1000
         join["ms"] += elapsed
         join["round_ms"] += elapsed
 
@@ -311,9 +311,10 @@ def run_consumer_perf(args: argparse.Namespace) -> int:
             batch = consumer.consume(min(1000, args.messages - messages), 0.1)
             now = time.monotonic()
             for message in batch:
-                if message.error() is not None:
-                    if message.error().fatal():
-                        raise OperatorError(describe_kafka_error(message.error()))
+                error = message.error()
+                if error is not None:
+                    if error.fatal():
+                        raise OperatorError(describe_kafka_error(error))
                     continue
                 messages += 1
                 bytes_read += len(message.key() or b"") + len(message.value() or b"")
@@ -330,7 +331,7 @@ def run_consumer_perf(args: argparse.Namespace) -> int:
                         bytes_read - last_bytes,
                         messages,
                         messages - last_messages,
-                        join["round_ms"],
+                        int(join["round_ms"]),
                     ),
                     flush=True,
                 )
@@ -348,13 +349,13 @@ def run_consumer_perf(args: argparse.Namespace) -> int:
         )
     if not args.show_detailed_stats:
         elapsed_s = max((end_ms - start_ms) / 1000, 1e-9)
-        fetch_ms = end_ms - start_ms - join["ms"]
+        fetch_ms = end_ms - start_ms - int(join["ms"])
         mb = bytes_read / _MB
         fetch_s = fetch_ms / 1000 if fetch_ms > 0 else float("nan")
         print(
             f"{java_date_format(args.date_format, start_ms)}, "
             f"{java_date_format(args.date_format, end_ms)}, {mb:.4f}, {mb / elapsed_s:.4f}, "
-            f"{messages}, {messages / elapsed_s:.4f}, {join['ms']}, {fetch_ms}, "
+            f"{messages}, {messages / elapsed_s:.4f}, {int(join['ms'])}, {fetch_ms}, "
             f"{mb / fetch_s:.4f}, {messages / fetch_s:.4f}"
         )
     return 0

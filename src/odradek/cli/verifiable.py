@@ -215,11 +215,13 @@ def run_verifiable_consumer(args: argparse.Namespace) -> int:
             messages = consumer.consume(500, 0.5)
             by_partition: dict[tuple[str, int], list[Any]] = {}
             for message in messages:
-                if message.error() is not None:
-                    if message.error().fatal():
-                        raise OperatorError(describe_kafka_error(message.error()))
+                error = message.error()
+                if error is not None:
+                    if error.fatal():
+                        raise OperatorError(describe_kafka_error(error))
                     continue
-                by_partition.setdefault((message.topic(), message.partition()), []).append(message)
+                where = (message.topic() or "", message.partition() or 0)
+                by_partition.setdefault(where, []).append(message)
             if not by_partition:
                 continue
             summaries = []
