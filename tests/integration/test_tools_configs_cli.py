@@ -7,6 +7,7 @@ offsets, keys and values a producer wrote."""
 from __future__ import annotations
 
 import re
+import subprocess
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
@@ -20,6 +21,7 @@ from confluent_kafka.admin import (
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._clients import create_topic, unique_topic
+from tests.integration._kafka import kafka_available, kafka_libs
 from tests.integration._tools import assert_one_line_error, end_offsets, odradek
 
 
@@ -125,13 +127,16 @@ def test_dump_log_prints_what_was_produced(cluster3: LocalCluster) -> None:
     create_topic(
         bootstrap, topic, partitions=1, replication_factor=1, configs={"index.interval.bytes": "64"}
     )
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     produced = [(f"key-{i}".encode(), f"value {i}".encode()) for i in range(25)]
-    for i, (key, value) in enumerate(produced):
-        producer.produce(topic, value=value, key=key, headers=[("i", str(i).encode())])
-        if i % 5 == 4:
-            producer.flush(30)  # several batches
-    assert producer.flush(30) == 0
+    codecs = ("none", "lz4", "zstd", "gzip", "snappy")
+    for c, codec in enumerate(codecs):  # a batch of 5 records with each codec
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "compression.type": codec}
+        )
+        for n in range(5 * c, 5 * c + 5):
+            key, value = produced[n]
+            producer.produce(topic, value=value, key=key, headers=[("i", str(n).encode())])
+        assert producer.flush(30) == 0
     assert end_offsets(bootstrap, topic, 1) == {0: 25}
     directory = wait_until(
         lambda: next(
@@ -157,6 +162,7 @@ def test_dump_log_prints_what_was_produced(cluster3: LocalCluster) -> None:
     batches = re.findall(r"^baseOffset: (\d+) lastOffset: (\d+) ", result.stdout, re.MULTILINE)
     assert len(batches) >= 5 and int(batches[-1][1]) == 24
     assert "isvalid: true" in result.stdout and "isvalid: false" not in result.stdout
+    assert all(f"compresscodec: {codec} " in result.stdout for codec in codecs)
 
     files = ",".join(
         str(directory / name)
@@ -170,3 +176,21 @@ def test_dump_log_prints_what_was_produced(cluster3: LocalCluster) -> None:
         r"^baseOffset: (\d+) lastOffset: (\d+) .* position: (\d+) ", segment_dump, re.MULTILINE
     )}  # fmt: skip
     assert indexed and {(int(o), int(p)) for o, p in indexed} <= batch_ends
+
+    # Kafka 3.9.1's DumpLogSegments prints the same bytes for the same files.
+    if kafka_available():
+        for name, flags in (
+            ("00000000000000000000.log", ("--deep-iteration", "--print-data-log")),
+            ("00000000000000000000.index", ()),
+            ("00000000000000000000.timeindex", ()),
+        ):
+            args = ("--files", str(directory / name), *flags)
+            theirs = subprocess.run(
+                ["java", "-cp", f"{kafka_libs()}/*", "kafka.tools.DumpLogSegments", *args],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            ours = odradek("dump-log", *args)
+            assert theirs.returncode == ours.returncode == 0, theirs.stderr
+            assert ours.stdout == theirs.stdout, name
