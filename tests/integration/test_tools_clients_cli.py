@@ -320,6 +320,37 @@ def test_output_equals_kafkas_tools(cluster3: LocalCluster) -> None:
     assert "Processed a total of 4 messages" in theirs.stderr and ours.stderr.endswith(
         "Processed a total of 4 messages\n"
     )
+    # Kafka's ConsoleProducer and ours, given the same lines, write the same records to the
+    # same partitions (its line reader's rules, its murmur2 partitioner for keys).
+    lines = "".join(f"h:{i},g:x\tkey-{i % 7}\tvalue {i}\n" for i in range(30)) + "NULL\tk\tNULL\n"
+    reader = (
+        "--property", "parse.key=true", "--property", "parse.headers=true",
+        "--property", "null.marker=NULL",
+    )  # fmt: skip
+    written = {}
+    for who in ("kafka", "odradek"):
+        target = unique_topic(f"console-{who}")
+        create_topic(bootstrap, target, partitions=4, replication_factor=3)
+        args = ("--bootstrap-server", bootstrap, "--topic", target, *reader)
+        if who == "kafka":
+            produced = subprocess.run(
+                ["java", "-cp", f"{kafka_libs()}/*", "kafka.tools.ConsoleProducer", *args],
+                input=lines,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        else:
+            produced = odradek("console-producer", *args, stdin=lines)
+        assert produced.returncode == 0, produced.stderr
+        ends = end_offsets(bootstrap, target, 4)
+        assert sum(ends.values()) == 31
+        written[who] = {
+            p: [(m.key(), m.value(), m.headers()) for m in read_partition(bootstrap, target, p, n)]
+            for p, n in ends.items()
+        }
+    assert written["odradek"] == written["kafka"]
+
     for time_spec in ("-1", "-2", str(BASE_TS + 20)):
         offsets_args = ("--bootstrap-server", bootstrap, "--topic", topic, "--time", time_spec)
         theirs = _kafka_tool("org.apache.kafka.tools.GetOffsetShell", *offsets_args)
