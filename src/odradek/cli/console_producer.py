@@ -172,6 +172,8 @@ def producer_settings(args: argparse.Namespace) -> dict[str, str]:
         "message.send.max.retries": str(args.message_send_max_retries),
         "retry.backoff.ms": str(args.retry_backoff_ms),
         "client.id": "console-producer",
+        # Kafka's delivery.timeout.ms (librdkafka's own default is 300 s).
+        "message.timeout.ms": "120000",
         # Keyed records go where a Java producer would put them (Kafka's murmur2 partitioner).
         "partitioner": "murmur2_random",
     }

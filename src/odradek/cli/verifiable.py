@@ -87,6 +87,7 @@ def run_verifiable_producer(args: argparse.Namespace) -> int:
             "acks": acks,
             "retries": "0",
             "client.id": "verifiable-producer",
+            "message.timeout.ms": "120000",  # Kafka's delivery.timeout.ms
             "partitioner": "murmur2_random",
         },
     )
