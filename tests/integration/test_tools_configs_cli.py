@@ -113,6 +113,27 @@ def test_configs_brokers_and_quotas(cluster3: LocalCluster) -> None:
     assert_one_line_error(result, "INVALID_REQUEST")
     result = odradek(*cli, "--broker", "9", "--describe")
     assert_one_line_error(result, "broker 9 is not in the cluster")
+    # SCRAM credentials of a user, as confluent-kafka's admin client describes them.
+    user = unique_topic("user")
+    result = odradek(
+        *cli, "--user", user, "--alter", "--add-config", "SCRAM-SHA-512=[iterations=8192,password=pw]"
+    )  # fmt: skip
+    assert (
+        result.returncode == 0 and result.stdout == f"Completed updating config for user {user}.\n"
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    described = admin.describe_user_scram_credentials([user])[user].result()
+    assert [(i.mechanism.name, i.iterations) for i in described.scram_credential_infos] == [
+        ("SCRAM_SHA_512", 8192)
+    ]
+    result = odradek(*cli, "--user", user, "--describe")
+    assert result.stdout == (
+        f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-512=iterations=8192\n"
+    )
+    assert "quotas not shown: UNSUPPORTED_VERSION" in result.stderr
+    result = odradek(*cli, "--user", user, "--alter", "--delete-config", "SCRAM-SHA-512")
+    assert result.returncode == 0, result.stderr
+    assert odradek(*cli, "--user", user, "--describe").stdout == ""
     # Client quotas: the brokers do not offer AlterClientQuotas yet.
     result = odradek(*cli, "--client", "c1", "--alter", "--add-config", "producer_byte_rate=1024")
     assert_one_line_error(result, "UNSUPPORTED_VERSION")
