@@ -26,6 +26,20 @@ def odradek(*args: str, stdin: str | bytes | None = None) -> subprocess.Complete
     )
 
 
+def odradek_in_process(capsys: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """`odradek ARGS` run by `odradek.cli.main.main` in this process (no interpreter start-up:
+    seconds each on a loaded machine), with its exit status and output as a process's."""
+    from odradek.cli.main import main
+
+    capsys.readouterr()
+    try:
+        status = main(list(args))
+    except SystemExit as e:  # argparse: --help, usage mistakes
+        status = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), status, out, err)
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess[str], fragment: str) -> None:
     """Exit status 1, and standard error is one `odradek: error:` line containing `fragment`
     (no traceback)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -22,7 +23,12 @@ from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._clients import create_topic, unique_topic
 from tests.integration._kafka import kafka_available, kafka_libs
-from tests.integration._tools import assert_one_line_error, end_offsets, odradek
+from tests.integration._tools import (
+    assert_one_line_error,
+    end_offsets,
+    odradek,
+    odradek_in_process,
+)
 
 
 def _described(bootstrap: str, topic: str) -> dict[str, tuple[str, bool]]:
@@ -33,8 +39,14 @@ def _described(bootstrap: str, topic: str) -> dict[str, tuple[str, bool]]:
     return {name: (entry.value, entry.is_default) for name, entry in entries.items()}
 
 
-def test_configs_topics_match_the_admin_client(cluster3: LocalCluster) -> None:
+def test_configs_topics_match_the_admin_client(
+    cluster3: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     bootstrap = cluster3.bootstrap_servers
+
+    def tool(*args: str) -> subprocess.CompletedProcess[str]:
+        return odradek_in_process(capsys, *args)
+
     topic = unique_topic("configs")
     create_topic(bootstrap, topic, partitions=1, replication_factor=3)
     cli = ("configs", "--bootstrap-server", bootstrap)
@@ -56,7 +68,7 @@ def test_configs_topics_match_the_admin_client(cluster3: LocalCluster) -> None:
         incremental_configs=[ConfigEntry("segment.ms", "600000", incremental_operation=AlterConfigOpType.SET)],
     )  # fmt: skip
     admin.incremental_alter_configs([resource])[resource].result()
-    result = odradek(*cli, "--topic", topic, "--describe")
+    result = tool(*cli, "--topic", topic, "--describe")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == f"Dynamic configs for topic {topic} are:"
@@ -66,7 +78,7 @@ def test_configs_topics_match_the_admin_client(cluster3: LocalCluster) -> None:
         "  segment.ms=600000",
     ]
     assert all(re.search(r" sensitive=false synonyms=\{.*\}$", line) for line in lines[1:])
-    everything = odradek(*cli, "--topic", topic, "--describe", "--all")
+    everything = tool(*cli, "--topic", topic, "--describe", "--all")
     assert everything.stdout.startswith(f"All configs for topic {topic} are:\n")
     shown = {
         line.split("=", 1)[0].strip(): line.split("=", 1)[1].split(" sensitive=")[0]
@@ -74,30 +86,34 @@ def test_configs_topics_match_the_admin_client(cluster3: LocalCluster) -> None:
     }
     assert shown == {name: value for name, (value, _) in _described(bootstrap, topic).items()}
 
-    result = odradek(
-        *cli, "--topic", topic, "--alter", "--delete-config", "retention.ms,segment.ms"
-    )
+    result = tool(*cli, "--topic", topic, "--alter", "--delete-config", "retention.ms,segment.ms")
     assert result.returncode == 0, result.stderr
     described = _described(bootstrap, topic)
     assert described["retention.ms"][1] and described["segment.ms"][1]  # back to defaults
-    result = odradek(*cli, "--topic", topic, "--alter", "--delete-config", "retention.ms")
+    result = tool(*cli, "--topic", topic, "--alter", "--delete-config", "retention.ms")
     assert_one_line_error(result, "Invalid config(s): retention.ms")
-    result = odradek(*cli, "--topic", topic, "--alter", "--add-config", "no.such.config=1")
+    result = tool(*cli, "--topic", topic, "--alter", "--add-config", "no.such.config=1")
     assert_one_line_error(result, "INVALID_CONFIG")
     assert _described(bootstrap, topic)["cleanup.policy"] == ("compact,delete", False)
 
 
-def test_configs_brokers_and_quotas(cluster3: LocalCluster) -> None:
+def test_configs_brokers_and_quotas(
+    cluster3: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     bootstrap = cluster3.bootstrap_servers
+
+    def tool(*args: str) -> subprocess.CompletedProcess[str]:
+        return odradek_in_process(capsys, *args)
+
     cli = ("configs", "--bootstrap-server", bootstrap)
     # Every broker answers for itself, then the cluster-wide default.
-    result = odradek(*cli, "--entity-type", "brokers", "--describe")
+    result = tool(*cli, "--entity-type", "brokers", "--describe")
     assert result.returncode == 0, result.stderr
     headers = [line for line in result.stdout.splitlines() if not line.startswith("  ")]
     assert headers == [f"Dynamic configs for broker {b.id} are:" for b in cluster3.brokers] + [
         "Default configs for brokers in the cluster are:"
     ]
-    result = odradek(*cli, "--broker", "2", "--describe", "--all")
+    result = tool(*cli, "--broker", "2", "--describe", "--all")
     assert result.returncode == 0, result.stderr
     configs = dict(
         line.strip().split(" sensitive=")[0].split("=", 1)
@@ -107,15 +123,15 @@ def test_configs_brokers_and_quotas(cluster3: LocalCluster) -> None:
     assert configs["zookeeper.connect"]
 
     # The brokers refuse broker config changes today: Kafka's error, one line, exit status 1.
-    result = odradek(*cli, "--broker", "1", "--alter", "--add-config", "log.cleaner.threads=2")
+    result = tool(*cli, "--broker", "1", "--alter", "--add-config", "log.cleaner.threads=2")
     assert_one_line_error(result, "INVALID_REQUEST")
-    result = odradek(*cli, "--broker-defaults", "--alter", "--add-config", "log.cleaner.threads=2")
+    result = tool(*cli, "--broker-defaults", "--alter", "--add-config", "log.cleaner.threads=2")
     assert_one_line_error(result, "INVALID_REQUEST")
-    result = odradek(*cli, "--broker", "9", "--describe")
+    result = tool(*cli, "--broker", "9", "--describe")
     assert_one_line_error(result, "broker 9 is not in the cluster")
     # SCRAM credentials of a user, as confluent-kafka's admin client describes them.
     user = unique_topic("user")
-    result = odradek(
+    result = tool(
         *cli, "--user", user, "--alter", "--add-config", "SCRAM-SHA-512=[iterations=8192,password=pw]"
     )  # fmt: skip
     assert (
@@ -126,22 +142,24 @@ def test_configs_brokers_and_quotas(cluster3: LocalCluster) -> None:
     assert [(i.mechanism.name, i.iterations) for i in described.scram_credential_infos] == [
         ("SCRAM_SHA_512", 8192)
     ]
-    result = odradek(*cli, "--user", user, "--describe")
+    result = tool(*cli, "--user", user, "--describe")
     assert result.stdout == (
         f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-512=iterations=8192\n"
     )
     assert "quotas not shown: UNSUPPORTED_VERSION" in result.stderr
-    result = odradek(*cli, "--user", user, "--alter", "--delete-config", "SCRAM-SHA-512")
+    result = tool(*cli, "--user", user, "--alter", "--delete-config", "SCRAM-SHA-512")
     assert result.returncode == 0, result.stderr
-    assert odradek(*cli, "--user", user, "--describe").stdout == ""
+    assert tool(*cli, "--user", user, "--describe").stdout == ""
     # Client quotas: the brokers do not offer AlterClientQuotas yet.
-    result = odradek(*cli, "--client", "c1", "--alter", "--add-config", "producer_byte_rate=1024")
+    result = tool(*cli, "--client", "c1", "--alter", "--add-config", "producer_byte_rate=1024")
     assert_one_line_error(result, "UNSUPPORTED_VERSION")
-    result = odradek(*cli, "--user-defaults", "--client", "c1", "--describe")
+    result = tool(*cli, "--user-defaults", "--client", "c1", "--describe")
     assert_one_line_error(result, "UNSUPPORTED_VERSION")
 
 
-def test_dump_log_prints_what_was_produced(cluster3: LocalCluster) -> None:
+def test_dump_log_prints_what_was_produced(
+    cluster3: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     bootstrap = cluster3.bootstrap_servers
     topic = unique_topic("dump-log")
     # An index entry after every batch or so (index files exist only once they have an entry).
@@ -189,9 +207,9 @@ def test_dump_log_prints_what_was_produced(cluster3: LocalCluster) -> None:
         str(directory / name)
         for name in ("00000000000000000000.index", "00000000000000000000.timeindex")
     )  # fmt: skip
-    result = odradek("dump-log", "--files", files, "--verify-index-only")
+    result = odradek_in_process(capsys, "dump-log", "--files", files, "--verify-index-only")
     assert result.returncode == 0 and result.stderr == "", result.stderr
-    result = odradek("dump-log", "--files", files.split(",")[0])
+    result = odradek_in_process(capsys, "dump-log", "--files", files.split(",")[0])
     indexed = re.findall(r"^offset: (\d+) position: (\d+)$", result.stdout, re.MULTILINE)
     batch_ends = {(int(last), int(p)) for _, last, p in re.findall(
         r"^baseOffset: (\d+) lastOffset: (\d+) .* position: (\d+) ", segment_dump, re.MULTILINE
@@ -212,6 +230,6 @@ def test_dump_log_prints_what_was_produced(cluster3: LocalCluster) -> None:
                 text=True,
                 timeout=120,
             )
-            ours = odradek("dump-log", *args)
+            ours = odradek_in_process(capsys, "dump-log", *args)
             assert theirs.returncode == ours.returncode == 0, theirs.stderr
             assert ours.stdout == theirs.stdout, name
