@@ -28,6 +28,7 @@ from tests.integration._tools import (
     end_offsets,
     list_offsets,
     odradek,
+    odradek_in_process,
     read_partition,
 )
 
@@ -132,7 +133,9 @@ def test_console_consumer_prints_what_was_produced(cluster3: LocalCluster) -> No
     assert_one_line_error(result, "exactly one of --topic and --include")
 
 
-def test_get_offsets_equals_list_offsets(cluster3: LocalCluster) -> None:
+def test_get_offsets_equals_list_offsets(
+    cluster3: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
     bootstrap = cluster3.bootstrap_servers
     topic = unique_topic("get-offsets")
     create_topic(bootstrap, topic, partitions=3, replication_factor=3)
@@ -145,7 +148,9 @@ def test_get_offsets_equals_list_offsets(cluster3: LocalCluster) -> None:
         future.result()
 
     def tool(*extra: str) -> dict[int, int]:
-        result = odradek("get-offsets", "--bootstrap-server", bootstrap, "--topic", topic, *extra)
+        result = odradek_in_process(
+            capsys, "get-offsets", "--bootstrap-server", bootstrap, "--topic", topic, *extra
+        )
         assert result.returncode == 0, result.stderr
         rows = [line.rsplit(":", 2) for line in result.stdout.splitlines()]
         assert all(name == topic for name, _, _ in rows)
