@@ -911,3 +911,46 @@ def test_controller_watch_does_not_multiply_with_each_controller_move(
     for candidate in cluster.candidates:
         session = candidate.zk.client.session_id
         assert cluster.tree.watch_count(session, ControllerZNode.path()) <= 1
+
+
+def test_a_leader_that_restarted_unseen_gets_a_new_epoch_at_failover(
+    cluster: ControllerMachine,
+) -> None:
+    """Found by the soak: the leader was SIGKILLed and restarted within its session timeout, and
+    the controller died before it handled the change. The next controller saw the restarted
+    broker as live and its leadership as valid, and sent it LeaderAndIsr at the same leader epoch
+    -- so the new process served a high watermark older (from its checkpoint) than the one
+    clients had seen under that epoch. Now the failover treats it as bounced."""
+    cluster.start({1, 2, 3})
+    cluster.admin.create_topic("t", {0: [1, 2, 3]})
+    cluster.drain()
+    before = cluster.admin.partition_states()[("t", 0)]
+    assert before.leader == 1
+    old = cluster.active
+    cluster.tree.expire_session(old.zk.client.session_id)  # its watches go with it
+    cluster.kill(1)
+    cluster.register(1)  # a new process, a new broker epoch; no controller watching
+    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
+    standby = next(c for c in cluster.candidates if c is not old)
+    cluster.drain(first=standby)
+    after = cluster.admin.partition_states()[("t", 0)]
+    assert cluster.active is standby
+    assert after.leader_epoch > before.leader_epoch
+    assert after.leader in (2, 3)
+    assert sorted(after.isr) == [2, 3]  # back in once it has caught up with the new leader
+
+
+def test_a_plain_failover_keeps_every_leader_epoch(cluster: ControllerMachine) -> None:
+    cluster.start({1, 2, 3})
+    cluster.admin.create_topic("t", {0: [1, 2, 3], 1: [2, 3, 1]})
+    cluster.drain()
+    cluster.register(4)  # registered after the partitions were written, leads none of them
+    cluster.drain()
+    before = cluster.admin.partition_states()
+    old = cluster.active
+    cluster.tree.expire_session(old.zk.client.session_id)
+    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
+    standby = next(c for c in cluster.candidates if c is not old)
+    cluster.drain(first=standby)
+    assert cluster.active is standby
+    assert cluster.admin.partition_states() == before

@@ -206,9 +206,17 @@ class LogMachine(RuleBasedStateMachine):
         _abandon(self.log)
         if tear and active.size > 0:
             cut = data.draw(st.integers(0, active.size - 1))
-            content = active.log_path.read_bytes()[:cut]
-            surviving = list(iter_batches(content))
+            original = active.log_path.read_bytes()
             garbage = data.draw(st.binary(max_size=80))
+            # What survives is what still matches the file as written: garbage that happens to
+            # repeat the bytes it overwrites (a zero over a zero) tears nothing there.
+            torn = original[:cut] + garbage
+            common = next(
+                (i for i, (a, b) in enumerate(zip(original, torn, strict=False)) if a != b),
+                min(len(original), len(torn)),
+            )
+            content = original[:common]
+            surviving = list(iter_batches(content))
             with open(active.log_path, "r+b") as file:
                 file.truncate(cut)
                 file.seek(cut)
