@@ -249,7 +249,7 @@ def _keystore(java: dict[str, str]) -> dict[str, str]:
             raise DataSourceOptionError(
                 "kafka.ssl.keystore.password is required with a PKCS12 kafka.ssl.keystore.location"
             )
-        return {"ssl.keystore.location": location, "ssl.keystore.password": password}
+        result = {"ssl.keystore.location": location, "ssl.keystore.password": password}
     elif location is not None and kind == "PEM":
         text = _read(location, "kafka.ssl.keystore.location").decode()
         whole = re.findall(r"(-----BEGIN ([A-Z ]+)-----.*?-----END \2-----)", text, re.DOTALL)

@@ -41,6 +41,7 @@ def offsets_behind_latest(source_progress: Mapping[str, Any]) -> dict[str, str]:
         return {}
     return {
         "minOffsetsBehindLatest": str(min(behind)),
-        "avgOffsetsBehindLatest": f"{sum(behind) / len(behind):.1f}",
+        # Java's Double.toString for values below 10^7 (Python's repr agrees there).
+        "avgOffsetsBehindLatest": str(sum(behind) / len(behind)),
         "maxOffsetsBehindLatest": str(max(behind)),
     }
