@@ -29,7 +29,7 @@ def spark() -> Iterator[SparkSession]:
     try:
         jars = {"spark.jars": ",".join(connector_jars())}
     except OperatorError:
-        jars = {}  # tests/spark/test_kafka_connector.py reports it
+        jars = {}  # the tests that need the connector fail through `kafka_connector`
     session = local_session("odradek-spark-tests", master=f"local[2,{TASK_ATTEMPTS}]", **jars)
     try:
         yield session
@@ -37,3 +37,13 @@ def spark() -> Iterator[SparkSession]:
         for query in session.streams.active:
             query.stop()
         session.stop()
+
+
+@pytest.fixture
+def kafka_connector(spark: SparkSession) -> None:
+    """Fails the test, saying what to run, when Spark's Kafka connector is not in the jar cache
+    (the session then started without it and `format("kafka")` would be unknown)."""
+    try:
+        connector_jars()
+    except OperatorError as e:
+        pytest.fail(str(e))

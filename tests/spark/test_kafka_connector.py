@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from odradek.errors import OperatorError
-from odradek.spark.connector import connector_jars
 from odradek.testing import LocalCluster
 from tests.spark.streaming import check_alive, wait_caught_up
 from tests.spark.topics import (
@@ -24,18 +22,10 @@ from tests.spark.topics import (
     unique_topic,
 )
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("kafka_connector")]
 
 RECORDS = 600
 PARTITIONS = 3
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _connector_on_classpath(spark: SparkSession) -> None:
-    try:
-        connector_jars()
-    except OperatorError as e:
-        pytest.fail(str(e))
 
 
 def kafka_read(spark: SparkSession, bootstrap: str, **options: str) -> DataFrame:

@@ -27,7 +27,7 @@ from tests.spark.topics import (
     unique_topic,
 )
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("kafka_connector")]
 
 
 def _leader(bootstrap: str, topic: str, partition: int) -> int:

@@ -25,7 +25,7 @@ from tests.fixtures.cluster import wait_until
 from tests.spark.streaming import check_alive, rows_processed, stream, to_parquet
 from tests.spark.topics import create_topic, produce, unique_topic
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("kafka_connector")]
 
 RECORDS = 300
 PARTITIONS = 3

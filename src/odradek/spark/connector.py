@@ -61,3 +61,7 @@ def connector_jars(libs: Path | None = None) -> list[str]:
     connector_version(libs)
     shipped = {_artifact(jar.name) for jar in _pyspark()[1].glob("*.jar")}
     return sorted(str(jar) for jar in libs.glob("*.jar") if _artifact(jar.name) not in shipped)
+
+
+if __name__ == "__main__":  # `spark-submit --jars $(python -m odradek.spark.connector)`
+    print(",".join(connector_jars()))
