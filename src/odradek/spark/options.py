@@ -14,6 +14,7 @@ Settings the source must control itself are refused with the option to use inste
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,8 @@ from odradek.spark.offsets import (
 )
 
 __all__ = ["SinkOptions", "SourceOptions", "Subscription", "kafka_params"]
+
+log = logging.getLogger(__name__)
 
 BOOTSTRAP = "kafka.bootstrap.servers"
 EXACTLY_ONCE = "exactlyOnce"
@@ -316,7 +319,13 @@ class SourceOptions:
             raise DataSourceOptionError(
                 "endingOffsets: 'earliest' (-2) is not allowed in a batch query (it reads nothing)"
             )
-        # maxOffsetsPerTrigger is ignored in a batch query, as Spark ignores it.
+        # The trigger options are ignored in a batch query, with a warning, as Spark does.
+        for name, value in (
+            ("maxOffsetsPerTrigger", self.max_offsets_per_trigger),
+            ("minOffsetsPerTrigger", self.min_offsets_per_trigger),
+        ):
+            if value is not None:
+                log.warning("%s option ignored in batch queries", name)
         return replace(self, starting_offsets=starting, ending_offsets=ending)
 
     def for_stream(self) -> SourceOptions:
