@@ -178,14 +178,15 @@ def test_bad_options_fail_load_with_one_line_naming_the_option(
     assert fragment in str(info.value)
 
 
-def test_max_records_per_partition_splits_like_the_connector(
+def test_max_records_per_partition_splits_ranges(
     spark: SparkSession, cluster3: LocalCluster, timed: str
 ) -> None:
+    """100 records per partition at most 40 per task: 3 tasks each. (The connector 4.2.0 reads
+    the same rows but, in a batch read, in one task per partition: it does not split there.)"""
     bootstrap = cluster3.bootstrap_servers
     options = {"subscribe": timed, "maxRecordsPerPartition": "40"}
-    for fmt in ("kafka", "odradek"):
-        df = spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap).options(**options)
-        assert df.load().rdd.getNumPartitions() == PARTITIONS * 3  # 100 records each: 40+30+30
+    df = spark.read.format("odradek").option("kafka.bootstrap.servers", bootstrap)
+    assert df.options(**options).load().rdd.getNumPartitions() == PARTITIONS * 3
     assert _both(spark, bootstrap, options) == _expected()
 
 
@@ -322,7 +323,7 @@ def test_fail_on_data_loss_after_delete_records(
     produce(bootstrap, topic, ({"value": b"d%d" % i} for i in range(100, 200)))
     admin = AdminClient({"bootstrap.servers": bootstrap})
     (deleted,) = admin.delete_records([RdTopicPartition(topic, 0, 150)]).values()
-    assert deleted.result(timeout=30).offset == 150
+    assert deleted.result(timeout=30).low_watermark == 150
 
     from_zero = {
         "assign": json.dumps({topic: [0]}),
@@ -341,9 +342,12 @@ def test_fail_on_data_loss_after_delete_records(
             checkpoint,
             {"availableNow": True},
         )
-        finished = query.awaitTermination(120)
-        error = query.exception()
-        query.stop()
+        try:
+            finished, error = query.awaitTermination(120), None
+        except Exception as e:  # the query failed: awaitTermination raises its exception
+            finished, error = True, e
+        finally:
+            query.stop()
         assert finished
         if flag == "true":
             assert error is not None and "were deleted (the log now starts at 150)" in str(error)

@@ -33,6 +33,7 @@ def test_java_security_settings_work_for_both_formats(
             .option("kafka.bootstrap.servers", servers)
             .options(**java)
             .option("topic", topic)
+            .mode("append")  # a Python data source refuses PySpark's default, ErrorIfExists
             .save()
         )
     expected = sorted(f"s-{i}".encode() for i in range(200))
