@@ -22,6 +22,7 @@ min.insync.replicas=2, unclean election off):
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -43,6 +44,7 @@ from tests.integration._replication import (
     CONSUMER_REPLICA_ID,
     LATEST_TIMESTAMP,
     LIST_OFFSETS_VERSION,
+    FetchAnswer,
     create_topic,
     fetch_records,
     read_committed,
@@ -207,6 +209,24 @@ def wait_converged(lab: LabCluster, topic: str, timeout: float) -> dict[int, Par
     raise AssertionError(f"the cluster did not converge in {timeout:g}s: {last}")
 
 
+def read_final(lab: LabCluster, topic: str, partition: int, timeout: float = 60.0) -> FetchAnswer:
+    """Everything committed in `partition`, read from its leader. Leadership may still move after
+    the cluster converged (the auto-rebalance task hands partitions back to their preferred
+    leaders), so a NOT_LEADER answer re-reads the partition state and asks the new leader."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state = read_partition_states(lab.cluster.zookeeper_connect, topic, PARTITIONS)[partition]
+        answer = read_committed(lab.cluster.broker(state.leader), topic, partition)
+        if answer.error == ErrorCode.none:
+            return answer
+        if answer.error not in _LEADER_MOVED or time.monotonic() > deadline:
+            raise AssertionError(f"final read of partition {partition}: {answer.error!r}")
+        time.sleep(0.5)
+
+
+_LEADER_MOVED = (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch)
+
+
 def wait_replicas_agree(
     lab: LabCluster, topic: str, states: dict[int, PartitionState], timeout: float = 60.0
 ) -> CheckResult:
@@ -215,6 +235,8 @@ def wait_replicas_agree(
     deadline = time.monotonic() + timeout
     while True:
         high_watermarks = {}
+        with contextlib.suppress(OperatorError):  # leadership may move on (auto-rebalance)
+            states = read_partition_states(lab.cluster.zookeeper_connect, topic, PARTITIONS)
         for partition, state in states.items():
             try:
                 answer = read_committed(lab.cluster.broker(state.leader), topic, partition)
@@ -231,6 +253,22 @@ def wait_replicas_agree(
         time.sleep(0.5)
 
 
+def log_excerpt(lab: LabCluster, topic: str, lines: int = 40) -> str:
+    """What each broker logged about `topic`, its ZooKeeper session and the controller: the
+    lines a failed scenario is diagnosed from (CI keeps only the end of the output)."""
+    words = (topic, "session", "controller", "fenced", "brokers changed", "ISR")
+    parts = []
+    for broker in lab.cluster.brokers:
+        try:
+            text = broker.log.read_text(errors="replace").splitlines()
+        except OSError as e:
+            parts.append(f"----- broker {broker.id}: {e}")
+            continue
+        kept = [line for line in text if any(w in line for w in words)][-lines:]
+        parts.append(f"----- broker {broker.id} ({broker.log}):\n" + "\n".join(kept))
+    return "\n".join(parts)
+
+
 def run_scenario(
     lab: LabCluster,
     name: str,
@@ -240,6 +278,21 @@ def run_scenario(
     producers: int = 2,
 ) -> list[CheckResult]:
     topic = f"{name[:40]}-{seed % 100000}"
+    try:
+        return _scenario(lab, name, topic, fault, seed, summary, producers)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{log_excerpt(lab, topic)}") from None
+
+
+def _scenario(
+    lab: LabCluster,
+    name: str,
+    topic: str,
+    fault: Callable[[ScenarioContext], None],
+    seed: int,
+    summary: list[str],
+    producers: int,
+) -> list[CheckResult]:
     assignment = [[(p + i) % 3 + 1 for i in range(3)] for p in range(PARTITIONS)]
     create_topic(
         lab.cluster,
@@ -272,11 +325,8 @@ def run_scenario(
             reader.stop()
     states = wait_converged(lab, topic, CONVERGE_TIMEOUT_S)
     agreement = wait_replicas_agree(lab, topic, states)
-    for partition, state in states.items():
-        answer = read_committed(lab.cluster.broker(state.leader), topic, partition)
-        assert answer.error == ErrorCode.none, (
-            f"final read of partition {partition}: {answer.error}"
-        )
+    for partition in states:
+        answer = read_final(lab, topic, partition)
         record_final(
             history,
             partition,

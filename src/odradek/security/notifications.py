@@ -30,6 +30,8 @@ from odradek.zk.errors import InvalidZNodeDataError
 log = logging.getLogger(__name__)
 
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
+RETRY_BACKOFF_S = 0.5  # after a failed pass; doubled up to MAX_RETRY_BACKOFF_S while it fails
+MAX_RETRY_BACKOFF_S = 10.0
 
 
 class NotificationTracker:
@@ -67,14 +69,23 @@ class NotificationTracker:
 class Coalescer:
     """Runs `work` once per `request()`, never twice at once; requests during a run make exactly
     one more run. `request` is safe to call from a watch callback on the event loop thread: it
-    only schedules a task. Errors are logged (and the next request retries), never raised into the
-    callback."""
+    only schedules a task. Errors are logged, never raised into the callback, and the work is run
+    again after a backoff until it succeeds: a pass that failed (ZooKeeper connection lost) may not
+    have re-armed its watch, so waiting for "the next change" could wait forever."""
 
-    def __init__(self, work: Callable[[], Awaitable[None]], name: str) -> None:
+    def __init__(
+        self,
+        work: Callable[[], Awaitable[None]],
+        name: str,
+        retry_backoff_s: float = RETRY_BACKOFF_S,
+        max_retry_backoff_s: float = MAX_RETRY_BACKOFF_S,
+    ) -> None:
         self._work = work
         self._name = name
         self._pending = False
         self._task: asyncio.Task[None] | None = None
+        self._retry_backoff_s = retry_backoff_s
+        self._max_retry_backoff_s = max_retry_backoff_s
 
     def request(self) -> None:
         self._pending = True
@@ -82,14 +93,20 @@ class Coalescer:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
 
     async def _run(self) -> None:
+        backoff = self._retry_backoff_s
         while self._pending:
             self._pending = False
             try:
                 await self._work()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("%s failed; will retry on the next change", self._name)
+            except Exception as e:
+                log.warning("%s failed (%r); retrying in %.1f s", self._name, e, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._max_retry_backoff_s)
+                self._pending = True
+            else:
+                backoff = self._retry_backoff_s
 
     async def wait_idle(self) -> None:
         """Until no run is in progress or pending (tests, shutdown)."""

@@ -471,6 +471,9 @@ class Broker:
     def credential_store(self) -> CredentialStore:
         return self.security.credential_store
 
+    def refresh_live_broker_epochs(self) -> None:
+        self.security.refresh_broker_epochs()
+
     def maybe_auto_create_topic(self, topic: str) -> None:
         """Create an unknown topic with the broker defaults (auto.create.topics.enable)."""
         if not self.config["auto.create.topics.enable"] or topic in self._auto_creating:

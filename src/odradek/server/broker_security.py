@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,8 @@ from odradek.zk.errors import InvalidZNodeDataError, NoNodeError
 from odradek.zk.znodes import BrokerIdsZNode, BrokerIdZNode, ControllerEpochZNode, ControllerZNode
 
 log = logging.getLogger(__name__)
+
+EPOCH_REFRESH_INTERVAL_S = 1.0
 
 NO_CONTROLLER = -1
 
@@ -131,6 +134,7 @@ class BrokerSecurity:
         self._zk: ZkClient | None = None
         self._brokers_pass = Coalescer(self._read_broker_epochs, "broker-epochs")
         self._controller_pass = Coalescer(self._read_controller_view, "controller-view")
+        self._last_epoch_refresh = -EPOCH_REFRESH_INTERVAL_S
 
     async def start(self, zk: ZkClient) -> None:
         self._zk = zk
@@ -158,6 +162,18 @@ class BrokerSecurity:
             self.credential_store.close()
         if self.acl_store is not None:
             await self.acl_store.close()
+
+    def refresh_broker_epochs(self) -> None:
+        """A follower fetched with a broker epoch newer than the one we know (or for a broker we
+        do not know as live): re-read `/brokers/ids` -- at most once per
+        EPOCH_REFRESH_INTERVAL_S, since a fetch arrives many times a second and the epoch it
+        names is only trusted once ZooKeeper shows it. Normally the watch has already done this;
+        this is the safety net for a watch event lost to a connection loss."""
+        now = time.monotonic()
+        if now - self._last_epoch_refresh < EPOCH_REFRESH_INTERVAL_S:
+            return
+        self._last_epoch_refresh = now
+        self._brokers_pass.request()
 
     def on_elected(self, controller_id: int, epoch: int) -> None:
         """This broker won the election: the exact view, without ZooKeeper."""

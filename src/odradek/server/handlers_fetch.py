@@ -90,6 +90,13 @@ def _follower_verdicts(
     replica_epoch = int(state.replica_epoch) if state is not None else UNKNOWN_BROKER_EPOCH
     refused: dict[tuple[str, int], ErrorCode] = {}
     updatable: set[tuple[str, int]] = set()
+    known_epoch = broker.live_broker_epochs.get(replica_id)
+    if replica_epoch != UNKNOWN_BROKER_EPOCH and (
+        known_epoch is None or replica_epoch > known_epoch
+    ):
+        # A registration we have not seen (a restart, or a session that expired and came back):
+        # if the /brokers/ids watch missed it, the follower could never rejoin the ISR.
+        broker.refresh_live_broker_epochs()
     for key in keys:
         partition = broker.replica_manager.get_partition(*key)
         if partition is None or not partition.is_leader:

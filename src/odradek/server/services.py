@@ -67,6 +67,9 @@ class BrokerServices(Protocol):
     fetch_manager: FetchManager
     """Incremental fetch sessions (KIP-227)."""
 
+    def refresh_live_broker_epochs(self) -> None:
+        """Re-read `live_broker_epochs` from ZooKeeper soon (rate-limited)."""
+
     def maybe_auto_create_topic(self, topic: str) -> None: ...
 
     def ensure_offsets_topic(self) -> None: ...
