@@ -7,13 +7,16 @@ default local[2]):
 
 * odradek: `spark.read.format("odradek")...load()` written to the `noop` sink, which makes Spark
   produce every row and every column and discard them;
+* kafka_connector: Spark's own Kafka connector (`format("kafka")`, spark-sql-kafka-0-10 from the
+  jar cache `./dev setup` fills, see `odradek.spark.connector`) reading the same topic the same way;
 * parquet: the same rows, first saved as Parquet (not timed), read the same way;
 * arrow_ceiling: a Python data source (`arrow-ceiling`, defined here) that emits pre-built Arrow
   batches of the source's schema, as many rows in as many partitions: the most any Python data
   source can deliver through PySpark's Arrow path, the ceiling of the `odradek` source.
 
 Each read runs once untimed on a small slice first, so that JVM and Python worker start-up are
-not counted. The ratios are odradek rows/s over the ceiling's and over Parquet's.
+not counted. The ratios are odradek rows/s over the ceiling's, over Parquet's and over Spark's
+Kafka connector's.
 
     .venv/bin/python bench/spark_read.py --records 1000000
     .venv/bin/python bench/spark_read.py --bootstrap 127.0.0.1:9092 --topic big --records 5000000
@@ -186,6 +189,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
 
+    from odradek.spark.connector import connector_jars, connector_version
     from odradek.spark.session import local_session
 
     work = Path(tempfile.mkdtemp(prefix="odradek-spark-read-"))
@@ -196,7 +200,9 @@ def main() -> None:
             topic = f"bench-read-{uuid.uuid4().hex[:8]}"
             create_topic(bootstrap, topic, args.partitions, args.replication_factor)
             produced = fill_topic(bootstrap, topic, args.records, args.record_bytes)
-        spark = local_session("odradek-bench-read", master=args.master)
+        spark = local_session(
+            "odradek-bench-read", master=args.master, **{"spark.jars": ",".join(connector_jars())}
+        )
         try:
 
             def source(**options: str) -> Any:
@@ -220,6 +226,25 @@ def main() -> None:
                 )
             )
             odradek_s = timed_noop(source())
+
+            def connector(**options: str) -> Any:
+                reader = (
+                    spark.read.format("kafka")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("subscribe", topic)
+                )
+                for key, value in options.items():
+                    reader = reader.option(key, value)
+                return reader.load()
+
+            timed_noop(
+                connector(
+                    endingOffsets=json.dumps(
+                        {topic: {str(p): first for p in range(args.partitions)}}
+                    )
+                )
+            )
+            connector_s = timed_noop(connector())
             spark.dataSource.register(ceiling_source())
 
             def ceiling(rows: int) -> Any:
@@ -244,6 +269,7 @@ def main() -> None:
     odradek_rate = rows / odradek_s
     parquet_rate = rows / parquet_s
     ceiling_rate = rows / ceiling_s
+    connector_rate = rows / connector_s
     print(
         json.dumps(
             {
@@ -260,8 +286,14 @@ def main() -> None:
                     "seconds": round(ceiling_s, 2),
                 },
                 "parquet": {"rows_per_s": round(parquet_rate), "seconds": round(parquet_s, 2)},
+                "kafka_connector": {
+                    "version": connector_version(),
+                    "rows_per_s": round(connector_rate),
+                    "seconds": round(connector_s, 2),
+                },
                 "odradek_over_ceiling": round(odradek_rate / ceiling_rate, 3),
                 "odradek_over_parquet": round(odradek_rate / parquet_rate, 3),
+                "odradek_over_kafka_connector": round(odradek_rate / connector_rate, 3),
             }
         ),
         flush=True,

@@ -246,10 +246,16 @@ class ClusterOffsets:
             log.info("partitions %s missing from metadata; asking again", sorted(missing))
             time.sleep(self.retry_interval_s)
 
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> OffsetsResult:
+        """For each partition, the first offset whose record timestamp is at or after the given
+        one (ListOffsets by timestamp), or -1 where no record is (below the high watermark, or
+        the last stable offset with `read_committed`). Retried as `list_offsets` is."""
+        return self.list_offsets(timestamps, "timestamp")
+
     def list_offsets(
         self,
-        partitions: Iterable[TopicPartition],
-        which: Literal["earliest", "latest"],
+        partitions: Iterable[TopicPartition] | Mapping[TopicPartition, int],
+        which: Literal["earliest", "latest", "timestamp"],
         retries: int | None = None,
     ) -> OffsetsResult:
         """The earliest (log start) or latest offset of each partition: the high watermark, or
@@ -265,13 +271,22 @@ class ClusterOffsets:
         offset -1001), where a new client starts from fresh metadata.
         """
         retries = self.retries if retries is None else retries
+        timestamps = dict(partitions) if isinstance(partitions, Mapping) else {}
         pending = sorted(set(partitions))
         found: dict[TopicPartition, int] = {}
         failed: dict[TopicPartition, OdradekError] = {}
         attempt = 0
         while pending:
-            spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
-            request = {RdTopicPartition(tp.topic, tp.partition): spec for tp in pending}
+            request = {
+                RdTopicPartition(tp.topic, tp.partition): (
+                    OffsetSpec.for_timestamp(timestamps[tp])
+                    if which == "timestamp"
+                    else OffsetSpec.earliest()
+                    if which == "earliest"
+                    else OffsetSpec.latest()
+                )
+                for tp in pending
+            }
             retry: list[TopicPartition] = []
             try:
                 isolation = (
@@ -293,6 +308,10 @@ class ClusterOffsets:
                     failed[tp] = translate(e, f"listing the {which} offset of {tp}")
                     if is_retriable(e):
                         retry.append(tp)
+                    continue
+                if offset == -1 and which == "timestamp":
+                    found[tp] = -1  # no record at or after the timestamp
+                    failed.pop(tp, None)
                     continue
                 if offset < 0:  # librdkafka's answer when the leader did not reply in time
                     failed[tp] = RequestTimedOutError(

@@ -11,6 +11,12 @@ number, so that one set of offsets always serialises to the same string: Spark d
 micro-batch has new data by comparing the serialised start and end offsets, and a different order
 of the same offsets would make it run empty batches.
 
+Offsets may also be given by record timestamp, as Spark's `startingTimestamp` (one timestamp for
+every partition) and `startingOffsetsByTimestamp` (`{"orders":{"0":1700000000000}}`, a timestamp
+per partition, every partition read named): an `OffsetSpec` of kind `timestamp` or
+`by_timestamp`, resolved on the driver with ListOffsets by timestamp (the first offset whose
+timestamp is at or after it).
+
 An `OffsetRange` is one unit of reading, [from_offset, until_offset) of one partition; it is also
 the `InputPartition` Spark ships to an executor (it must stay picklable and importable there).
 """
@@ -38,6 +44,8 @@ __all__ = [
     "offsets_to_json",
     "parse_assign",
     "parse_offset_spec",
+    "parse_timestamp",
+    "parse_timestamps_spec",
     "plan_ranges",
     "rate_limit",
 ]
@@ -107,16 +115,65 @@ def _load_json(text: str, option: str) -> Any:
 
 @dataclass(frozen=True)
 class OffsetSpec:
-    """Where reading starts or ends: `earliest`, `latest`, or specific offsets per partition
-    (which may themselves be EARLIEST or LATEST)."""
+    """Where reading starts or ends: `earliest`, `latest`, specific offsets per partition
+    (which may themselves be EARLIEST or LATEST), one record timestamp for every partition
+    (`timestamp`), or a timestamp per partition (`by_timestamp`, in `offsets`). `option` names
+    the option it came from, for messages."""
 
-    kind: Literal["earliest", "latest", "specific"]
+    kind: Literal["earliest", "latest", "specific", "timestamp", "by_timestamp"]
     offsets: Mapping[TopicPartition, int] | None = None
+    timestamp: int | None = None
+    option: str = ""
+
+    @property
+    def by_time(self) -> bool:
+        return self.kind in ("timestamp", "by_timestamp")
 
     def describe(self) -> str:
-        if self.kind == "specific":
+        if self.kind in ("specific", "by_timestamp"):
             return json.dumps(offsets_to_json(self.offsets or {}), separators=(",", ":"))
+        if self.kind == "timestamp":
+            return f"timestamp {self.timestamp}"
         return self.kind
+
+
+def parse_timestamp(text: str, option: str) -> OffsetSpec:
+    """Spark's `startingTimestamp` / `endingTimestamp`: one timestamp (milliseconds since the
+    epoch) for every partition."""
+    try:
+        timestamp = int(text.strip())
+    except ValueError:
+        raise DataSourceOptionError(
+            f"{option}: expected a timestamp in milliseconds since the epoch (an integer), "
+            f"got {text!r}"
+        ) from None
+    if timestamp < 0:
+        raise DataSourceOptionError(
+            f"{option}: expected a timestamp in milliseconds since the epoch (0 or more), "
+            f"got {text!r}"
+        )
+    return OffsetSpec("timestamp", timestamp=timestamp, option=option)
+
+
+def parse_timestamps_spec(text: str, option: str) -> OffsetSpec:
+    """Spark's `startingOffsetsByTimestamp` / `endingOffsetsByTimestamp`:
+    `{"topic":{"0":1700000000000}}`, a timestamp (milliseconds, 0 or more) per partition."""
+    value = text.strip()
+    if not value.startswith("{"):
+        raise DataSourceOptionError(
+            f'{option}: expected JSON like {{"topic":{{"0":1700000000000}}}} (a timestamp in '
+            f"milliseconds per partition), got {text!r}"
+        )
+    timestamps = offsets_from_json(_load_json(value, option), option)
+    for tp, timestamp in timestamps.items():
+        if timestamp < 0:
+            raise DataSourceOptionError(
+                f"{option}: timestamp {timestamp} of {tp} is invalid (milliseconds since the "
+                "epoch, 0 or more)"
+            )
+    if not timestamps:
+        raise DataSourceOptionError(f"{option}: no partition given in {text!r}")
+    return OffsetSpec("by_timestamp", timestamps, option=option)
 
 
 def parse_offset_spec(text: str, option: str) -> OffsetSpec:
@@ -124,7 +181,7 @@ def parse_offset_spec(text: str, option: str) -> OffsetSpec:
     `option` otherwise. Offsets below -2 are refused."""
     value = text.strip()
     if value.lower() in ("earliest", "latest"):
-        return OffsetSpec(value.lower())  # type: ignore[arg-type]
+        return OffsetSpec(value.lower(), option=option)  # type: ignore[arg-type]
     if not value.startswith("{"):
         raise DataSourceOptionError(
             f'{option}: expected "earliest", "latest" or JSON like {{"topic":{{"0":23,"1":-2}}}},'
@@ -136,7 +193,7 @@ def parse_offset_spec(text: str, option: str) -> OffsetSpec:
             raise DataSourceOptionError(
                 f"{option}: offset {offset} of {tp} is invalid (use -2 for earliest, -1 for latest)"
             )
-    return OffsetSpec("specific", offsets)
+    return OffsetSpec("specific", offsets, option=option)
 
 
 def parse_assign(text: str) -> list[TopicPartition]:

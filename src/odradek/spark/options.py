@@ -14,12 +14,14 @@ Settings the source must control itself are refused with the option to use inste
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from odradek.errors import DataSourceOptionError
+from odradek.spark.client_settings import librdkafka_params
 from odradek.spark.offsets import (
     EARLIEST,
     LATEST,
@@ -27,9 +29,13 @@ from odradek.spark.offsets import (
     TopicPartition,
     parse_assign,
     parse_offset_spec,
+    parse_timestamp,
+    parse_timestamps_spec,
 )
 
 __all__ = ["SinkOptions", "SourceOptions", "Subscription", "kafka_params"]
+
+log = logging.getLogger(__name__)
 
 BOOTSTRAP = "kafka.bootstrap.servers"
 EXACTLY_ONCE = "exactlyOnce"
@@ -54,6 +60,20 @@ _REFUSED_SINK_PARAMS = {
 }
 
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+TIMESTAMP_STRATEGY = "startingOffsetsByTimestampStrategy"
+TIMESTAMP_STRATEGIES = ("error", "latest")
+# Spark's default maxTriggerDelay: a micro-batch waiting for minOffsetsPerTrigger runs anyway
+# after this long.
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+_TIME_UNITS_MS = {
+    "us": 0.001,
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
 ISOLATION_LEVEL = "kafka.isolation.level"
 
 
@@ -93,8 +113,9 @@ class _Options:
 
 
 def kafka_params(options: Mapping[str, str], sink: bool = False) -> dict[str, str]:
-    """The `kafka.*` options without their prefix, for the clients; DataSourceOptionError for a
-    setting the data source must own (or, with `sink`, the sink must own)."""
+    """The `kafka.*` options without their prefix, as librdkafka settings (Java client names
+    translated, see `odradek.spark.client_settings`); DataSourceOptionError for a setting the
+    data source must own (or, with `sink`, the sink must own)."""
     params = {}
     for key, value in _Options(options).items():
         if not key.startswith("kafka."):
@@ -108,7 +129,7 @@ def kafka_params(options: Mapping[str, str], sink: bool = False) -> dict[str, st
         if reason is not None:
             raise DataSourceOptionError(f"kafka.{name} is not supported: {reason}")
         params[name] = value
-    return params
+    return librdkafka_params(params)
 
 
 def _bootstrap(options: _Options) -> str:
@@ -205,7 +226,7 @@ def _check_spec_partitions(
     spec: OffsetSpec | None, subscription: Subscription, option: str
 ) -> None:
     """Offsets given for partitions the subscription does not read are a mistake worth an error."""
-    if spec is None or spec.kind != "specific":
+    if spec is None or spec.kind not in ("specific", "by_timestamp"):
         return
     stray = sorted(tp for tp in spec.offsets or {} if not subscription.matches(tp.topic))
     if subscription.kind == "assign":
@@ -213,7 +234,8 @@ def _check_spec_partitions(
         stray = sorted(tp for tp in spec.offsets or {} if tp not in assigned)
     if stray:
         raise DataSourceOptionError(
-            f"{option}: offsets given for {', '.join(str(tp) for tp in stray)}, which "
+            f"{spec.option or option}: {'timestamps' if spec.by_time else 'offsets'} given for "
+            f"{', '.join(str(tp) for tp in stray)}, which "
             f"{subscription.describe()} does not read"
         )
 
@@ -236,6 +258,9 @@ class SourceOptions:
     fetch_offset_retry_interval_ms: int
     client_params: Mapping[str, str] = field(default_factory=dict)
     isolation_level: str = "read_uncommitted"
+    timestamp_strategy: str = "error"
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
 
     @property
     def read_committed(self) -> bool:
@@ -246,16 +271,28 @@ class SourceOptions:
         """Check the options every read shares (batch and stream alike)."""
         opts = _Options(options)
         subscription = _subscription(opts)
-        starting = _spec(opts, "startingOffsets")
-        ending = _spec(opts, "endingOffsets")
+        starting = _start_or_end(opts, "starting")
+        ending = _start_or_end(opts, "ending")
         _check_spec_partitions(starting, subscription, "startingOffsets")
         _check_spec_partitions(ending, subscription, "endingOffsets")
+        max_offsets = opts.positive_int("maxOffsetsPerTrigger")
+        min_offsets = opts.positive_int("minOffsetsPerTrigger")
+        if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+            raise DataSourceOptionError(
+                f"minOffsetsPerTrigger: {min_offsets} is higher than maxOffsetsPerTrigger "
+                f"{max_offsets} (expected at most maxOffsetsPerTrigger)"
+            )
         return cls(
             bootstrap_servers=_bootstrap(opts),
             subscription=subscription,
             starting_offsets=starting,
             ending_offsets=ending,
-            max_offsets_per_trigger=opts.positive_int("maxOffsetsPerTrigger"),
+            max_offsets_per_trigger=max_offsets,
+            min_offsets_per_trigger=min_offsets,
+            max_trigger_delay_ms=_duration_ms(
+                opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS
+            ),
+            timestamp_strategy=_choice(opts, TIMESTAMP_STRATEGY, TIMESTAMP_STRATEGIES, "error"),
             min_partitions=opts.positive_int("minPartitions"),
             max_records_per_partition=opts.positive_int("maxRecordsPerPartition"),
             fail_on_data_loss=opts.boolean("failOnDataLoss", True),
@@ -272,8 +309,8 @@ class SourceOptions:
     def for_batch(self) -> SourceOptions:
         """The batch rules: starting defaults to earliest and may not be latest; ending defaults
         to latest and may not be earliest (Spark's rules for a bounded read)."""
-        starting = self.starting_offsets or OffsetSpec("earliest")
-        ending = self.ending_offsets or OffsetSpec("latest")
+        starting = self.starting_offsets or OffsetSpec("earliest", option="startingOffsets")
+        ending = self.ending_offsets or OffsetSpec("latest", option="endingOffsets")
         if starting.kind == "latest" or any(o == LATEST for o in (starting.offsets or {}).values()):
             raise DataSourceOptionError(
                 "startingOffsets: 'latest' (-1) is not allowed in a batch query (it reads nothing)"
@@ -282,17 +319,27 @@ class SourceOptions:
             raise DataSourceOptionError(
                 "endingOffsets: 'earliest' (-2) is not allowed in a batch query (it reads nothing)"
             )
-        # maxOffsetsPerTrigger is ignored in a batch query, as Spark ignores it.
+        # The trigger options are ignored in a batch query, with a warning, as Spark does.
+        for name, value in (
+            ("maxOffsetsPerTrigger", self.max_offsets_per_trigger),
+            ("minOffsetsPerTrigger", self.min_offsets_per_trigger),
+        ):
+            if value is not None:
+                log.warning("%s option ignored in batch queries", name)
         return replace(self, starting_offsets=starting, ending_offsets=ending)
 
     def for_stream(self) -> SourceOptions:
         """The streaming rules: no endingOffsets; starting defaults to latest."""
         if self.ending_offsets is not None:
             raise DataSourceOptionError(
-                "endingOffsets is not allowed in a streaming query (a stream has no end); "
-                "use a batch read (spark.read) for a bounded range"
+                f"{self.ending_offsets.option or 'endingOffsets'} is not allowed in a streaming "
+                "query (a stream has no end); use a batch read (spark.read) for a bounded range"
             )
-        return replace(self, starting_offsets=self.starting_offsets or OffsetSpec("latest"))
+        return replace(
+            self,
+            starting_offsets=self.starting_offsets
+            or OffsetSpec("latest", option="startingOffsets"),
+        )
 
 
 def _isolation_level(options: _Options) -> str:
@@ -309,9 +356,41 @@ def _isolation_level(options: _Options) -> str:
     return level
 
 
-def _spec(options: _Options, name: str) -> OffsetSpec | None:
+def _start_or_end(options: _Options, which: Literal["starting", "ending"]) -> OffsetSpec | None:
+    """Where a read starts (or ends), from Spark's three options in Spark's order of preference:
+    `<which>Timestamp` (one timestamp for every partition), then `<which>OffsetsByTimestamp`,
+    then `<which>Offsets`. The others are ignored when one is given, as Spark ignores them."""
+    timestamp = options.get(f"{which}Timestamp")
+    if timestamp is not None:
+        return parse_timestamp(timestamp, f"{which}Timestamp")
+    by_timestamp = options.get(f"{which}OffsetsByTimestamp")
+    if by_timestamp is not None:
+        return parse_timestamps_spec(by_timestamp, f"{which}OffsetsByTimestamp")
+    value = options.get(f"{which}Offsets")
+    return None if value is None else parse_offset_spec(value, f"{which}Offsets")
+
+
+def _choice(options: _Options, name: str, accepted: tuple[str, ...], default: str) -> str:
     value = options.get(name)
-    return None if value is None else parse_offset_spec(value, name)
+    if value is None:
+        return default
+    if value.strip().lower() not in accepted:
+        raise DataSourceOptionError(f"{name}: expected {' or '.join(accepted)}, got {value!r}")
+    return value.strip().lower()
+
+
+def _duration_ms(options: _Options, name: str, default: int) -> int:
+    """A Spark time string (`15m`, `30s`, `500ms`, `2h`; a bare number is milliseconds)."""
+    value = options.get(name)
+    if value is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", value.lower())
+    if match is None or match.group(2) not in ("", *_TIME_UNITS_MS):
+        raise DataSourceOptionError(
+            f"{name}: expected a duration such as 500ms, 30s, 15m, 2h or 1d (a bare number is "
+            f"milliseconds), got {value!r}"
+        )
+    return int(int(match.group(1)) * _TIME_UNITS_MS[match.group(2) or "ms"])
 
 
 def _non_negative(options: _Options, name: str, default: int) -> int:

@@ -75,6 +75,7 @@ __all__ = [
     "RangeReader",
     "cluster_offsets",
     "report_data_loss",
+    "resolve_by_time",
     "resolve_offsets",
 ]
 
@@ -331,6 +332,45 @@ def resolve_offsets(
     return result
 
 
+def resolve_by_time(
+    view: ClusterOffsets,
+    spec: OffsetSpec,
+    partitions: list[TopicPartition],
+    starting: bool,
+    strategy: str = "error",
+) -> OffsetSpec:
+    """A `timestamp` or `by_timestamp` spec as specific offsets, as Spark's Kafka source resolves
+    them: for each partition the first offset whose timestamp is at or after the given one
+    (ListOffsets by timestamp). Where no record is that late, an end is the latest offset, and a
+    start fails (`startingOffsetsByTimestampStrategy=error`, Spark's default) or is the latest
+    offset (`latest`). A `by_timestamp` spec must name every partition read, as Spark requires."""
+    if spec.kind == "timestamp":
+        timestamps = {tp: spec.timestamp or 0 for tp in partitions}
+    else:
+        timestamps = dict(spec.offsets or {})
+        if set(timestamps) != set(partitions):
+            missing = sorted(set(partitions) - set(timestamps))
+            unknown = sorted(set(timestamps) - set(partitions))
+            raise DataSourceOptionError(
+                f"{spec.option}: a timestamp is needed for every partition read and only for "
+                "those"
+                + (f"; missing: {', '.join(map(str, missing))}" if missing else "")
+                + (f"; not read: {', '.join(map(str, unknown))}" if unknown else "")
+            )
+    found = view.offsets_for_times(timestamps).require()
+    offsets = {}
+    for tp in partitions:
+        offset = found[tp]
+        if offset == LATEST and starting and strategy == "error":
+            raise DataSourceOptionError(
+                f"{spec.option}: no record of {tp} has a timestamp at or after "
+                f"{timestamps[tp]} (set startingOffsetsByTimestampStrategy to 'latest' to "
+                "start such partitions at their latest offset)"
+            )
+        offsets[tp] = offset
+    return OffsetSpec("specific", offsets, option=spec.option)
+
+
 class OdradekBatchReader(DataSourceReader):
     """`spark.read.format("odradek")`: a bounded read planned on the driver."""
 
@@ -356,6 +396,13 @@ class OdradekBatchReader(DataSourceReader):
                 return []
             low = self.view.list_offsets(partitions, "earliest").require()
             high = self.view.list_offsets(partitions, "latest").require()
+            by_time = starting.by_time or ending.by_time
+            if starting.by_time:
+                starting = resolve_by_time(
+                    self.view, starting, partitions, True, options.timestamp_strategy
+                )
+            if ending.by_time:
+                ending = resolve_by_time(self.view, ending, partitions, False)
         finally:
             self.view.close()
         start = resolve_offsets(starting, partitions, low, high, "startingOffsets", EARLIEST)
@@ -366,6 +413,11 @@ class OdradekBatchReader(DataSourceReader):
                 raise DataSourceOptionError(
                     f"endingOffsets: {end[tp]} for {tp} is past its latest offset {high[tp]}"
                 )
+            if start[tp] > end[tp] and by_time:
+                # A start by timestamp after the end (by timestamp or offset): Spark's Kafka
+                # source drops such a range and reads nothing of the partition.
+                log.info("%s: start %d after end %d: nothing to read", tp, start[tp], end[tp])
+                continue
             if start[tp] > end[tp]:
                 raise DataSourceOptionError(
                     f"startingOffsets: {start[tp]} for {tp} is after its ending offset {end[tp]}"

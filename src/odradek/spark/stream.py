@@ -18,7 +18,10 @@ file sink downstream receives every record exactly once.
 * `latestOffset(start, limit)` -- the high watermark of every partition the subscription matches
   now, never below `start` (a new leader's HW may briefly trail the old one's: that is no reason
   to go back), capped by `maxOffsetsPerTrigger` when Spark passes it as `ReadMaxRows`, shared
-  among partitions by backlog. A partition whose HW cannot be had this time (its leader is
+  among partitions by backlog; with `minOffsetsPerTrigger`, the start itself (no batch) while
+  fewer records than that wait, until `maxTriggerDelay` (default 15m) has passed since the
+  last batch (Spark's rule; PySpark has no composite read limit, so with both options the
+  minimum is taken from the options). A partition whose HW cannot be had this time (its leader is
   moving) stays where it is. Partitions that appeared since `start` (new partitions, new topics
   matching `subscribePattern`) are included and start from offset 0, i.e. the earliest.
   With `kafka.isolation.level=read_committed` "high watermark" means the last stable offset
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -49,6 +53,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import StructType
@@ -70,6 +75,7 @@ from odradek.spark.reader import (
     RangeReader,
     cluster_offsets,
     report_data_loss,
+    resolve_by_time,
     resolve_offsets,
 )
 
@@ -92,6 +98,9 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: PartitionOffsets | None = None
         self._available_now: PartitionOffsets | None = None
         self._latest_seen: PartitionOffsets | None = None
+        # When the last micro-batch was let through (minOffsetsPerTrigger / maxTriggerDelay);
+        # 0 lets the first trigger of a run through, as in Spark's Kafka source.
+        self._last_trigger_ms = 0
 
     # -- planning, on the driver ------------------------------------------------------------
 
@@ -107,6 +116,10 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         partitions = self.options.subscription.resolve(self.view.topics())
         low = self.view.list_offsets(partitions, "earliest").require()
         high = self.view.list_offsets(partitions, "latest").require()
+        if spec.by_time:
+            spec = resolve_by_time(
+                self.view, spec, partitions, True, self.options.timestamp_strategy
+            )
         start = resolve_offsets(spec, partitions, low, high, "startingOffsets", LATEST)
         for tp in partitions:
             if start[tp] < low[tp]:
@@ -145,15 +158,50 @@ class OdradekStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = {tp: min(hw, ceiling[tp]) for tp, hw in latest.items() if tp in ceiling}
         # Never behind the start: after a leader change the HW may trail for a moment.
         latest = {tp: max(hw, begin.get(tp, NEW_PARTITION_START)) for tp, hw in latest.items()}
+        if isinstance(limit, ReadAllAvailable):
+            return offsets_to_json(latest)
+        if not isinstance(limit, ReadMaxRows | ReadMinRows):
+            raise DataSourceOptionError(f"read limit {limit!r} is not supported by odradek")
+        # PySpark has no composite read limit: with both options Spark passes ReadMaxRows and
+        # the minimum comes from the options here.
+        min_rows = (
+            limit.min_rows
+            if isinstance(limit, ReadMinRows)
+            else self.options.min_offsets_per_trigger
+        )
+        if min_rows is not None and self._delay_batch(min_rows, begin, latest):
+            return start
         if isinstance(limit, ReadMaxRows):
             latest = rate_limit(begin, latest, limit.max_rows, NEW_PARTITION_START)
-        elif not isinstance(limit, ReadAllAvailable):
-            raise DataSourceOptionError(f"read limit {limit!r} is not supported by odradek")
         return offsets_to_json(latest)
+
+    def _delay_batch(
+        self, min_rows: int, begin: PartitionOffsets, latest: PartitionOffsets
+    ) -> bool:
+        """Spark's `minOffsetsPerTrigger` rule: skip this trigger while fewer than `min_rows`
+        records wait, unless `maxTriggerDelay` has passed since the last batch let through.
+        `Trigger.AvailableNow` never waits (it must drain and stop; Spark's own source would
+        wait up to maxTriggerDelay there)."""
+        if self._available_now is not None:
+            return False
+        now_ms = int(time.time() * 1000)
+        if now_ms - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+            self._last_trigger_ms = now_ms
+            return False
+        waiting = sum(max(0, hw - begin.get(tp, NEW_PARTITION_START)) for tp, hw in latest.items())
+        if waiting < min_rows:
+            log.debug(
+                "delaying the batch: %d records waiting, minOffsetsPerTrigger %d", waiting, min_rows
+            )
+            return True
+        self._last_trigger_ms = now_ms
+        return False
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
