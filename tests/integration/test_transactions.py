@@ -105,6 +105,13 @@ def test_confluent_send_offsets_to_transaction(cluster3: LocalCluster) -> None:
             else:
                 producer.abort_transaction(CLIENT_TIMEOUT_S)
             expected = {True: offset, False: 5}[commit]
+            # The transaction's offsets become the group's when its marker reaches the offsets
+            # partition, which the coordinator writes after answering EndTxn (as Kafka does).
+            wait_until(
+                lambda expected=expected: committed(bootstrap, group, source, 1) == {0: expected},
+                CLIENT_TIMEOUT_S,
+                f"the committed offset to become {expected}",
+            )
             assert committed(bootstrap, group, source, 1) == {0: expected}
         assert sorted(read_all(bootstrap, sink, 1, "read_committed")) == ["upto-12", "upto-5"]
     finally:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -382,8 +383,8 @@ class Partition(PartitionIsr):
         """Read for a consumer (up to the HW; with `read_committed` up to the last stable
         offset, with the aborted transactions among the records read) or a follower (up to
         the LEO). With `zero_copy` the records are a range of a segment file (`FileRecords`),
-        for sendfile; a read_committed read always copies (its aborted transactions are
-        bounded by the batches it read)."""
+        for sendfile; a read_committed read's aborted transactions are those below the offset
+        of the batch that follows the range (as Kafka bounds them by its fetch upper bound)."""
         if not self.is_leader:
             raise NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self}"
@@ -399,10 +400,24 @@ class Partition(PartitionIsr):
         max_offset = None if from_follower else high_watermark
         if read_committed and not from_follower:
             max_offset = last_stable_offset
-        elif zero_copy:
+        if zero_copy:
             found = self.log.read_file_records(fetch_offset, max_bytes, max_offset, min_one_batch)
+            aborted = None
+            if read_committed and not from_follower:
+                aborted = []
+                if isinstance(found, FileRecords):
+                    upper = min(_offset_after(found, last_stable_offset), last_stable_offset)
+                    aborted = [
+                        (txn.producer_id, txn.first_offset)
+                        for txn in self.log.collect_aborted_transactions(fetch_offset, upper)
+                    ]
             return ReadResult(
-                found, high_watermark, self.log_start_offset, log_end_offset, last_stable_offset
+                found,
+                high_watermark,
+                self.log_start_offset,
+                log_end_offset,
+                last_stable_offset,
+                aborted,
             )
         records = bytes(self.log.read(fetch_offset, max_bytes, max_offset, min_one_batch))
         aborted = None
@@ -453,3 +468,10 @@ class Partition(PartitionIsr):
         self.log.truncate_to(offset)
         if self.high_watermark > self.log_end_offset:
             self.high_watermark = self.log_end_offset
+
+
+def _offset_after(records: FileRecords, default: int) -> int:
+    """The base offset of the batch that follows `records` in its segment file, or `default` at
+    the end of the file (appends run on this thread: no half-written header is ever seen)."""
+    head = os.pread(records.fd, 8, records.position + records.size)
+    return int.from_bytes(head, "big", signed=True) if len(head) == 8 else default

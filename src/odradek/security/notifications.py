@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from odradek.security.znodes import change_sequence
-from odradek.zk.errors import InvalidZNodeDataError
+from odradek.zk.errors import ClientClosedError, InvalidZNodeDataError
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,8 @@ class Coalescer:
                 await self._work()
             except asyncio.CancelledError:
                 raise
+            except ClientClosedError:
+                return  # shutting down: nothing to keep in step with any more
             except Exception as e:
                 log.warning("%s failed (%r); retrying in %.1f s", self._name, e, backoff)
                 await asyncio.sleep(backoff)

@@ -15,7 +15,7 @@ from typing import Any
 from odradek.security.notifications import Coalescer
 from odradek.server.broker_security import BrokerSecurity
 from odradek.server.config import KafkaConfig
-from odradek.zk.errors import ConnectionLossError
+from odradek.zk.errors import ClientClosedError, ConnectionLossError
 from odradek.zk.znodes import BrokerIdZNode
 from tests.fakes.controller_zk import FakeZooKeeper
 
@@ -160,3 +160,20 @@ def test_a_fetch_naming_an_unseen_epoch_makes_the_leader_look_again() -> None:
         await security.close()
 
     asyncio.run(scenario())
+
+
+def test_a_closed_client_ends_the_retries() -> None:
+    runs = 0
+
+    async def work() -> None:
+        nonlocal runs
+        runs += 1
+        raise ClientClosedError("closed")
+
+    async def scenario() -> None:
+        coalescer = Coalescer(work, "test", retry_backoff_s=0.01)
+        coalescer.request()
+        await asyncio.wait_for(coalescer.wait_idle(), 5)
+
+    asyncio.run(scenario())
+    assert runs == 1
