@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -402,11 +401,11 @@ class Partition(PartitionIsr):
             max_offset = last_stable_offset
         if zero_copy:
             found = self.log.read_file_records(fetch_offset, max_bytes, max_offset, min_one_batch)
-            aborted = None
+            aborted: list[tuple[int, int]] | None = None
             if read_committed and not from_follower:
                 aborted = []
                 if isinstance(found, FileRecords):
-                    upper = min(_offset_after(found, last_stable_offset), last_stable_offset)
+                    upper = min(self.log.offset_after_range(found), last_stable_offset)
                     aborted = [
                         (txn.producer_id, txn.first_offset)
                         for txn in self.log.collect_aborted_transactions(fetch_offset, upper)
@@ -468,10 +467,3 @@ class Partition(PartitionIsr):
         self.log.truncate_to(offset)
         if self.high_watermark > self.log_end_offset:
             self.high_watermark = self.log_end_offset
-
-
-def _offset_after(records: FileRecords, default: int) -> int:
-    """The base offset of the batch that follows `records` in its segment file, or `default` at
-    the end of the file (appends run on this thread: no half-written header is ever seen)."""
-    head = os.pread(records.fd, 8, records.position + records.size)
-    return int.from_bytes(head, "big", signed=True) if len(head) == 8 else default

@@ -11,6 +11,7 @@ Concurrency: as `Log`'s — the broker's event loop thread only.
 
 from __future__ import annotations
 
+import os
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
@@ -199,6 +200,20 @@ class LocalLog:
                 return FileRecords(FileHandle(segment.fd), position, size) if size else b""
             index += 1
         return b""
+
+    def offset_after_range(self, records: FileRecords) -> int:
+        """The offset of the first batch after a range `read_file_records` returned: the base
+        offset of the batch that follows it in its segment file, or, at the end of that file,
+        the next segment's base offset (the log end offset for the active segment). Appends run
+        on this thread, so no half-written header is ever read."""
+        head = os.pread(records.fd, 8, records.position + records.size)
+        if len(head) == 8:
+            return int.from_bytes(head, "big", signed=True)
+        first = int.from_bytes(os.pread(records.fd, 8, records.position), "big", signed=True)
+        index = bisect_right(self._base_offsets, first)
+        return (
+            self._base_offsets[index] if index < len(self._base_offsets) else self._log_end_offset
+        )
 
     def _segments_from(self, offset: int) -> list[LogSegment]:
         return self._segments[max(bisect_right(self._base_offsets, offset) - 1, 0) :]
