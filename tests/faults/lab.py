@@ -110,15 +110,26 @@ class ScenarioContext:
 
 class HistoryReader:
     """Polls one broker for the HW and leader epoch of each partition it leads and reads the
-    records below the HW from where it left off, into the history."""
+    records below the HW from where it left off, into the history; and, given a transactional
+    topic, the last stable offset of each of its partitions the broker leads."""
 
     def __init__(
-        self, broker: LocalBroker, topic: str, history: History, partitions: int = PARTITIONS
+        self,
+        broker: LocalBroker,
+        topic: str,
+        history: History,
+        partitions: int = PARTITIONS,
+        lso_topic: str | None = None,
+        lso_partitions: int = 0,
     ) -> None:
         self.broker = broker
         self.topic = topic
         self.history = history
         self.partitions = partitions
+        # A transactional topic whose last stable offsets (ListOffsets with isolation_level=1)
+        # are recorded as `lso` events, with the leader epoch of the answer.
+        self.lso_topic = lso_topic
+        self.lso_partitions = lso_partitions if lso_topic else 0
         self.positions = dict.fromkeys(range(partitions), 0)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"reader-{broker.id}", daemon=True)
@@ -159,18 +170,30 @@ class HistoryReader:
                         value=(record.value or b"").decode(errors="replace"), offset=record.offset,
                     )  # fmt: skip
                     self.positions[partition] = record.offset + 1
+            for partition in range(self.lso_partitions):
+                try:
+                    answer = self._list_offsets(partition, self.lso_topic, isolation_level=1)
+                except (NetworkError, OdradekError, OSError):
+                    continue
+                if answer.error_code == ErrorCode.none:
+                    self.history.record(
+                        "lso", name, partition, offset=int(answer.offset),
+                        leader_epoch=int(answer.leader_epoch),
+                    )  # fmt: skip
 
-    def _list_offsets(self, partition: int):  # type: ignore[no-untyped-def]
+    def _list_offsets(  # type: ignore[no-untyped-def]
+        self, partition: int, topic: str | None = None, isolation_level: int = 0
+    ):
         response = request(
             self.broker,
             ApiKey.LIST_OFFSETS,
             LIST_OFFSETS_VERSION,
             {
                 "replica_id": CONSUMER_REPLICA_ID,
-                "isolation_level": 0,
+                "isolation_level": isolation_level,
                 "topics": [
                     {
-                        "name": self.topic,
+                        "name": topic or self.topic,
                         "partitions": [
                             {
                                 "partition_index": partition,

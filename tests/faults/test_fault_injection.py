@@ -6,7 +6,10 @@ One run:
    `make_cluster` starts a private ZooKeeper and the brokers; one topic, RF=3,
    min.insync.replicas=2, unclean leader election off. Producers (`workload.ProducerWorkload`,
    confluent-kafka, acks=all; one of them idempotent) write unique values to every partition from
-   their own threads; the
+   their own threads; a transactional writer (`transactions.TransactionalWriter`) runs
+   transactions on a second topic (committing most, aborting some, fencing itself now and then)
+   while a read_committed consumer reads it and the per-broker readers record its last stable
+   offsets; the
    observer (`workload.ClusterObserver`) records every leader, leader epoch and controller epoch
    it sees.
 2. *Safety phase.* The faults run one after another (`schedule.FaultInjector`). After each one
@@ -15,7 +18,9 @@ One run:
    the first violation ends the phase.
 3. *Liveness phase.* Faults off: ZooKeeper up, every broker running. The cluster must converge:
    every partition led by a registered broker with its full ISR; then the producers stop and
-   every replica must hold identical batches up to the high watermark.
+   every replica must hold identical batches up to the high watermark; the transactional writer
+   stops, every last stable offset must reach its high watermark, and a read_committed consumer
+   reads the transactional topic.
 4. *Checks.* Each invariant of `checker` runs on what was collected, plus the state-change logs of
    every broker; no broker may have crashed (exited without being killed). All must pass. The
    summary line (seed, faults by kind, records acknowledged, checks passed, the longest time a
@@ -68,6 +73,7 @@ from tests.faults.schedule import (
     make_schedule,
     tear_segment,
 )
+from tests.faults.transactions import CommittedReader, TransactionalWriter, read_final_committed
 from tests.faults.workload import (
     ClusterObserver,
     Endpoint,
@@ -91,6 +97,8 @@ from tests.integration._replication import (
 SESSION_TIMEOUT_MS = 5000
 IDEMPOTENT_PRODUCERS = 1
 """Idempotent producers beside the plain ones (checked by `idempotent_writes_once`)."""
+TRANSACTIONAL_PARTITIONS = 3
+"""Partitions of the transactional writer's topic (`history`'s transaction checks)."""
 CI = ScheduleSettings(
     mode="ci",
     faults=36,
@@ -216,11 +224,13 @@ class FaultRun:
         self.config = config
         self.schedule = make_schedule(seed, settings)
         self.topic = f"faults-{seed}"
+        self.txn_topic = f"faults-{seed}-txn"
         self.leaders = LeaderEpochHistory()
         self.controllers = ControllerEpochHistory()
         self.records: list[FaultRecord] = []
         self.stopped_early = ""
         self.notes: list[str] = []
+        self.lso_check = CheckResult("lso_reaches_high_watermark", False, 0, ("never read",))
         # 1. Set-up.
         self.cluster = make_cluster(
             brokers=self.schedule.brokers,
@@ -235,6 +245,12 @@ class FaultRun:
             _assignment(self.cluster.broker_ids, settings.partitions),
             {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
         )
+        create_topic(
+            self.cluster,
+            self.txn_topic,
+            _assignment(self.cluster.broker_ids, TRANSACTIONAL_PARTITIONS),
+            {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
+        )
         self.observer = ClusterObserver(
             self.cluster.zookeeper_connect,
             [Endpoint(b.id, b.host, b.port) for b in self.cluster.brokers],
@@ -244,7 +260,7 @@ class FaultRun:
             self.controllers,
         )
         # Every send, acknowledgement and read during the run, for the Jepsen-style checks.
-        self.history = History(idempotent=False)
+        self.history = History(idempotent=False, transactional=True)
         self.workload = ProducerWorkload(
             self.cluster.bootstrap_servers,
             self.topic,
@@ -253,8 +269,25 @@ class FaultRun:
             history=self.history,
             idempotent=IDEMPOTENT_PRODUCERS,
         )
+        self.txn_writer = TransactionalWriter(
+            self.cluster.bootstrap_servers,
+            self.txn_topic,
+            TRANSACTIONAL_PARTITIONS,
+            self.history,
+            seed,
+        )
+        self.txn_reader = CommittedReader(
+            self.cluster.bootstrap_servers, self.txn_topic, TRANSACTIONAL_PARTITIONS, self.history
+        )
         self.readers = [
-            HistoryReader(b, self.topic, self.history, settings.partitions)
+            HistoryReader(
+                b,
+                self.topic,
+                self.history,
+                settings.partitions,
+                lso_topic=self.txn_topic,
+                lso_partitions=TRANSACTIONAL_PARTITIONS,
+            )
             for b in self.cluster.brokers
         ]
         self.injector = FaultInjector(
@@ -269,6 +302,11 @@ class FaultRun:
     def safety_phase(self) -> None:
         """2. Faults one after another, the continuous invariants consulted after each."""
         wait_until(lambda: self.workload.acknowledged_count() >= 200, 60, "the workload to start")
+        wait_until(
+            lambda: self.txn_writer.outcomes()["committed"] > 0 or self.txn_writer.error,
+            90,
+            "the first transaction to commit",
+        )
         for fault in self.schedule.faults:
             if time.monotonic() - self.started > self.budget.safety:
                 self.stopped_early = f"time budget of {self.budget.safety:g}s reached"
@@ -297,6 +335,8 @@ class FaultRun:
             self.notes.append(str(e))
         for reader in self.readers:
             reader.stop()
+        self.txn_writer.stop()
+        self.txn_reader.stop()
         return self.workload.stop()
 
     def collect(self) -> Committed | None:
@@ -328,6 +368,9 @@ class FaultRun:
                     self.leaders,
                     self.controllers,
                 )
+        self.lso_check = read_final_committed(
+            self.cluster.bootstrap_servers, self.txn_topic, TRANSACTIONAL_PARTITIONS, self.history
+        )
         return committed
 
     def check(self, stats: list[ProducerStats], committed: Committed | None) -> list[CheckResult]:
@@ -363,6 +406,8 @@ class FaultRun:
             ),
             brokers_never_crash(self.injector.crashes, len(self.records)),
             *check_history(self.history),
+            self.lso_check,
+            _transactional_clients(self.txn_writer, self.txn_reader),
         ]
         if committed is None:
             results.append(CheckResult("committed_records_read", False, 0, ("could not read",)))
@@ -387,6 +432,11 @@ class FaultRun:
             line += f", longest without a leader: partition {worst} {leaderless[worst]:.1f}s"
         else:
             line += ", no partition ever seen without a leader"
+        outcomes = self.txn_writer.outcomes()
+        line += "; transactions " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+        line += f" ({self.history.count('txn_read')} read_committed reads during the run"
+        notes = self.txn_writer.notes()
+        line += f"; writer errors {dict(notes)})" if notes else ")"
         if self.stopped_early:
             line += f"; stopped early: {self.stopped_early}"
         return line
@@ -403,6 +453,8 @@ def run_faults(
     run = FaultRun(make_cluster, seed, settings, budget, config)
     run.observer.start()
     run.workload.start()
+    run.txn_writer.start()
+    run.txn_reader.start()
     for reader in run.readers:
         reader.start()
     try:
@@ -410,9 +462,11 @@ def run_faults(
         stats = run.liveness_phase()
     except BaseException:
         run.workload.abandon()
+        run.txn_writer.abandon()
         raise
     finally:
         run.observer.stop()
+        run.txn_reader.stop()
         for reader in run.readers:
             reader.stop()
     committed = run.collect()
@@ -432,6 +486,15 @@ def run_faults(
             + f"\nfaults:\n{history}",
             pytrace=False,
         )
+
+
+def _transactional_clients(writer: TransactionalWriter, reader: CommittedReader) -> CheckResult:
+    problems = [
+        f"{what}: {error}"
+        for what, error in (("writer", writer.error), ("reader", reader.error))
+        if error
+    ]
+    return CheckResult("transactional_clients_finished", not problems, 2, tuple(problems))
 
 
 def _failure_names(stats: list[ProducerStats]) -> str:
