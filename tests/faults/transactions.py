@@ -2,8 +2,9 @@
 the run's `History` (the checks are in `history`).
 
 * `TransactionalWriter`: a confluent-kafka producer with a `transactional.id` (its own thread),
-  running transactions of 2-5 records spread over the topic's partitions, one after another. A
-  seeded choice commits most of them, aborts some deliberately (after flushing, so that their
+  running transactions of 2-5 records spread over the topic's partitions, one after another. The
+  first three commit, abort and fence (so that a short run has each); then a seeded choice
+  commits most of them, aborts some deliberately (after flushing, so that their
   records are in the log and their invisibility means something), and now and then fences the
   producer in the middle of a transaction by initializing a second producer with the same
   `transactional.id`: the zombie's commit must fail and its records must never be visible. Every
@@ -58,6 +59,8 @@ END_DEADLINE_S = 120.0
 ABORT_SHARE = 0.25
 FENCE_SHARE = 0.05
 RECORDS_PER_TRANSACTION = (2, 5)
+FIRST_ACTIONS = ("commit", "abort", "fence")
+"""The first transactions' ends, so that even a short run has one of each; then seeded."""
 OUTCOMES = ("committed", "aborted", "fenced", "failed", "unknown")
 
 
@@ -175,7 +178,7 @@ class TransactionalWriter:
                     dangling = False
                 number += 1
                 name = f"{self.name}.{number}"
-                producer, outcome, note = self._transaction(producer, name)
+                producer, outcome, note = self._transaction(producer, name, number)
                 dangling = producer is None
                 self.history.record("txn_outcome", name, -1, error=outcome, value=note or None)
                 with self._lock:
@@ -188,16 +191,19 @@ class TransactionalWriter:
         finally:
             _close(producer)
 
-    def _transaction(self, producer: Producer, name: str) -> tuple[Producer | None, str, str]:
-        """Run one transaction; (the producer to go on with, or None; the outcome; a note)."""
+    def _action(self, number: int) -> str:
         choice = self._rng.random()
-        action = (
-            "fence"
-            if choice < FENCE_SHARE
-            else "abort"
-            if choice < FENCE_SHARE + ABORT_SHARE
-            else "commit"
-        )
+        if number <= len(FIRST_ACTIONS):
+            return FIRST_ACTIONS[number - 1]
+        if choice < FENCE_SHARE:
+            return "fence"
+        return "abort" if choice < FENCE_SHARE + ABORT_SHARE else "commit"
+
+    def _transaction(
+        self, producer: Producer, name: str, number: int
+    ) -> tuple[Producer | None, str, str]:
+        """Run one transaction; (the producer to go on with, or None; the outcome; a note)."""
+        action = self._action(number)
         count = self._rng.randint(*RECORDS_PER_TRANSACTION)
         first = self._rng.randrange(self.partitions)
         try:
