@@ -43,9 +43,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.errors import OdradekError
-from odradek.log.checkpoints import write_offset_checkpoint
-from odradek.log.naming import RECOVERY_POINT_CHECKPOINT, log_dir_name
-from odradek.protocol.record_batch import Record, build_batch
+from odradek.protocol.record_batch import Record
 from odradek.testing import LocalCluster
 from tests.faults.checker import (
     CheckResult,
@@ -66,12 +64,10 @@ from tests.faults.history import History, check_history, record_final
 from tests.faults.lab import HistoryReader
 from tests.faults.schedule import (
     FaultInjector,
-    FaultKind,
     FaultRecord,
     ScheduleSettings,
     describe_counts,
     make_schedule,
-    tear_segment,
 )
 from tests.faults.transactions import CommittedReader, TransactionalWriter, read_final_committed
 from tests.faults.workload import (
@@ -537,97 +533,3 @@ def test_fault_injection_soak(
     request: pytest.FixtureRequest,
 ):
     run_faults(make_cluster, fault_seed, SOAK, SOAK_BUDGET, request.config, fault_summary)
-
-
-# ---------------------------------------------------------------------------------------------
-# The suite's own parts, without a cluster: every checker must be able to fail, and a seed must
-# give the same schedule every time.
-
-
-def _batch(base_offset: int, data: bytes, epoch: int = 0) -> StoredBatch:
-    return StoredBatch(base_offset, base_offset, epoch, data)
-
-
-def test_each_checker_detects_the_violation_it_exists_for():
-    acked = {0: {0: b"p0-0", 1: b"p0-1"}}
-    assert acknowledged_records_readable(acked, {0: [Record(0, 0, None, b"p0-0", [])]}).details
-    assert acknowledged_records_readable(
-        acked, {0: [Record(0, 0, None, b"p0-0", []), Record(1, 0, None, b"p0-1", [])]}
-    ).passed
-    assert not producer_order(acked, {0: {0: -1, 1: 1}}).passed  # sent after 1 was acked
-    assert producer_order(acked, {0: {0: -1, 1: 0}}).passed
-    same = [_batch(0, b"a"), _batch(1, b"b")]
-    assert replicas_agree_below_high_watermark({0: {1: same, 2: same}}, {0: 2}).passed
-    diverged = {0: {1: same, 2: [_batch(0, b"a"), _batch(1, b"c", 1)]}}
-    assert not replicas_agree_below_high_watermark(diverged, {0: 2}).passed
-    short = {0: {1: same, 2: same[:1]}}
-    assert not replicas_agree_below_high_watermark(short, {0: 2}).passed
-    # Beyond the HW replicas may differ.
-    assert replicas_agree_below_high_watermark(diverged, {0: 1}).passed
-
-    leaders = LeaderEpochHistory()
-    leaders.observe(0, 3, 1, "ZooKeeper")
-    leaders.observe(0, 3, -1, "broker 2 Metadata")  # no leader is not a second leader
-    assert one_leader_per_epoch(leaders).passed
-    leaders.observe(0, 3, 2, "broker 2 Metadata")
-    assert not one_leader_per_epoch(leaders).passed
-
-    controllers = ControllerEpochHistory()
-    for epoch in (1, 2, 2, 3):
-        controllers.observe_epoch(epoch)
-    assert controller_epoch_monotonic(controllers).passed
-    controllers.observe_epoch(2)
-    assert not controller_epoch_monotonic(controllers).passed
-    split = ControllerEpochHistory()
-    log_text = (
-        "[Controller id=1 epoch=4] Changed state of t-0 from OfflinePartition to "
-        "OnlinePartition with leader=2, leader_epoch=5, isr=[2, 3]\n"
-        "[Controller id=3 epoch=4] Changed state of t-0 from OfflinePartition to "
-        "OnlinePartition with leader=3, leader_epoch=5, isr=[3]\n"
-    )
-    from_log = LeaderEpochHistory()
-    assert read_state_change_log(log_text, "t", "broker 1", from_log, split) == 2
-    assert not controller_epoch_monotonic(split).passed
-    assert not one_leader_per_epoch(from_log).passed
-
-    assert brokers_never_crash([], 30).passed
-    assert not brokers_never_crash(["#3 kill_leader: broker 2 exited during start-up"], 30).passed
-
-    led = [FinalPartition(0, 1, (1, 2, 3), (1, 2, 3))]
-    assert every_partition_led(led, [1, 2, 3], 1).passed
-    assert not every_partition_led(led, [2, 3], 1).passed
-    assert not every_partition_led([FinalPartition(0, 1, (1,), (1, 2, 3))], [1, 2, 3], 1).passed
-
-    def records(*values: bytes) -> dict[int, list[Record]]:
-        return {0: [Record(i, 0, None, v, []) for i, v in enumerate(values)]}
-
-    assert idempotent_writes_once(records(b"i0-0", b"p0-0", b"i0-2", b"p0-0"), ["i0"]).passed
-    assert not idempotent_writes_once(records(b"i0-0", b"i0-1", b"i0-1"), ["i0"]).passed
-    assert not idempotent_writes_once(records(b"i0-3", b"i0-2"), ["i0"]).passed
-    assert idempotent_writes_once(records(b"i0-0", b"i0-1"), ["i0"], {0: [b"i0-1"]}).passed
-    assert not idempotent_writes_once(records(b"i0-0"), ["i0"], {0: [b"i0-1"]}).passed
-
-
-def test_a_seed_gives_the_same_schedule_and_every_kind_early():
-    first, again = make_schedule(7, CI), make_schedule(7, CI)
-    assert first == again
-    assert make_schedule(8, CI) != first
-    assert len(first.faults) == CI.faults
-    assert CI.min_brokers <= first.brokers <= CI.max_brokers
-    assert {f.kind for f in first.faults[: len(FaultKind)]} == set(FaultKind)
-
-
-def test_a_torn_write_cuts_only_unflushed_batches(tmp_path):
-    directory = tmp_path / log_dir_name("t", 0)
-    directory.mkdir()
-    batches = [build_batch([(None, b"v%d" % i, [], 0)], base_offset=i) for i in range(5)]
-    segment = directory / "00000000000000000000.log"
-    segment.write_bytes(b"".join(batches))
-    write_offset_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT, {("t", 0): 3})
-    torn = tear_segment(tmp_path, "t", 0, append=False, fraction=0.0, seed=1)
-    assert torn is not None
-    kept = segment.stat().st_size
-    # The cut falls inside the batches at or after the recovery point (offsets 3 and 4).
-    assert len(b"".join(batches[:3])) < kept < len(b"".join(batches))
-    appended = tear_segment(tmp_path, "t", 0, append=True, fraction=0.0, seed=1)
-    assert appended is not None and segment.stat().st_size > kept
