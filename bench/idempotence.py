@@ -6,10 +6,13 @@ Prints one JSON object per measurement, then a summary:
     ./dev bench idempotence --only rebuild --producers 10000
     ./dev bench idempotence --only append --appends 20000
 
-* `throughput`: one broker, two topics of 6 partitions; confluent-kafka producers (100-byte
+* `throughput`: one broker, three topics of 6 partitions; confluent-kafka producers (100-byte
   records, linger 5 ms, acks=all) with enable.idempotence=true and false write the same records,
-  alternating on, off, on, off, ... so that both see the same machine load. Reports each round's
-  records/s and the broker's CPU seconds, and the ratio of the medians (the cost of idempotence).
+  and a control without idempotence but with librdkafka's in-flight limit of an idempotent
+  producer (5 requests per connection; `MODES`), taking turns round by round so that all see
+  the same machine load. Reports each round's records/s and the broker's CPU seconds, and the
+  ratios of the medians: on vs off (the cost of idempotence as a client sees it) and on vs the
+  control (what the broker's producer state costs).
 * `append`: in process, no network: `Log.append_as_leader` of `--appends` one-record batches
   (100 bytes) with and without a producer id (5 producers taking turns), alternating rounds;
   reports microseconds per append and the difference -- the leader's own cost per batch.
@@ -74,10 +77,20 @@ def create_topic(
 # -- throughput -----------------------------------------------------------------------------------
 
 
-def produce(bootstrap: str, topic: str, records: int, idempotent: bool) -> float:
+MODES = {"on": (True, None), "off": (False, None), "off-5": (False, 5)}
+"""mode -> (enable.idempotence, max.in.flight.requests.per.connection or librdkafka's default).
+`off-5` is the control: idempotence off but librdkafka's in-flight limit as idempotence imposes it
+(at most 5 requests per connection), so that on vs off-5 is what the broker's producer state
+costs and off-5 vs off what the client's pipelining limit costs."""
+
+
+def produce(
+    bootstrap: str, topic: str, records: int, idempotent: bool, in_flight: int | None = None
+) -> float:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
+            **({"max.in.flight.requests.per.connection": in_flight} if in_flight else {}),
             "acks": "all",
             "enable.idempotence": idempotent,
             "linger.ms": 5,
@@ -113,17 +126,19 @@ def bench_throughput(cluster: LocalCluster, records: int, rounds: int) -> dict[s
     bootstrap = cluster.bootstrap_servers
     pid = cluster.brokers[0].pid
     assert pid is not None
-    topics = {mode: f"bench-idem-{mode}-{uuid.uuid4().hex[:6]}" for mode in ("on", "off")}
+    topics = {mode: f"bench-idem-{mode}-{uuid.uuid4().hex[:6]}" for mode in MODES}
     for topic in topics.values():
         create_topic(bootstrap, topic, PARTITIONS)
-    produce(bootstrap, topics["on"], 20_000, True)  # warm-up: connections, metadata, producer id
-    produce(bootstrap, topics["off"], 20_000, False)
-    rates: dict[str, list[float]] = {"on": [], "off": []}
-    cpu: dict[str, list[float]] = {"on": [], "off": []}
+    for mode, (idempotent, in_flight) in MODES.items():  # warm-up: connections, metadata, id
+        produce(bootstrap, topics[mode], 20_000, idempotent, in_flight)
+    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
+    order = list(MODES)
     for round_index in range(rounds):
-        for mode in ("on", "off") if round_index % 2 == 0 else ("off", "on"):
+        # Each mode goes first, second and last in turn, so that all see the same load.
+        for mode in order[round_index % 3 :] + order[: round_index % 3]:
             before = cpu_seconds(pid)
-            rate = produce(bootstrap, topics[mode], records, mode == "on")
+            rate = produce(bootstrap, topics[mode], records, *MODES[mode])
             used = cpu_seconds(pid) - before
             rates[mode].append(rate)
             cpu[mode].append(used)
@@ -137,6 +152,7 @@ def bench_throughput(cluster: LocalCluster, records: int, rounds: int) -> dict[s
                 }
             )
     on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
+    off_5 = statistics.median(rates["off-5"])
     cpu_on, cpu_off = statistics.median(cpu["on"]), statistics.median(cpu["off"])
     return {
         "measure": "produce_summary",
@@ -144,7 +160,9 @@ def bench_throughput(cluster: LocalCluster, records: int, rounds: int) -> dict[s
         "rounds": rounds,
         "idempotent_records_per_s": round(on),
         "plain_records_per_s": round(off),
+        "plain_5_in_flight_records_per_s": round(off_5),
         "throughput_cost": round(1 - on / off, 3),
+        "throughput_cost_same_in_flight": round(1 - on / off_5, 3),
         "idempotent_broker_cpu_s": round(cpu_on, 2),
         "plain_broker_cpu_s": round(cpu_off, 2),
         "broker_cpu_cost": round(cpu_on / cpu_off - 1, 3) if cpu_off else None,
