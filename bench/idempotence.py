@@ -31,6 +31,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -120,6 +121,38 @@ def produce(
     if producer.flush(300) or failures:
         raise RuntimeError(f"{failures} records failed")
     return records / (time.perf_counter() - started)
+
+
+def profile_idempotent_produce(cluster: LocalCluster, records: int, out: Path) -> dict[str, Any]:
+    """py-spy samples the broker (200 Hz, raw collapsed stacks to `out`) while an idempotent
+    producer writes `records`; the share of samples in the producer state's modules."""
+    topic = f"bench-idem-profile-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster.bootstrap_servers, topic, PARTITIONS)
+    produce(cluster.bootstrap_servers, topic, 20_000, True)
+    spy = Path(sys.executable).parent / "py-spy"
+    command = [str(spy), "record", "-p", str(cluster.brokers[0].pid), "-r", "200"]
+    command += ["-f", "raw", "-o", str(out), "--nonblocking"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(3)  # py-spy attaches
+        rate = produce(cluster.bootstrap_servers, topic, records, True)
+    finally:
+        process.send_signal(2)
+        process.wait(60)
+    total = state = append = 0
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        state += int(count) if "producer_state" in stack or "producer_entry" in stack else 0
+        append += int(count) if "append_as_leader" in stack else 0
+    return {
+        "measure": "profile",
+        "records_per_s": round(rate),
+        "samples": total,
+        "producer_state_share": round(state / total, 4) if total else None,
+        "leader_append_share": round(append / total, 4) if total else None,
+        "stacks": str(out),
+    }
 
 
 def bench_throughput(cluster: LocalCluster, records: int, rounds: int) -> dict[str, Any]:
@@ -363,6 +396,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--only", choices=["throughput", "append", "rebuild"])
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="FILE",
+        help="also profile the broker under an idempotent producer with py-spy (stacks to FILE)",
+    )
     parser.add_argument("--appends", type=int, default=20_000)
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -381,6 +420,10 @@ def main() -> None:
         try:
             if args.only in (None, "throughput"):
                 result = bench_throughput(cluster, args.records, args.rounds)
+                emit(result)
+                summary.append(result)
+            if args.py_spy is not None:
+                result = profile_idempotent_produce(cluster, 4 * args.records, args.py_spy)
                 emit(result)
                 summary.append(result)
             if args.only in (None, "rebuild"):
