@@ -11,7 +11,9 @@ each one everything is healed and killed processes are started again, and every
 * ZooKeeper: a member killed (restarted at heal), a member paused, a majority paused (quorum
   lost);
 * process: a broker SIGKILLed (restarted at heal), a broker paused (SIGSTOP), a broker
-  restarted with a controlled shutdown.
+  restarted with a controlled shutdown;
+* disk: a broker crashed with the tail of its active segment torn (`tear_segment`: cut inside
+  its never-fsynced batches, or garbage appended), restarted at heal.
 
 Faults run in rounds (`FAULTS_PER_ROUND`), each round a `run_scenario` on a fresh topic whose
 history is checked; `SoakReport` collects the counts for the JSON summary.
@@ -31,6 +33,7 @@ from odradek.testing import ProcessState
 from odradek.testing.cluster_files import tail
 from odradek.testing.link_emulator import LinkProfile
 from tests.faults.lab import LabCluster, ScenarioContext, wait_converged
+from tests.faults.schedule import tear_segment
 
 FAULTS_PER_ROUND = 100
 CONVERGE_EVERY = 10
@@ -67,7 +70,7 @@ def _inject_one(lab: LabCluster, context: ScenarioContext, report: SoakReport) -
         [
             "partition", "one-way-partition", "isolate", "isolate-but-clients", "slow-link",
             "flap", "zookeeper-kill", "zookeeper-pause", "zookeeper-quorum-loss",
-            "broker-kill", "broker-pause", "broker-restart",
+            "broker-kill", "broker-pause", "broker-restart", "torn-tail",
         ]
     )  # fmt: skip
     killed_brokers: list[int] = []
@@ -108,6 +111,9 @@ def _inject_one(lab: LabCluster, context: ScenarioContext, report: SoakReport) -
     elif kind == "broker-restart":
         cluster.restart(rng.choice(cluster.broker_ids), timeout=90)
         hold = 0.0
+    elif kind == "torn-tail":
+        killed_brokers.append(_kill_and_tear(lab, context))
+        hold = 0.0
     context.nemesis(
         f"{kind} for {hold:.1f}s: cuts {[(sorted(a), sorted(b)) for a, b in network.partitions]}, "
         f"links {[n.name for n in network.nodes.values() if n.emulator]}, "
@@ -123,6 +129,43 @@ def _inject_one(lab: LabCluster, context: ScenarioContext, report: SoakReport) -
     report.faults[kind] += 1
     context.nemesis("heal")
     return kind
+
+
+def _kill_and_tear(lab: LabCluster, context: ScenarioContext) -> int:
+    """A disk fault: a broker crashes in the middle of writing, so the tail of its active
+    segment is torn (cut inside never-fsynced batches, or garbage appended), and it must recover
+    and catch up. Only inside Kafka's promise: every ISR is full when it dies and the controller
+    has taken it out of every ISR before the tail is damaged (another member holds all it had);
+    otherwise it degrades to a plain kill. Returns the victim (restarted by the heal)."""
+    rng = context.rng
+    cluster = lab.cluster
+    states = context.states()
+    victim = rng.choice([b for b in cluster.broker_ids if b != cluster.controller_id()])
+    isr_full = all(sorted(s.isr) == sorted(s.replicas) for s in states.values())
+    cluster.kill(victim)
+    deadline = time.monotonic() + 30
+    removed = False
+    while isr_full and time.monotonic() < deadline:
+        current = context.states()
+        if all(victim not in s.isr and s.leader != victim for s in current.values()):
+            removed = True
+            break
+        time.sleep(0.2)
+    if not removed:
+        context.nemesis(f"broker {victim} killed, not torn (ISRs not full or not shrunk in time)")
+        return victim
+    partition = rng.randrange(len(states))
+    torn = tear_segment(
+        cluster.broker(victim).data_dir,
+        context.topic,
+        partition,
+        append=rng.random() < 0.3,
+        fraction=rng.random(),
+        seed=rng.randrange(1 << 30),
+    )
+    what = f"{torn.segment.name}: {torn.action}" if torn else "no segment"
+    context.nemesis(f"broker {victim} killed, tail of partition {partition} torn ({what})")
+    return victim
 
 
 def _restart_stopped_brokers(lab: LabCluster) -> None:
