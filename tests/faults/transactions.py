@@ -65,8 +65,9 @@ OUTCOMES = ("committed", "aborted", "fenced", "failed", "unknown")
 
 
 def _close(producer: Producer | None) -> None:
-    """Drop a producer without waiting for what it still holds (its transaction, if open, is
-    aborted by the next producer with the same id, or by the coordinator on its timeout)."""
+    """Drop a producer within about a second: what it still queues is purged, and `close`
+    aborts its open transaction if it still can (else the next producer with the same id, or the
+    coordinator on its timeout, does). Never a commit, so outcomes stay what was recorded."""
     if producer is None:
         return
     try:
