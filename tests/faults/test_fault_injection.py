@@ -264,6 +264,7 @@ class FaultRun:
             settings.producers,
             history=self.history,
             idempotent=IDEMPOTENT_PRODUCERS,
+            client_log=self.cluster.directory / "idempotent-producers.log",
         )
         self.txn_writer = TransactionalWriter(
             self.cluster.bootstrap_servers,
