@@ -54,16 +54,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from odradek.controller.context import LeaderAndIsr, TopicPartition
 from odradek.controller.controller_zk import ControllerZk
-from odradek.zk.client import (
-    CheckOp,
-    CreateOp,
-    DeleteOp,
-    SetDataOp,
-    WatchCallback,
-    WatchEvent,
-    WatchEventKind,
-    ZkOp,
-)
+from odradek.zk.client import WatchCallback, WatchEvent, WatchEventKind
 from odradek.zk.errors import (
     BadVersionError,
     ControllerMovedError,
@@ -74,6 +65,7 @@ from odradek.zk.errors import (
     ZkError,
     ZkOperationError,
 )
+from odradek.zk.ops import CheckOp, CreateOp, DeleteOp, SetDataOp, ZkOp
 from odradek.zk.znodes import (
     BrokerIdsZNode,
     BrokerIdZNode,

@@ -32,7 +32,8 @@ from odradek.errors import OperatorError
 from odradek.protocol.build import build
 from odradek.protocol.codec import response_class
 from odradek.testing import CLUSTER_FILE, LocalCluster, ProcessState, read_status
-from odradek.zk.client import CreateOp, ZkClient
+from odradek.zk.client import ZkClient
+from odradek.zk.ops import CreateOp
 from odradek.zk.server import server_mode
 from odradek.zk.znodes import (
     BrokerIdZNode,

@@ -40,8 +40,9 @@ from kio.schema.errors import ErrorCode
 from odradek.controller.controller_zk import ControllerZk
 from odradek.errors import NetworkError
 from odradek.testing import LocalCluster
-from odradek.zk.client import CheckOp, CreateOp, SetDataOp, ZkClient
+from odradek.zk.client import ZkClient
 from odradek.zk.errors import ControllerMovedError
+from odradek.zk.ops import CheckOp, CreateOp, SetDataOp
 from odradek.zk.znodes import (
     IsrChangeNotificationSequenceZNode,
     IsrChangeNotificationZNode,

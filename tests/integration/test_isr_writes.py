@@ -9,9 +9,10 @@ import asyncio
 from typing import Any
 
 from odradek.cluster.isr_writes import BatchedIsrWriter, encode_state
-from odradek.cluster.partition import IsrUpdate
-from odradek.zk.client import CreateOp, ZkClient
+from odradek.cluster.partition_isr import IsrUpdate
+from odradek.zk.client import ZkClient
 from odradek.zk.errors import ClientClosedError, SessionExpiredError
+from odradek.zk.ops import CreateOp
 from odradek.zk.znodes import TopicPartitionStateZNode
 
 SCENARIO_TIMEOUT_S = 90.0

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from odradek.zk import bulk_read
-from odradek.zk.client import BULK_READ_MIN, CreateOp, ZkClient
+from odradek.zk.client import BULK_READ_MIN, ZkClient
 from odradek.zk.errors import ConnectionLossError, NoNodeError
+from odradek.zk.ops import CreateOp
 from tests.fixtures.zookeeper import ZooKeeperHandle, free_port
 
 SCENARIO_TIMEOUT_S = 120.0

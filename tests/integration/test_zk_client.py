@@ -21,16 +21,10 @@ import pytest
 
 from odradek.errors import NotControllerError, OperatorError
 from odradek.zk.client import (
-    CheckOp,
-    CreateOp,
-    DeleteOp,
     SessionState,
-    SetDataOp,
     WatchEvent,
     WatchEventKind,
     ZkClient,
-    op_size,
-    retry_on_connection_loss,
 )
 from odradek.zk.errors import (
     BadVersionError,
@@ -43,6 +37,8 @@ from odradek.zk.errors import (
     SessionExpiredError,
     ZkRequestTooLargeError,
 )
+from odradek.zk.ops import CheckOp, CreateOp, DeleteOp, SetDataOp, op_size
+from odradek.zk.retry import retry_on_connection_loss
 from odradek.zk.server import (
     ZooKeeperServer,
     find_classpath,

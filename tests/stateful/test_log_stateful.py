@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from odradek.errors import RecordBatchTooLargeError
 from odradek.log import segment as segment_module
+from odradek.log import segment_recovery as segment_recovery_module
 from odradek.log.config import LogConfig
 from odradek.log.log import Log
 from odradek.protocol.record_batch import build_batch, decode_records, iter_batches, read_header
@@ -68,7 +69,9 @@ class LogMachine(RuleBasedStateMachine):
         index_interval_bytes=st.sampled_from([0, 50, 200, 4096]),
         segment_index_bytes=st.sampled_from([16, 60, 10 * 1024 * 1024]),
         scan_chunk_bytes=st.sampled_from([61, 100, segment_module.SCAN_CHUNK_BYTES]),
-        recovery_chunk_bytes=st.sampled_from([61, 150, segment_module.RECOVERY_CHUNK_BYTES]),
+        recovery_chunk_bytes=st.sampled_from(
+            [61, 150, segment_recovery_module.RECOVERY_CHUNK_BYTES]
+        ),
     )
     def open_log(
         self,
@@ -84,9 +87,12 @@ class LogMachine(RuleBasedStateMachine):
         self.saved_fsync = os.fsync
         os.fsync = lambda fd: None
         # Small read chunks make batches straddle chunk boundaries in header scans and recovery.
-        self.saved_chunks = (segment_module.SCAN_CHUNK_BYTES, segment_module.RECOVERY_CHUNK_BYTES)
+        self.saved_chunks = (
+            segment_module.SCAN_CHUNK_BYTES,
+            segment_recovery_module.RECOVERY_CHUNK_BYTES,
+        )
         segment_module.SCAN_CHUNK_BYTES = scan_chunk_bytes
-        segment_module.RECOVERY_CHUNK_BYTES = recovery_chunk_bytes
+        segment_recovery_module.RECOVERY_CHUNK_BYTES = recovery_chunk_bytes
         self.config = LogConfig(
             segment_bytes=segment_bytes,
             index_interval_bytes=index_interval_bytes,
@@ -110,7 +116,10 @@ class LogMachine(RuleBasedStateMachine):
         if hasattr(self, "saved_fsync"):
             os.fsync = self.saved_fsync
         if hasattr(self, "saved_chunks"):
-            segment_module.SCAN_CHUNK_BYTES, segment_module.RECOVERY_CHUNK_BYTES = self.saved_chunks
+            (
+                segment_module.SCAN_CHUNK_BYTES,
+                segment_recovery_module.RECOVERY_CHUNK_BYTES,
+            ) = self.saved_chunks
         shutil.rmtree(self.root, ignore_errors=True)
 
     # -- model helpers ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from odradek.log import segment as segment_module
+from odradek.log import segment_recovery as segment_recovery_module
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import EpochEntry
 from odradek.log.log import Log
@@ -23,7 +24,7 @@ def chunk_sizes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     chunk boundaries during header scans and recovery."""
     if request.param == "tiny-chunks":
         monkeypatch.setattr(segment_module, "SCAN_CHUNK_BYTES", 70)
-        monkeypatch.setattr(segment_module, "RECOVERY_CHUNK_BYTES", 64)
+        monkeypatch.setattr(segment_recovery_module, "RECOVERY_CHUNK_BYTES", 64)
 
 
 def records(n: int, ts: int, tag: str) -> bytes:

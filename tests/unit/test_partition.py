@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 import pytest
 
 from odradek.cluster.isr import CommittedIsr, PendingExpandIsr, PendingShrinkIsr
-from odradek.cluster.partition import IsrUpdate, Partition, PartitionStateInfo
+from odradek.cluster.partition import Partition, PartitionStateInfo
+from odradek.cluster.partition_isr import IsrUpdate
 from odradek.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,

@@ -35,7 +35,6 @@ from odradek.controller.states import (
     StateChangeLogger,
 )
 from odradek.protocol.codec import ApiKey
-from odradek.zk.client import CreateOp, SetDataOp
 from odradek.zk.errors import (
     BadVersionError,
     ControllerMovedError,
@@ -43,6 +42,7 @@ from odradek.zk.errors import (
     NoNodeError,
     SessionExpiredError,
 )
+from odradek.zk.ops import CreateOp, SetDataOp
 from odradek.zk.znodes import BrokerInfo, TopicPartitionStateZNode
 from tests.fakes.channel import ChannelClosedError, RecordingChannelManager
 from tests.fakes.controller_zk import FakeControllerZk, FakeZooKeeper

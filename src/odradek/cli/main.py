@@ -13,12 +13,18 @@
   odradek delete-records --bootstrap-server H:P --offset-json-file F
   odradek log-dirs --bootstrap-server H:P --describe [--topic-list T,..] [--broker-list 1,..]
   odradek acls --bootstrap-server H:P --add|--remove|--list ...   (like kafka-acls.sh)
-  odradek configs --bootstrap-server H:P --entity-type users ...  (like kafka-configs.sh)
+  odradek configs --bootstrap-server H:P --entity-type topics|brokers|users|clients ...
+                                                                   (like kafka-configs.sh)
+  odradek console-producer / console-consumer --bootstrap-server H:P --topic T ...
+  odradek producer-perf-test / consumer-perf-test ...    (Kafka's flags and output lines)
+  odradek get-offsets --bootstrap-server H:P [--topic T] [--time -1|-2|-3|MS]
+  odradek dump-log --files F1,F2 [--print-data-log] ...  (offline: segments, indexes, snapshots)
+  odradek verifiable-producer / verifiable-consumer ...  (JSON events, as Kafka's system tests)
 
 Every tool that talks to brokers takes --command-config FILE (Kafka client security properties).
 
-Operator mistakes (bad config, unreachable ZooKeeper, port in use) print one line and exit 1; only a
-bug prints a traceback.
+Operator mistakes (bad config or arguments, unreachable ZooKeeper or brokers, port in use) print one
+line and exit 1; only a bug prints a traceback.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from odradek.cli.logs import configure_logging
 from odradek.errors import OperatorError
@@ -105,10 +112,17 @@ def cmd_zookeeper(args: argparse.Namespace) -> int:
         return _fail(str(e))
 
 
+class _ArgumentParser(argparse.ArgumentParser):
+    """Usage mistakes exit with status 1, as Kafka's tools do (argparse's own is 2), so a script
+    sees one status for every operator error. Subcommand parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="odradek", description="Kafka's replicated log, in Python"
-    )
+    parser = _ArgumentParser(prog="odradek", description="Kafka's replicated log, in Python")
     sub = parser.add_subparsers(dest="command", required=True)
 
     server = sub.add_parser("server", help="run a broker")
@@ -134,12 +148,18 @@ def build_parser() -> argparse.ArgumentParser:
     from odradek.cli import acls as acls_cli
     from odradek.cli import cluster as cluster_cli
     from odradek.cli import configs as configs_cli
+    from odradek.cli import console_consumer as console_consumer_cli
+    from odradek.cli import console_producer as console_producer_cli
     from odradek.cli import consumer_groups as consumer_groups_cli
+    from odradek.cli import dump_log as dump_log_cli
+    from odradek.cli import get_offsets as get_offsets_cli
     from odradek.cli import leader_election as leader_election_cli
     from odradek.cli import log_admin as log_admin_cli
+    from odradek.cli import perf_test as perf_test_cli
     from odradek.cli import reassign as reassign_cli
     from odradek.cli import topics as topics_cli
     from odradek.cli import transactions as transactions_cli
+    from odradek.cli import verifiable as verifiable_cli
 
     cluster_cli.add_parser(sub)
     topics_cli.add_parser(sub)
@@ -150,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     acls_cli.add_parser(sub)
     configs_cli.add_parser(sub)
     transactions_cli.add_parser(sub)
+    console_producer_cli.add_parser(sub)
+    console_consumer_cli.add_parser(sub)
+    get_offsets_cli.add_parser(sub)
+    perf_test_cli.add_parsers(sub)
+    verifiable_cli.add_parsers(sub)
+    dump_log_cli.add_parser(sub)
     return parser
 
 

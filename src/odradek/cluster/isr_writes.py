@@ -22,9 +22,10 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 
-from odradek.cluster.partition import IsrUpdate
-from odradek.zk.client import SetDataOp, ZkClient
+from odradek.cluster.partition_isr import IsrUpdate
+from odradek.zk.client import ZkClient
 from odradek.zk.errors import BadVersionError, NoNodeError
+from odradek.zk.ops import SetDataOp
 from odradek.zk.znodes import TopicPartitionStateZNode
 
 log = logging.getLogger(__name__)

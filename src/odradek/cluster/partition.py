@@ -22,6 +22,9 @@ calling). As leader the partition:
   reached the new start (Kafka's DelayedDeleteRecords; Kafka counts every live replica, Odradek
   the ISR: a replica outside it learns the new start from its next fetch response).
 
+The leader's ISR and HW maintenance (follower fetch state, expand/shrink, the conditional ISR
+write, advancing the HW) is in `partition_isr`, a base of `Partition`.
+
 As follower it only holds its log; the replica fetcher appends what the leader sends and moves the
 follower's HW to min(leader HW, own LEO).
 
@@ -34,12 +37,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from odradek.cluster.broker_topic_stats import BrokerTopicStats
-from odradek.cluster.isr import CommittedIsr, IsrState, PendingExpandIsr, PendingShrinkIsr
+from odradek.cluster.isr import CommittedIsr, IsrState
+from odradek.cluster.partition_isr import FollowerState, IsrWriter, PartitionIsr
 from odradek.errors import (
     FencedLeaderEpochError,
     KafkaError,
@@ -51,22 +55,10 @@ from odradek.errors import (
 )
 from odradek.protocol.fetch_response import FileRecords
 from odradek.protocol.record_batch import iter_batches
-from odradek.zk.errors import SessionExpiredError
 
 log = logging.getLogger(__name__)
 
 NO_LEADER = -1
-
-
-@dataclass(slots=True)
-class FollowerState:
-    """What the leader knows about one follower, from its fetch requests."""
-
-    log_end_offset: int = -1
-    last_caught_up_time: float = 0.0
-    last_fetch_leader_log_end_offset: int = -1
-    last_fetch_time: float = 0.0
-    log_start_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,23 +75,6 @@ class PartitionStateInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class IsrUpdate:
-    """An ISR write the leader asks ZooKeeper for (conditional on `zk_version`)."""
-
-    topic: str
-    partition: int
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    controller_epoch: int
-    zk_version: int
-
-
-IsrWriter = Callable[[IsrUpdate], Awaitable[int | None]]
-"""Writes an ISR update; returns the new znode version, or None if the conditional write failed."""
-
-
-@dataclass(frozen=True, slots=True)
 class ReadResult:
     records: bytes | FileRecords
     """Bytes, or with a zero-copy read a range of a segment file."""
@@ -112,7 +87,7 @@ class ReadResult:
     None for other reads."""
 
 
-class Partition:
+class Partition(PartitionIsr):
     """A partition replica hosted by this broker. Event-loop thread only."""
 
     def __init__(
@@ -463,164 +438,6 @@ class Partition:
         for future in waiters:
             if not future.done():
                 future.set_result(None)
-
-    # leader: followers, ISR and HW
-
-    def update_follower_fetch_state(
-        self, follower_id: int, fetch_offset: int, now: float, log_start_offset: int = -1
-    ) -> None:
-        """Record a follower's fetch: its LEO is the offset it asks for (and its log start offset
-        the one it reports).
-
-        A follower is caught up at time t if it has fetched everything the leader had at t: either this
-        fetch reaches the leader's current LEO, or it reaches the LEO the leader had at the follower's
-        previous fetch (then it was caught up as of that previous fetch).
-        """
-        follower = self.followers.get(follower_id)
-        if follower is None:
-            return
-        # An idle in-sync follower fetching at the same offset again (the common case with
-        # thousands of idle partitions) cannot move the ISR, the HW or the low watermark.
-        unchanged = follower.log_end_offset == fetch_offset and (
-            log_start_offset < 0 or follower.log_start_offset == log_start_offset
-        )
-        leader_log_end_offset = self.log_end_offset
-        if fetch_offset >= leader_log_end_offset:
-            follower.last_caught_up_time = max(follower.last_caught_up_time, now)
-        elif fetch_offset >= follower.last_fetch_leader_log_end_offset:
-            follower.last_caught_up_time = max(
-                follower.last_caught_up_time, follower.last_fetch_time
-            )
-        follower.log_end_offset = fetch_offset
-        follower.last_fetch_leader_log_end_offset = leader_log_end_offset
-        follower.last_fetch_time = now
-        if log_start_offset >= 0:
-            follower.log_start_offset = log_start_offset
-        if unchanged and not self.isr_state.is_pending and follower_id in self.isr:
-            return
-        self._maybe_expand_isr(follower_id, follower)
-        self._maybe_increment_high_watermark()
-        self._maybe_complete_low_watermark_waiters()
-
-    def _maybe_expand_isr(self, follower_id: int, follower: FollowerState) -> None:
-        if self.isr_state.is_pending or self.fenced or follower_id in self.isr:
-            return
-        if follower_id not in self.assignment:
-            return
-        if (
-            follower.log_end_offset >= self.high_watermark
-            and follower.log_end_offset >= self.leader_epoch_start_offset
-        ):
-            self._submit_isr_change(PendingExpandIsr(self.isr, follower_id))
-
-    def out_of_sync_replicas(self, now: float) -> frozenset[int]:
-        return frozenset(
-            replica
-            for replica in self.isr
-            if replica != self.local_broker_id
-            and replica in self.followers
-            and now - self.followers[replica].last_caught_up_time > self.replica_lag_time_max
-        )
-
-    def maybe_shrink_isr(self, now: float) -> None:
-        """Drop followers that have not caught up for replica.lag.time.max.ms (called periodically)."""
-        if not self.is_leader or self.isr_state.is_pending or self.fenced:
-            return
-        out_of_sync = self.out_of_sync_replicas(now)
-        if out_of_sync:
-            log.info(
-                "%s: shrinking ISR from %s to %s (out of sync: %s)",
-                self,
-                sorted(self.isr),
-                sorted(self.isr - out_of_sync),
-                sorted(out_of_sync),
-            )
-            self._submit_isr_change(PendingShrinkIsr(self.isr, out_of_sync))
-
-    def _submit_isr_change(self, pending: PendingExpandIsr | PendingShrinkIsr) -> None:
-        if isinstance(pending, PendingExpandIsr):
-            new_isr = pending.isr | {pending.new_in_sync_replica}
-        else:
-            new_isr = pending.isr - pending.out_of_sync_replicas
-        self.isr_state = pending
-        update = IsrUpdate(
-            topic=self.topic,
-            partition=self.partition,
-            leader=self.local_broker_id,
-            leader_epoch=self.leader_epoch,
-            isr=tuple(r for r in self.assignment if r in new_isr),
-            controller_epoch=self.controller_epoch,
-            zk_version=self.partition_epoch,
-        )
-        self._isr_task = asyncio.get_running_loop().create_task(self._write_isr(update, pending))
-
-    async def _write_isr(
-        self, update: IsrUpdate, pending: PendingExpandIsr | PendingShrinkIsr
-    ) -> None:
-        try:
-            new_version = await self._isr_writer(update)
-        except SessionExpiredError:
-            # Our session expired: the controller has seen this broker die and moved (or is
-            # moving) leadership. Like a rejected write, this makes us a zombie until told our role.
-            if self.isr_state is pending:
-                self.isr_state = CommittedIsr(pending.isr)
-            self.fence("the ZooKeeper session expired")
-            return
-        except Exception as e:  # ZooKeeper unavailable: keep the old ISR, retry on the next trigger
-            log.warning("%s: ISR write failed (%s); keeping %s", self, e, sorted(pending.isr))
-            if self.isr_state is pending:
-                self.isr_state = CommittedIsr(pending.isr)
-            return
-        if self.isr_state is not pending or self.leader_epoch != update.leader_epoch:
-            return  # a LeaderAndIsr superseded this change while it was in flight
-        if new_version is None:
-            log.warning(
-                "%s: ISR write with znode version %d was rejected: the controller has changed the "
-                "partition state; not accepting writes until it tells us our role",
-                self,
-                update.zk_version,
-            )
-            self.isr_state = CommittedIsr(pending.isr)
-            self.fence("the partition state znode changed")
-            return
-        self.isr_state = CommittedIsr(frozenset(update.isr))
-        self.partition_epoch = new_version
-        if self._stats is not None:
-            if isinstance(pending, PendingExpandIsr):
-                self._stats.isr_expands += 1
-            else:
-                self._stats.isr_shrinks += 1
-        log.info("%s: ISR is now %s (znode version %d)", self, list(update.isr), new_version)
-        self._on_isr_change(self.topic, self.partition)
-        self._maybe_increment_high_watermark()
-
-    def _maybe_increment_high_watermark(self) -> None:
-        if not self.is_leader:
-            return
-        new_high_watermark = self.log_end_offset
-        for replica in self.isr_state.maximal_isr:
-            if replica == self.local_broker_id:
-                continue
-            follower = self.followers.get(replica)
-            if follower is None or follower.log_end_offset < 0:
-                return  # an ISR member we have not heard from yet holds the HW where it is
-            new_high_watermark = min(new_high_watermark, follower.log_end_offset)
-        if new_high_watermark > self.high_watermark:
-            self.high_watermark = new_high_watermark
-            self._on_high_watermark_increased()
-
-    def _on_high_watermark_increased(self) -> None:
-        high_watermark = self.high_watermark
-        self.log.on_high_watermark_updated(high_watermark)
-        if self._hw_waiters:
-            remaining = []
-            for required_offset, future in self._hw_waiters:
-                if required_offset <= high_watermark:
-                    self._complete_hw_waiter(future)
-                elif not future.done():
-                    remaining.append((required_offset, future))
-            self._hw_waiters = remaining
-        self._wake_data_waiters()
 
     # follower
 

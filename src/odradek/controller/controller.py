@@ -23,25 +23,11 @@ Callbacks, who invokes them, and their steps:
 `_on_controller_resignation` — on losing `/controller` or the session: stop the senders and the
 rebalance timer, forget the context. Nothing is written: the new controller rebuilds from ZooKeeper.
 
-`_on_broker_startup(new)` — BrokerChange with new ids: UpdateMetadata to all live brokers; the new
-brokers' replicas go OnlineReplica (they truncate and follow); New/Offline partitions get leaders.
-
-`_on_broker_failure(dead)` — BrokerChange with ids gone (or re-registered with a new epoch): the
-partitions they led go Offline and are re-elected at once (live ISR first; unclean only where the topic
-allows it); their replicas go OfflineReplica (leaving the ISR); UpdateMetadata alone if nothing moved.
-
-`on_replicas_become_offline(replicas)` — replicas on dead brokers, or in a failed log directory of
-a live broker (KIP-112, `log_dir_events`: learnt from KAFKA_STORAGE_ERROR in LeaderAndIsr answers):
-partitions they led go Offline and are re-elected (elections skip replicas on failed directories),
-the replicas go OfflineReplica, and UpdateMetadata lists them in `offline_replicas`.
-
-`_on_new_partition_creation` — TopicChange / PartitionModifications: partitions New, replicas New,
-partitions Online (state znodes created with leader = first live replica, ISR = live AR), replicas
-Online.
-
-`_process_controlled_shutdown` — a broker's ControlledShutdown request: move leadership of every
-partition it leads to another ISR member and take it out of the ISR of the ones it follows; answer with
-what it still leads (the broker retries until that is empty).
+The handlers of broker events (broker start-up, failure and bounce, replicas going offline,
+controlled shutdown, broker responses) are in `broker_events`; those of topic events (new topics
+and partitions, reassignment requests, ISR change notifications) in `topic_events`. Both are
+mixins of this class; `term_components` declares what they see of it (the current term's
+components). Each lists its callbacks and their steps.
 
 Partition reassignment (`/admin/reassign_partitions`, AlterPartitionReassignments,
 ListPartitionReassignments, and resuming moves at failover and broker start-up) lives in
@@ -59,13 +45,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from odradek.controller import events as ev
+from odradek.controller.broker_events import BrokerEventHandlers
 from odradek.controller.channel_manager import (
     ControllerBrokerRequestBatch,
     ControllerChannelManager,
@@ -73,7 +57,6 @@ from odradek.controller.channel_manager import (
 from odradek.controller.context import (
     ControllerContext,
     LeaderAndIsr,
-    PartitionReplica,
     TopicPartition,
 )
 from odradek.controller.controller_zk import ControllerZk
@@ -90,17 +73,12 @@ from odradek.controller.reassignment import PartitionReassignmentManager
 from odradek.controller.replica_state_machine import ReplicaStateMachine
 from odradek.controller.states import PartitionState, ReplicaState, StateChangeLogger
 from odradek.controller.topic_deletion import TopicDeletionManager
+from odradek.controller.topic_events import TopicEventHandlers
 from odradek.errors import (
-    BrokerNotAvailableError,
     KafkaError,
     NotControllerError,
-    StaleBrokerEpochError,
-    require,
 )
 from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
-from odradek.protocol.codec import ApiKey
-from odradek.protocol.topic_ids import uuid_to_topic_id
-from odradek.security.controller_requests import validate_controlled_shutdown
 from odradek.zk.client import SessionState, WatchEvent, WatchEventKind, ZkClient
 from odradek.zk.errors import (
     BadVersionError,
@@ -120,7 +98,7 @@ from odradek.zk.znodes import (
 log = logging.getLogger(__name__)
 
 
-class KafkaController:
+class KafkaController(BrokerEventHandlers, TopicEventHandlers):
     """The controller component of one broker."""
 
     def __init__(
@@ -270,34 +248,6 @@ class KafkaController:
         """The `/controller` watch: the same callable in every term, so ZooKeeper holds it once
         however often it is re-armed (a new closure per call would multiply the events)."""
         self.put(ev.Reelect() if event.kind is WatchEventKind.DELETED else ev.ControllerChange())
-
-    # the current term's components: set at failover, None while this broker is not the controller
-
-    @property
-    def _rsm(self) -> ReplicaStateMachine:
-        return require(self.replica_state_machine, "the replica state machine (active controller)")
-
-    @property
-    def _psm(self) -> PartitionStateMachine:
-        return require(
-            self.partition_state_machine, "the partition state machine (active controller)"
-        )
-
-    @property
-    def _batch(self) -> ControllerBrokerRequestBatch:
-        return require(self.batch, "the controller's request batch (active controller)")
-
-    @property
-    def _channel(self) -> ControllerChannelManager:
-        return require(self.channel, "the controller's channel manager (active controller)")
-
-    @property
-    def _topic_deletion(self) -> TopicDeletionManager:
-        return require(self.topic_deletion, "the topic deletion manager (active controller)")
-
-    @property
-    def _reassignment(self) -> PartitionReassignmentManager:
-        return require(self.reassignment, "the reassignment manager (active controller)")
 
     # what the managers see of the controller (their client Protocols: DeletionClient,
     # ReassignmentClient, ElectionClient); event task only
@@ -612,325 +562,6 @@ class KafkaController:
             len(context.leadership),
             context.offline_partition_count(),
         )
-
-    def _partition_modification_watch(self, topic: str) -> Callable[[WatchEvent], None]:
-        return self.watch(
-            lambda e: (
-                ev.PartitionModifications(topic) if e.kind is not WatchEventKind.DELETED else None
-            )
-        )
-
-    async def _load_assignments(self, assignments: dict[str, Any]) -> list[str]:
-        """Put topic assignments into the context; give topics without an id one (as Kafka 2.8+)."""
-        context = self.context
-        for topic, assignment in assignments.items():
-            context.assignments[topic] = {
-                p: tuple(a.replicas) for p, a in assignment.partitions.items()
-            }
-            for p, a in assignment.partitions.items():
-                if a.adding_replicas or a.removing_replicas:
-                    context.reassignments[(topic, p)] = a
-            if assignment.topic_id:
-                context.topic_ids[topic] = assignment.topic_id
-                continue
-            topic_id = uuid_to_topic_id(uuid.uuid4())
-            try:
-                await self.zk.set_topic_assignment(
-                    context.epoch_zk_version,
-                    topic,
-                    dict(assignment.partitions),
-                    topic_id,
-                    assignment.zk_version,
-                )
-                context.topic_ids[topic] = topic_id
-            except BadVersionError:
-                reread = await self.zk.get_topic_assignments([topic])
-                if topic in reread and reread[topic].topic_id:
-                    context.topic_ids[topic] = reread[topic].topic_id  # type: ignore[assignment]
-        return list(assignments)
-
-    def _send_batch(self) -> None:
-        if self.batch is not None:
-            self._batch.send_requests_to_brokers(self.context.epoch)
-
-    # brokers
-
-    async def _process_broker_change(self) -> None:
-        context = self.context
-        current = await self.zk.get_all_brokers(self.watch(lambda e: ev.BrokerChange()))
-        previous = context.live_brokers
-        new_ids = set(current) - set(previous)
-        dead_ids = set(previous) - set(current)
-        bounced_ids = {
-            b
-            for b in set(current) & set(previous)
-            if current[b].broker_epoch > previous[b].broker_epoch
-        }
-        if not (new_ids or dead_ids or bounced_ids):
-            # Same brokers; an endpoint or rack may have changed.
-            changed = {b for b in current if current[b] != previous.get(b)}
-            context.live_brokers = current
-            if changed:
-                for b in changed:
-                    self._channel.add_broker(current[b])
-                self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
-                self._send_batch()
-            return
-        log.info(
-            "brokers changed: new %s, dead %s, bounced %s",
-            sorted(new_ids),
-            sorted(dead_ids),
-            sorted(bounced_ids),
-        )
-        for broker_id in dead_ids | bounced_ids:
-            self._channel.remove_broker(broker_id)
-        context.live_brokers = {b: info for b, info in current.items() if b not in bounced_ids}
-        if bounced_ids:
-            await self._on_broker_failure(bounced_ids)
-        context.live_brokers = current
-        for broker_id in new_ids | bounced_ids:
-            self._channel.add_broker(current[broker_id])
-        if new_ids:
-            await self._on_broker_startup(new_ids)
-        if bounced_ids:
-            await self._on_broker_startup(bounced_ids)
-        if dead_ids:
-            await self._on_broker_failure(dead_ids)
-
-    async def _on_broker_startup(self, new_ids: set[int]) -> None:
-        context = self.context
-        context.shutting_down_broker_ids -= new_ids
-        self.log_dir_events.on_brokers_restarted(new_ids)
-        # 1. everyone learns about the new brokers; the new brokers learn everything
-        self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
-        self._send_batch()
-        # 2. their replicas go online (LeaderAndIsr: they truncate and follow)
-        replicas = [
-            r
-            for r in context.replicas_on_brokers(new_ids)
-            if not context.is_topic_queued_for_deletion(r.topic)
-        ]
-        await self._rsm.handle_state_changes(replicas, ReplicaState.OnlineReplica)
-        # 3. offline partitions with a replica on them may now get a leader
-        await self._psm.trigger_online_partition_state_change()
-        self._send_batch()
-        # 4. topic deletions waiting for these brokers can go on
-        await self._topic_deletion.on_brokers_started(new_ids)
-        self._send_batch()
-        # 5. reassignments waiting for these brokers
-        if self.reassignment is not None:
-            await self._reassignment.on_brokers_started(new_ids)
-            self._send_batch()
-
-    async def _on_broker_failure(self, dead_ids: set[int]) -> None:
-        context = self.context
-        context.shutting_down_broker_ids -= dead_ids
-        self.log_dir_events.on_brokers_restarted(dead_ids)
-        replicas = context.replicas_on_brokers(dead_ids)
-        await self.on_replicas_become_offline(replicas)
-        await self._topic_deletion.on_replicas_offline(replicas)
-        self._send_batch()
-
-    async def on_replicas_become_offline(self, replicas: list[PartitionReplica]) -> None:
-        """Replicas on dead brokers or failed log directories (KIP-112) go offline."""
-        context = self.context
-        offline = set(replicas)
-        brokers = {r.replica for r in replicas}  # cheap first test: failovers touch 100,000s
-        with_offline_leader = [
-            tp
-            for tp, state in context.leadership.items()
-            if state.leader in brokers
-            and PartitionReplica(tp[0], tp[1], state.leader) in offline
-            and not context.is_topic_queued_for_deletion(tp[0])
-        ]
-        # 1. partitions whose leader died: Offline, then elect at once
-        await self._psm.handle_state_changes(with_offline_leader, PartitionState.OfflinePartition)
-        await self._psm.trigger_online_partition_state_change()
-        # 2. the dead replicas: Offline (out of the ISR)
-        not_deleting = [r for r in replicas if not context.is_topic_queued_for_deletion(r.topic)]
-        await self._rsm.handle_state_changes(not_deleting, ReplicaState.OfflineReplica)
-        # 3. if no partition changed, the live brokers still need the new broker list
-        if not with_offline_leader and not not_deleting:
-            self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, [])
-
-    # topics
-
-    async def _process_topic_change(self) -> None:
-        context = self.context
-        topics = await self.zk.get_all_topics(self.watch(lambda e: ev.TopicChange()))
-        new_topics = topics - context.all_topics
-        deleted_topics = context.all_topics - topics
-        for topic in deleted_topics:
-            context.remove_topic(topic)
-        if not new_topics:
-            return
-        assignments = await self.zk.get_topic_assignments(
-            new_topics, self._partition_modification_watch
-        )
-        await self._load_assignments(assignments)
-        log.info("new topics: %s", sorted(assignments))
-        partitions = [tp for topic in assignments for tp in context.partitions_for_topic(topic)]
-        await self._on_new_partition_creation(partitions)
-
-    async def _process_partition_modifications(self, topic: str) -> None:
-        context = self.context
-        if topic not in context.assignments:
-            return
-        assignments = await self.zk.get_topic_assignments(
-            [topic], self._partition_modification_watch
-        )
-        assignment = assignments.get(topic)
-        if assignment is None:
-            return
-        existing = context.assignments[topic]
-        added = {
-            p: tuple(a.replicas) for p, a in assignment.partitions.items() if p not in existing
-        }
-        if self.reassignment is not None:  # a move of this topic may be ready to finish
-            await self._reassignment.maybe_complete(context.partitions_for_topic(topic))
-            self._send_batch()
-        if not added:
-            return
-        if context.is_topic_queued_for_deletion(topic):
-            log.info("ignoring new partitions of %s: it is being deleted", topic)
-            return
-        for partition, replicas in added.items():
-            context.update_partition_replica_assignment((topic, partition), replicas)
-        log.info("new partitions of %s: %s", topic, sorted(added))
-        await self._on_new_partition_creation([(topic, p) for p in sorted(added)])
-
-    async def _on_new_partition_creation(self, partitions: list[TopicPartition]) -> None:
-        context = self.context
-        replicas = context.replicas_for_partition(partitions)
-        await self._psm.handle_state_changes(partitions, PartitionState.NewPartition)
-        await self._rsm.handle_state_changes(replicas, ReplicaState.NewReplica)
-        await self._psm.handle_state_changes(
-            partitions, PartitionState.OnlinePartition, ElectionStrategy.OFFLINE
-        )
-        await self._rsm.handle_state_changes(replicas, ReplicaState.OnlineReplica)
-        self._send_batch()
-
-    # partition reassignment requests (answered by the active controller only)
-
-    async def _process_reassignment_request(
-        self, event: ev.ApiPartitionReassignment | ev.ListPartitionReassignments
-    ) -> None:
-        if event.result.done():
-            return
-        if not self.is_active or self.reassignment is None:
-            event.result.set_exception(
-                NotControllerError(f"broker {self.broker_id} is not the controller")
-            )
-            return
-        if isinstance(event, ev.ListPartitionReassignments):
-            event.result.set_result(self._reassignment.list_reassignments(event.partitions))
-            return
-        results = await self._reassignment.process_api_reassignment(event.reassignments)
-        self._send_batch()
-        if not event.result.done():
-            event.result.set_result(results)
-
-    # ISR changes made by leaders
-
-    async def _process_isr_change_notification(self) -> None:
-        context = self.context
-        children = await self.zk.get_isr_change_notifications(
-            self.watch(lambda e: ev.IsrChangeNotification())
-        )
-        if not children:
-            return
-        partitions = await self.zk.read_isr_change_notifications(children)
-        known = [tp for tp in partitions if tp in context.leadership]
-        if known:
-            context.leadership.update(await self.zk.get_partition_states(known))
-            self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, known)
-            self._send_batch()
-            if self.reassignment is not None:
-                await self._reassignment.maybe_complete(known)
-                self._send_batch()
-        await self.zk.delete_isr_change_notifications(children, context.epoch_zk_version)
-
-    # controlled shutdown
-
-    async def _process_controlled_shutdown(self, event: ev.ControlledShutdown) -> None:
-        if event.result.done():
-            return
-        if not self.is_active:
-            event.result.set_exception(
-                NotControllerError(f"broker {self.broker_id} is not the controller")
-            )
-            return
-        context = self.context
-        # Only that incarnation of the broker knows its epoch exactly (issue 14: the old check
-        # accepted -1 and any epoch not below the current one).
-        verdict = validate_controlled_shutdown(
-            event.broker_id,
-            event.broker_epoch,
-            {b: info.broker_epoch for b, info in context.live_brokers.items()},
-        )
-        if not verdict.accepted:
-            log.warning("refused ControlledShutdown: %s", verdict.reason)
-            error_class = (
-                StaleBrokerEpochError
-                if verdict.error == ErrorCode.stale_broker_epoch
-                else BrokerNotAvailableError
-            )
-            event.result.set_exception(error_class(verdict.reason))
-            return
-        context.shutting_down_broker_ids.add(event.broker_id)
-        log.info("controlled shutdown of broker %d", event.broker_id)
-        partitions = [
-            tp
-            for tp in context.partitions_on_broker(event.broker_id)
-            if len(context.partition_replica_assignment(tp)) > 1
-            and not context.is_topic_queued_for_deletion(tp[0])
-            and tp in context.leadership
-        ]
-        led = [tp for tp in partitions if context.leadership[tp].leader == event.broker_id]
-        followed = [tp for tp in partitions if context.leadership[tp].leader != event.broker_id]
-        await self._psm.handle_state_changes(
-            led, PartitionState.OnlinePartition, ElectionStrategy.CONTROLLED_SHUTDOWN
-        )
-        await self._rsm.handle_state_changes(
-            [PartitionReplica(t, p, event.broker_id) for t, p in followed],
-            ReplicaState.OfflineReplica,
-        )
-        self._send_batch()
-        remaining = [
-            tp
-            for tp in context.partitions_led_by(event.broker_id)
-            if len(context.partition_replica_assignment(tp)) > 1
-        ]
-        if not event.result.done():
-            event.result.set_result(remaining)
-
-    # responses
-
-    async def send_leader_and_isr_for_brokers(self, broker_ids: set[int]) -> None:
-        """LeaderAndIsr for every replica of `broker_ids` (a log directory event)."""
-        replicas = [
-            r
-            for r in self.context.replicas_on_brokers(broker_ids)
-            if not self.context.is_topic_queued_for_deletion(r.topic)
-        ]
-        await self._rsm.handle_state_changes(replicas, ReplicaState.OnlineReplica)
-        self._send_batch()
-
-    async def _process_broker_response(self, event: ev.BrokerResponseReceived) -> None:
-        response = event.response
-        error_code = getattr(response, "error_code", 0)
-        if error_code:
-            log.warning(
-                "broker %d answered %s with error %s",
-                event.broker_id,
-                ApiKey(event.api_key).name,
-                error_code,
-            )
-        if event.api_key == ApiKey.STOP_REPLICA and self.topic_deletion is not None:
-            self._topic_deletion.on_stop_replica_response_event(event.broker_id, response)
-        if event.api_key == ApiKey.LEADER_AND_ISR:
-            await self.log_dir_events.on_leader_and_isr_response(event.broker_id, response)
-            self._send_batch()
 
     # introspection (tests, status)
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from odradek.controller.context import LeaderAndIsr, TopicPartition
-from odradek.zk.client import CreateOp, DeleteOp, SetDataOp, WatchCallback, ZkClient
+from odradek.zk.client import WatchCallback, ZkClient
 from odradek.zk.errors import (
     BadVersionError,
     InvalidZNodeDataError,
@@ -28,6 +28,7 @@ from odradek.zk.errors import (
     NoNodeError,
     ZkError,
 )
+from odradek.zk.ops import CreateOp, DeleteOp, SetDataOp
 from odradek.zk.znodes import (
     BrokerIdsZNode,
     BrokerIdZNode,

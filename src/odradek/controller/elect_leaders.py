@@ -66,8 +66,9 @@ from odradek.controller.election_algorithms import (
 )
 from odradek.controller.partition_state_machine import ElectionStrategy, StateChangeFailedError
 from odradek.errors import KafkaError, NotControllerError
-from odradek.zk.client import DeleteOp, WatchEvent, ZkClient
+from odradek.zk.client import WatchEvent, ZkClient
 from odradek.zk.errors import ControllerMovedError, InvalidZNodeDataError, NoNodeError
+from odradek.zk.ops import DeleteOp
 from odradek.zk.znodes import PreferredReplicaElectionZNode
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,9 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from odradek.controller.context import TopicPartition
-from odradek.zk.client import DeleteOp, SetDataOp, WatchCallback, ZkClient
+from odradek.zk.client import WatchCallback, ZkClient
 from odradek.zk.errors import BadVersionError, InvalidZNodeDataError, NoNodeError
+from odradek.zk.ops import DeleteOp, SetDataOp
 from odradek.zk.znodes import (
     ReassignPartitionsZNode,
     ReplicaAssignment,

@@ -21,6 +21,10 @@ segment returns what that segment has and the client asks again from the next of
 Truncation always happens at batch boundaries: `truncate_to(offset)` removes the batch holding
 `offset` and everything after, so the LEO afterwards is <= `offset`.
 
+Where it lives: this module has opening, appends, transactions, ListOffsets and the lifecycle;
+the segment list's operations (rolling, reads, truncation, the cleaner's segment swap) are in
+`local_log` (Kafka's LocalLog), retention in `log_retention`; `Log` inherits both.
+
 Concurrency: not thread-safe. A `Log` is used only from the broker's event loop thread (the
 partition that owns it calls it; the log manager opens, flushes and closes it). All I/O is
 synchronous page-cache I/O; fsync happens only in `flush`, `roll` and `close`.
@@ -31,23 +35,22 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from odradek.errors import (
     InvalidRecordError,
     KafkaStorageError,
-    OffsetOutOfRangeError,
     RecordBatchTooLargeError,
 )
 from odradek.log.append_info import LogAppendInfo, append_info
-from odradek.log.checkpoints import fsync_dir
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import LeaderEpochCache
+from odradek.log.local_log import _wall_clock_ms
 from odradek.log.log_dir_failure import LogDirFailureChannel, storage_errors
+from odradek.log.log_retention import LogRetention
 from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
 from odradek.log.partition_metadata import read_partition_topic_id, write_partition_topic_id
 from odradek.log.producer_state import (
@@ -59,11 +62,9 @@ from odradek.log.producer_state import (
 from odradek.log.producer_state_loading import markers_in, rebuild_producer_state
 from odradek.log.recovery import load_segments
 from odradek.log.segment import LogSegment
-from odradek.log.segment_swap import delete_cleaned_files, swap_in
 from odradek.log.timestamp_search import offset_for_timestamp, offset_of_largest_timestamp
 from odradek.log.transaction_index import AbortedTxn, TransactionIndexes
 from odradek.log.validator import ValidatedRecords, validate_produce_records
-from odradek.protocol.fetch_response import FileHandle, FileRecords
 from odradek.protocol.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
@@ -81,14 +82,8 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 """ListOffsets' KIP-734 sentinel: the record with the largest timestamp."""
 
-_INT32_MAX = 2**31 - 1
 
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class Log:
+class Log(LogRetention):
     """A partition's segmented log (semantics in the module docstring).
 
     Not thread-safe: called only from the broker's event loop thread, by the partition that owns
@@ -460,140 +455,7 @@ class Log:
         self._size += info.size
         self._log_end_offset = info.last_offset + 1
 
-    def _maybe_roll(self, info: LogAppendInfo, now_ms: int) -> None:
-        """Roll before an append that the active segment should not take (module docstring)."""
-        active = self._segments[-1]
-        offsets_fit = info.last_offset - active.base_offset <= _INT32_MAX
-        if active.size == 0:
-            if not offsets_fit:
-                # An empty segment based far below a replicated batch (a big gap): move it.
-                self._replace_empty_active_segment(info.first_offset, now_ms)
-            return
-        config = self._config
-        rolling_timestamp = active.rolling_timestamp()
-        if rolling_timestamp >= 0:
-            time_waited = info.max_timestamp - rolling_timestamp
-        else:
-            time_waited = now_ms - active.created_ms
-        if (
-            active.size + info.size > config.segment_bytes
-            or time_waited > config.max_segment_ms
-            or active.offset_index.is_full
-            or active.time_index.is_full
-            or not offsets_fit
-        ):
-            self._roll(info.first_offset, now_ms)
-
-    def _roll(self, new_base_offset: int, now_ms: int) -> LogSegment:
-        old = self._segments[-1]
-        old.on_become_inactive()
-        segment = LogSegment.create(
-            self._dir,
-            new_base_offset,
-            max_index_bytes=self._config.segment_index_bytes,
-            index_interval_bytes=self._config.index_interval_bytes,
-            now_ms=now_ms,
-        )
-        self._segments.append(segment)
-        self._base_offsets.append(new_base_offset)
-        fsync_dir(self._dir)
-        # The producer state of everything before the new segment, named by its base offset:
-        # recovery replays at most from here.
-        self._producer_state.update_map_end_offset(new_base_offset)
-        self._producer_state.take_snapshot()
-        # Everything before the new segment is now fsynced (on_become_inactive flushed the
-        # old segment; older ones were flushed when they were rolled or by flush()).
-        self.flush(new_base_offset)
-        return segment
-
-    def _replace_empty_active_segment(self, base_offset: int, now_ms: int) -> None:
-        self._segments.pop().delete()
-        self._base_offsets.pop()
-        self._segments.append(
-            LogSegment.create(
-                self._dir,
-                base_offset,
-                max_index_bytes=self._config.segment_index_bytes,
-                index_interval_bytes=self._config.index_interval_bytes,
-                now_ms=now_ms,
-            )
-        )
-        self._base_offsets.append(base_offset)
-
-    @storage_errors
-    def roll(self, now_ms: int | None = None) -> LogSegment:
-        """Start a new segment at the LEO (a no-op when the active segment is empty)."""
-        self._check_open()
-        if self._segments[-1].size == 0:
-            return self._segments[-1]
-        return self._roll(self._log_end_offset, _wall_clock_ms() if now_ms is None else now_ms)
-
-    # -- reads ---------------------------------------------------------------------------------
-
-    @storage_errors
-    def read(
-        self,
-        start_offset: int,
-        max_bytes: int,
-        max_offset: int | None = None,
-        min_one_batch: bool = True,
-    ) -> bytes:
-        """Whole batches from the one holding `start_offset`, from a single segment.
-
-        Stops before any batch whose base offset is >= `max_offset` (the high watermark for
-        consumers; None means the LEO) and within `max_bytes`, except that with `min_one_batch`
-        the first batch comes whole even when larger (KIP-74). Returns b"" at the LEO or at or
-        beyond `max_offset`; raises OffsetOutOfRangeError below the log start offset or beyond
-        the LEO.
-        """
-        self._check_open()
-        end = self._log_end_offset
-        if start_offset < self._log_start_offset or start_offset > end:
-            raise OffsetOutOfRangeError(
-                f"{self}: offset {start_offset} is outside [{self._log_start_offset}, {end}]"
-            )
-        limit = end if max_offset is None else min(max_offset, end)
-        if start_offset >= limit:
-            return b""
-        index = max(bisect_right(self._base_offsets, start_offset) - 1, 0)
-        segments = self._segments
-        while index < len(segments):
-            data = segments[index].read(start_offset, max_bytes, limit, min_one_batch)
-            if data is not None:
-                return data
-            index += 1
-        return b""
-
-    @storage_errors
-    def read_file_records(
-        self,
-        start_offset: int,
-        max_bytes: int,
-        max_offset: int | None = None,
-        min_one_batch: bool = True,
-    ) -> FileRecords | bytes:
-        """`read`, as a range of a segment file rather than its bytes (zero-copy fetch): the
-        same batches, found from the indexes and batch headers only. b"" when there is
-        nothing to read."""
-        self._check_open()
-        end = self._log_end_offset
-        if start_offset < self._log_start_offset or start_offset > end:
-            raise OffsetOutOfRangeError(
-                f"{self}: offset {start_offset} is outside [{self._log_start_offset}, {end}]"
-            )
-        limit = end if max_offset is None else min(max_offset, end)
-        if start_offset >= limit:
-            return b""
-        index = max(bisect_right(self._base_offsets, start_offset) - 1, 0)
-        segments = self._segments
-        while index < len(segments):
-            segment = segments[index]
-            found = segment.read_range(start_offset, max_bytes, limit, min_one_batch)
-            if found is not None:
-                position, size = found
-                return FileRecords(FileHandle(segment.fd), position, size) if size else b""
-            index += 1
-        return b""
+    # -- ListOffsets ---------------------------------------------------------------------------
 
     @storage_errors
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -620,9 +482,6 @@ class Log:
             segments, timestamp, self._log_start_offset, self._log_end_offset, limit
         )
 
-    def _segments_from(self, offset: int) -> list[LogSegment]:
-        return self._segments[max(bisect_right(self._base_offsets, offset) - 1, 0) :]
-
     @storage_errors
     def record_topic_id(self, topic_id: str) -> None:
         """Write `partition.metadata` with `topic_id` unless it already holds it (KIP-516)."""
@@ -635,212 +494,6 @@ class Log:
         """Record that `leader_epoch` starts at `start_offset` (a new leader's first act)."""
         self._check_open()
         self._leader_epoch_cache.assign(leader_epoch, start_offset)
-
-    # -- truncation ----------------------------------------------------------------------------
-
-    @storage_errors
-    def truncate_to(self, offset: int, now_ms: int | None = None) -> bool:
-        """Remove every batch holding offsets >= `offset` (a follower's truncation).
-
-        Works at batch boundaries: a batch that straddles `offset` is removed whole. Later
-        segments are deleted, the leader epoch cache forgets epochs that started at or after
-        the new LEO, and the log start and recovery point move down if needed. Returns whether
-        anything was removed.
-        """
-        self._check_open()
-        if offset < 0:
-            raise OffsetOutOfRangeError(f"{self}: cannot truncate to negative offset {offset}")
-        if offset >= self._log_end_offset:
-            return False
-        if self.on_truncate is not None:
-            self.on_truncate(self, offset)
-        now_ms = _wall_clock_ms() if now_ms is None else now_ms
-        if offset < self._segments[0].base_offset:
-            self.truncate_fully_and_start_at(offset, now_ms)
-            return True
-        while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
-            segment = self._segments.pop()
-            self._base_offsets.pop()
-            self._size -= segment.size
-            segment.delete()
-        active = self._segments[-1]
-        self._size -= active.truncate_to(offset, now_ms)
-        active.index_interval_bytes = self._config.index_interval_bytes
-        self._log_end_offset = active.next_offset
-        self._recovery_point = min(self._recovery_point, self._log_end_offset)
-        self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
-        self._leader_epoch_cache.truncate_from_end(self._log_end_offset)
-        self._txn_index.truncate_to(self._log_end_offset)
-        rebuild_producer_state(
-            self._producer_state,
-            self._segments,
-            self._log_start_offset,
-            self._log_end_offset,
-            now_ms,
-            on_completed=self._index_aborted,
-        )
-        return True
-
-    @storage_errors
-    def truncate_fully_and_start_at(self, offset: int, now_ms: int | None = None) -> None:
-        """Delete everything and restart the log empty at `offset` (a follower whose fetch
-        offset fell below the leader's log start)."""
-        self._check_open()
-        if self.on_truncate is not None:
-            self.on_truncate(self, offset)
-        for segment in self._segments:
-            segment.delete()
-        segment = LogSegment.create(
-            self._dir,
-            offset,
-            max_index_bytes=self._config.segment_index_bytes,
-            index_interval_bytes=self._config.index_interval_bytes,
-            now_ms=_wall_clock_ms() if now_ms is None else now_ms,
-        )
-        fsync_dir(self._dir)
-        self._segments = [segment]
-        self._base_offsets = [offset]
-        self._size = 0
-        self._log_start_offset = self._log_end_offset = self._recovery_point = offset
-        self._leader_epoch_cache.clear_and_flush()
-        self._producer_state.truncate_fully_and_start_at(offset)
-        self._txn_index.delete_all()
-
-    # -- compaction ----------------------------------------------------------------------------
-
-    @storage_errors
-    def replace_segments(
-        self, old: Sequence[LogSegment], sizes: Sequence[int], cleaned_size: int, now_ms: int
-    ) -> bool:
-        """Swap the segment the log cleaner wrote (`<base>.*.cleaned`, base = old[0]'s) in for
-        the consecutive sealed segments `old` (see segment_swap for the crash-safe steps).
-
-        Refused (False, the cleaned files deleted) when the log is closed or the old segments are
-        no longer exactly what the cleaner read: the same objects, consecutive, not the active
-        segment, with the `sizes` it read (retention, a truncation or a deletion got there
-        first). On success the old segments' files carry the `.deleted` suffix: the caller
-        removes them after file.delete.delay.ms.
-        """
-        base_offset = old[0].base_offset
-        if not self._can_replace(old, sizes):
-            delete_cleaned_files(self._dir, base_offset)
-            return False
-        first = self._segments.index(old[0])
-        for segment in old:
-            segment.release()
-        swap_in(self._dir, base_offset, list(old))
-        self._txn_index.replaced([segment.base_offset for segment in old], base_offset)
-        cleaned = LogSegment(
-            self._dir,
-            base_offset,
-            max_index_bytes=self._config.segment_index_bytes,
-            index_interval_bytes=self._config.index_interval_bytes,
-            size=cleaned_size,
-            created_ms=now_ms,
-        )
-        self._segments[first : first + len(old)] = [cleaned]
-        self._base_offsets[first : first + len(old)] = [base_offset]
-        self._size += cleaned_size - sum(sizes)
-        return True
-
-    def _can_replace(self, old: Sequence[LogSegment], sizes: Sequence[int]) -> bool:
-        if self._closed or not old or len(old) != len(sizes):
-            return False
-        try:
-            first = self._segments.index(old[0])
-        except ValueError:
-            return False
-        if first + len(old) >= len(self._segments):  # would include the active segment
-            return False
-        current = self._segments[first : first + len(old)]
-        return all(a is b for a, b in zip(current, old, strict=True)) and all(
-            segment.size == size for segment, size in zip(old, sizes, strict=True)
-        )
-
-    # -- retention -----------------------------------------------------------------------------
-
-    @storage_errors
-    def delete_retention_segments(self, now_ms: int, high_watermark: int | None = None) -> int:
-        """Delete whole old segments by retention.ms, retention.bytes and the log start offset.
-
-        A segment goes when its largest timestamp is more than retention.ms old, when the log
-        is larger than retention.bytes even without it (oldest first), or when it lies wholly
-        below the log start offset. Retention by time and size applies only when cleanup.policy
-        holds "delete" (a compacted topic keeps its segments for the cleaner). The active
-        segment is never deleted, and with `high_watermark` neither is any segment holding
-        offsets at or above it (data not yet replicated everywhere). Moves the log start offset
-        up to the first remaining segment. Returns the number of segments deleted.
-        """
-        self._check_open()
-        config = self._config
-        deleted = 0
-        if config.delete and config.retention_ms >= 0:
-            deleted += self._delete_oldest_while(
-                high_watermark,
-                lambda segment, _next: now_ms - segment.largest_timestamp() > config.retention_ms,
-            )
-        if config.delete and config.retention_bytes >= 0:
-            excess = self._size - config.retention_bytes
-
-            def over_size(segment: LogSegment, _next: LogSegment) -> bool:
-                nonlocal excess
-                if excess - segment.size < 0:
-                    return False
-                excess -= segment.size
-                return True
-
-            deleted += self._delete_oldest_while(high_watermark, over_size)
-        start = self._log_start_offset
-        deleted += self._delete_oldest_while(
-            high_watermark, lambda _segment, following: following.base_offset <= start
-        )
-        return deleted
-
-    def _delete_oldest_while(
-        self,
-        high_watermark: int | None,
-        predicate: Callable[[LogSegment, LogSegment], bool],
-    ) -> int:
-        count = 0
-        while len(self._segments) > 1:
-            segment, following = self._segments[0], self._segments[1]
-            if high_watermark is not None and following.base_offset > high_watermark:
-                break
-            if not predicate(segment, following):
-                break
-            self._segments.pop(0)
-            self._base_offsets.pop(0)
-            self._size -= segment.size
-            segment.delete()
-            count += 1
-        if count:
-            new_start = self._segments[0].base_offset
-            if new_start > self._log_start_offset:
-                self._log_start_offset = new_start
-                self._leader_epoch_cache.truncate_from_start(new_start)
-                self._producer_state.on_log_start_offset_incremented(new_start)
-            self._producer_state.delete_snapshots_before(new_start)
-            self._txn_index.retain(self._base_offsets)
-            self._recovery_point = max(self._recovery_point, new_start)
-            logger.info("%s: deleted %d old segments, log start offset %d", self, count, new_start)
-        return count
-
-    @storage_errors
-    def maybe_increment_log_start_offset(self, offset: int) -> bool:
-        """Move the log start offset up to `offset` (DeleteRecords); segments wholly below it go
-        at the next retention pass. Returns whether it moved."""
-        self._check_open()
-        if offset > self._log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"{self}: cannot move the log start offset to {offset}, beyond the log end "
-                f"offset {self._log_end_offset}"
-            )
-        if offset <= self._log_start_offset:
-            return False
-        self._log_start_offset = offset
-        self._leader_epoch_cache.truncate_from_start(offset)
-        self._producer_state.on_log_start_offset_incremented(offset)
-        return True
 
     # -- durability and lifecycle --------------------------------------------------------------
 

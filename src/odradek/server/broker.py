@@ -24,6 +24,9 @@ the log cleaner (a cleaning in progress is aborted: its `.cleaned` files go), cl
 cleanly (flush, checkpoints, clean-shutdown marker), then close the ZooKeeper session — which
 removes our registration last.
 
+The broker's own ZooKeeper state (cluster id, registration, stray logs, ISR change
+notifications, session expiry) is in `broker_zk`, a base of `Broker`.
+
 Concurrency: one asyncio event loop runs every component; kazoo's threads only hand results and
 watch events to it.
 """
@@ -36,12 +39,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from odradek.cluster.fetcher import ReplicaFetcherManager
 from odradek.cluster.isr_writes import BatchedIsrWriter
-from odradek.cluster.replica_manager import ReplicaManager, read_partition_topic_id
+from odradek.cluster.replica_manager import ReplicaManager
 from odradek.controller.controller import KafkaController
 from odradek.controller.elect_leaders import AutoRebalanceConfig
 from odradek.coordinator.group.coordinator import GroupCoordinator
@@ -60,7 +62,7 @@ from odradek.network.client import BrokerConnection, ClientSecurity
 from odradek.network.server import SocketServer
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey
-from odradek.protocol.topic_ids import topic_id_to_uuid, uuid_to_topic_id
+from odradek.protocol.topic_ids import topic_id_to_uuid
 from odradek.security.acl_store import AclStore
 from odradek.security.controller_requests import ControllerEpochValidator
 from odradek.security.credential_store import CredentialStore
@@ -70,6 +72,7 @@ from odradek.server.admin.topics import log_config_for
 from odradek.server.apis import KafkaApis, answer_api_versions
 from odradek.server.authorization import RequestAuthorizer
 from odradek.server.broker_security import BrokerSecurity, zookeeper_identity
+from odradek.server.broker_zk import BrokerZk
 from odradek.server.config import KafkaConfig
 from odradek.server.fetch_session import FetchManager, FetchSessionCache
 from odradek.server.listeners import (
@@ -85,25 +88,16 @@ from odradek.server.metrics.request_metrics import RequestMetrics
 from odradek.server.metrics.snapshot import collect as collect_metrics
 from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
 from odradek.server.transaction_topic import TransactionTopicCreator, build_transaction_coordinator
-from odradek.zk.client import CreateOp, SessionState, ZkClient
-from odradek.zk.errors import NodeExistsError, NoNodeError, ZkError
+from odradek.zk.client import ZkClient
+from odradek.zk.errors import ZkError
 from odradek.zk.znodes import (
     PERSISTENT_PATHS,
-    BrokerIdZNode,
-    ClusterIdZNode,
-    EndPoint,
-    IsrChangeNotificationSequenceZNode,
-)
-from odradek.zk.znodes import (
-    TopicPartition as ZkTopicPartition,
 )
 
 log = logging.getLogger(__name__)
 
-ISR_CHANGE_NOTIFICATION_BYTES = 400_000
 
-
-class Broker:
+class Broker(BrokerZk):
     def __init__(self, config: KafkaConfig) -> None:
         self.config = config
         self.broker_id = config.broker_id
@@ -326,104 +320,6 @@ class Broker:
             len(self._log_manager.all_logs()),
         )
 
-    async def _get_or_create_cluster_id(self) -> str:
-        try:
-            data, stat = await self._zk.get(ClusterIdZNode.path())
-            return ClusterIdZNode.decode(data, stat.version).id
-        except NoNodeError:
-            pass
-        candidate = uuid_to_topic_id(uuid.uuid4())
-        try:
-            await self._zk.create(
-                ClusterIdZNode.path(), ClusterIdZNode.encode(candidate), makepath=True
-            )
-            return candidate
-        except NodeExistsError:
-            data, stat = await self._zk.get(ClusterIdZNode.path())
-            return ClusterIdZNode.decode(data, stat.version).id
-
-    async def _delete_stray_partitions(self) -> None:
-        """Delete local logs that ZooKeeper no longer assigns to this broker.
-
-        The seed's case: a topic deleted and re-created while this broker was down. Its old logs
-        must not be served as the new topic's; the recorded topic id (`partition.metadata`) tells an
-        old incarnation from the new one even when the assignment looks the same.
-        """
-        local = self._log_manager.all_logs()
-        if not local:
-            return
-        from odradek.controller.controller_zk import ControllerZk
-
-        assignments = await ControllerZk(self._zk).get_topic_assignments(
-            {log_.topic for log_ in local}
-        )
-        for log_ in local:
-            assignment = assignments.get(log_.topic)
-            replicas = assignment.partitions.get(log_.partition) if assignment is not None else None
-            reason = None
-            if assignment is None:
-                reason = "its topic no longer exists"
-            elif replicas is None or self.broker_id not in replicas.replicas:
-                reason = "it is no longer assigned to this broker"
-            else:
-                recorded = read_partition_topic_id(Path(log_.dir))
-                if recorded and assignment.topic_id and recorded != assignment.topic_id:
-                    reason = f"it belongs to an earlier topic {log_.topic} (id {recorded})"
-            if reason is not None:
-                log.info("deleting stray log %s-%d: %s", log_.topic, log_.partition, reason)
-                self._log_manager.delete_log(log_.topic, log_.partition)
-
-    async def _register_broker(self) -> None:
-        """Create `/brokers/ids/<id>`; our broker epoch is its czxid."""
-        bound = {s.listener: s.port for s in self.socket_servers}
-        endpoints = [
-            EndPoint(
-                e.listener,
-                e.host,
-                bound.get(e.listener, e.port) if e.port == 0 else e.port,
-                e.security_protocol,
-            )
-            for e in self.config.advertised_listeners
-        ]
-        data = BrokerIdZNode.encode(endpoints, rack=self.config["broker.rack"])
-        path = BrokerIdZNode.path(self.broker_id)
-        deadline = time.monotonic() + self.config["zookeeper.session.timeout.ms"] / 1000 + 5
-        while True:
-            try:
-                await self._zk.create(path, data, ephemeral=True)
-                break
-            except NodeExistsError:
-                # Ours from a session that is still expiring, or another broker with our id.
-                try:
-                    _existing, stat = await self._zk.get(path)
-                except NoNodeError:
-                    continue  # the old registration expired just now: create again
-                if stat.ephemeralOwner == self._zk.session_id:
-                    break
-                if time.monotonic() > deadline:
-                    raise OperatorError(
-                        f"broker.id {self.broker_id} is already registered in ZooKeeper by another broker"
-                    ) from None
-                await asyncio.sleep(0.5)
-        _, stat = await self._zk.get(path)
-        self.broker_epoch = stat.czxid
-        self.registered.set()
-        log.info("registered %s with broker epoch %d", path, self.broker_epoch)
-
-    def _on_session_state(self, state: SessionState) -> None:
-        if state is SessionState.CONNECTED and self._session_expired:
-            self._session_expired = False
-            self._tasks.append(asyncio.get_running_loop().create_task(self.security.resync()))
-        if state is SessionState.EXPIRED:
-            self._session_expired = True
-            # The controller has seen us die: every partition we lead is being (or has been)
-            # given to another replica. Stop taking writes now rather than at our next ISR write.
-            log.warning("ZooKeeper session expired; fencing our leaderships and re-registering")
-            if self.replica_manager is not None:
-                for partition in self.replica_manager.partitions.values():
-                    if partition.is_leader:
-                        partition.fence("the ZooKeeper session expired")
-
     # hooks used by handlers and components
 
     def _broker_address(self, broker_id: int) -> tuple[str, int] | None:
@@ -547,27 +443,6 @@ class Broker:
         if found is None or found.log is None:
             return None
         return found.log.last_stable_offset(int(found.high_watermark))
-
-    async def _publish_isr_changes(self, partitions: list[tuple[str, int]]) -> None:
-        """One `/isr_change_notification` znode per chunk of changes: a znode (and the request
-        creating it) must stay under ZooKeeper's 1 MB jute.maxbuffer, and a leader shrinking tens of
-        thousands of ISRs at once would exceed it in one piece."""
-        chunk: list[ZkTopicPartition] = []
-        size = 0
-        for topic, partition in partitions:
-            chunk.append(ZkTopicPartition(topic, partition))
-            size += len(topic) + 40  # the JSON of one entry, with room to spare
-            if size >= ISR_CHANGE_NOTIFICATION_BYTES:
-                await self._create_isr_change_notification(chunk)
-                chunk, size = [], 0
-        if chunk:
-            await self._create_isr_change_notification(chunk)
-
-    async def _create_isr_change_notification(self, partitions: list[ZkTopicPartition]) -> None:
-        data = IsrChangeNotificationSequenceZNode.encode(partitions)
-        await self._zk.multi(
-            [CreateOp(IsrChangeNotificationSequenceZNode.path(), data, sequence=True)]
-        )
 
     # periodic tasks
 

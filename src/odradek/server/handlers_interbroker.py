@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 
 from odradek.cluster.partition import PartitionStateInfo
-from odradek.cluster.replica_manager import LeaderAndIsrPartition
+from odradek.cluster.replica_roles import LeaderAndIsrPartition
 from odradek.errors import KafkaError
 from odradek.protocol.build import build_response
 from odradek.protocol.topic_ids import uuid_to_topic_id

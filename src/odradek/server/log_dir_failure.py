@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from odradek.cluster.log_dir_failure import handle_log_dir_failure
-from odradek.zk.client import CreateOp
+from odradek.zk.ops import CreateOp
 from odradek.zk.znodes import LogDirEventNotificationSequenceZNode
 
 if TYPE_CHECKING:

@@ -21,10 +21,13 @@ Threads and callbacks:
 Errors: kazoo's exceptions are translated by `odradek.zk.errors`; a call raises `NoNodeError`,
 `BadVersionError`, `SessionExpiredError`, ... never a kazoo type. A request in flight when the
 connection drops fails with ConnectionLoss inside kazoo; `retry_on_connection_loss` (the one retry
-helper) resends it, because the session usually survives. A resent write may already have been
+helper, `retry`) resends it, because the session usually survives. A resent write may already have been
 applied: callers of conditional writes must treat a BadVersionError after a retry the way Kafka
 does (re-read and compare). Requests issued while disconnected wait in kazoo's queue until the
 connection returns or the session is found expired.
+
+Transactions (`multi`, `checked_multi`, `chunked_multi`) are in `multi`, a base of `ZkClient`;
+their typed ops in `ops`.
 """
 
 from __future__ import annotations
@@ -34,11 +37,11 @@ import enum
 import logging
 import posixpath
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar
 
-from kazoo.client import KazooClient, TransactionRequest
+from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState, WatchedEvent, ZnodeStat
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL
@@ -47,34 +50,23 @@ from odradek.errors import OperatorError
 from odradek.zk import bulk_read
 from odradek.zk.acls import ZkCredentials
 from odradek.zk.errors import (
-    BadVersionError,
     ConnectionLossError,
-    ControllerMovedError,
     NoNodeError,
     NotEmptyError,
     SessionExpiredError,
     ZkError,
-    ZkRequestTooLargeError,
-    is_kazoo_error,
-    is_multi_placeholder,
     translate_kazoo_error,
 )
-from odradek.zk.znodes import ControllerEpochZNode
+from odradek.zk.multi import ZkMulti
+from odradek.zk.ops import DeleteOp, acl_bytes
+from odradek.zk.retry import retry_on_connection_loss
 
 __all__ = [
-    "CheckOp",
-    "CreateOp",
-    "DeleteOp",
-    "OpResult",
     "SessionState",
-    "SetDataOp",
     "WatchEvent",
     "WatchEventKind",
     "ZkClient",
-    "ZkOp",
     "ZnodeStat",
-    "op_size",
-    "retry_on_connection_loss",
 ]
 
 log = logging.getLogger(__name__)
@@ -85,8 +77,6 @@ T = TypeVar("T")
 # wire protocol, ~20-60 µs per read instead of kazoo's ~250-300 µs), over this many sessions.
 BULK_READ_MIN = 500
 BULK_READ_SESSIONS = 4
-
-DEFAULT_MAX_MULTI_BYTES = 900_000  # ZooKeeper refuses requests over jute.maxbuffer (1 MiB)
 
 
 # kazoo's states as Kafka's SessionState gauge names them (ZooKeeper's client States).
@@ -121,145 +111,6 @@ class WatchEvent:
 
 WatchCallback = Callable[[WatchEvent], None]
 StateListener = Callable[[SessionState], None]
-
-
-# Transaction operations. Results, by op: CreateOp -> the created path (with the sequence suffix
-# if sequential), SetDataOp -> the new ZnodeStat, DeleteOp and CheckOp -> None.
-@dataclass(frozen=True, slots=True)
-class CreateOp:
-    path: str
-    data: bytes = b""
-    ephemeral: bool = False
-    sequence: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SetDataOp:
-    path: str
-    data: bytes
-    version: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteOp:
-    path: str
-    version: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class CheckOp:
-    path: str
-    version: int
-
-
-ZkOp: TypeAlias = CreateOp | SetDataOp | DeleteOp | CheckOp
-OpResult: TypeAlias = "str | ZnodeStat | None"
-
-# Encoded sizes, to keep each transaction under ZooKeeper's 1 MiB request limit. A multi() op is
-# a 9-byte header (type, done flag, error) then the op; strings and buffers carry a 4-byte length;
-# the one ACL kazoo sends by default (world:anyone, all permissions) takes 27 bytes with its count;
-# a transaction adds a 12-byte frame/request header and a 9-byte end marker.
-_OP_HEADER = 9
-_OPEN_ACL_BYTES = 4 + (4 + 4 + len("world") + 4 + len("anyone"))
-_TRANSACTION_OVERHEAD = 12 + 9
-
-
-def acl_bytes(acls: Sequence[ACL] | None) -> int:
-    """Encoded size of a create's ACL list (None: kazoo's default open ACL)."""
-    if acls is None:
-        return _OPEN_ACL_BYTES
-    return 4 + sum(4 + 4 + len(a.id.scheme.encode()) + 4 + len(a.id.id.encode()) for a in acls)
-
-
-def op_size(op: ZkOp, chroot: str = "", create_acl_bytes: int = _OPEN_ACL_BYTES) -> int:
-    """Bytes `op` adds to a multi() request (exact for the ACL size given)."""
-    path_bytes = 4 + len(chroot.encode()) + len(op.path.encode())
-    match op:
-        case CreateOp():
-            return _OP_HEADER + path_bytes + 4 + len(op.data) + create_acl_bytes + 4
-        case SetDataOp():
-            return _OP_HEADER + path_bytes + 4 + len(op.data) + 4
-        case DeleteOp() | CheckOp():
-            return _OP_HEADER + path_bytes + 4
-
-
-def _add_to_transaction(
-    transaction: TransactionRequest, op: ZkOp, acl_for: Callable[[str], list[ACL] | None]
-) -> None:
-    match op:
-        case CreateOp():
-            transaction.create(
-                op.path,
-                op.data,
-                acl=acl_for(op.path),
-                ephemeral=op.ephemeral,
-                sequence=op.sequence,
-            )
-        case SetDataOp():
-            transaction.set_data(op.path, op.data, op.version)
-        case DeleteOp():
-            transaction.delete(op.path, op.version)
-        case CheckOp():
-            transaction.check(op.path, op.version)
-
-
-@dataclass(frozen=True, slots=True)
-class _FailedOp:
-    """The op that made a transaction abort: its index in the transaction and its error."""
-
-    index: int
-    error: ZkError
-
-
-def _interpret_transaction(ops: Sequence[ZkOp], raw: list[Any]) -> list[OpResult] | _FailedOp:
-    """Turn kazoo's transaction result list into per-op results, or the op that failed.
-
-    A failed multi() does not raise in kazoo: the result list holds an exception object for every
-    op. Only one is the cause; the rest are placeholders (see `is_multi_placeholder`).
-    """
-    if len(raw) != len(ops):
-        raise ZkError(f"multi() returned {len(raw)} results for {len(ops)} ops")
-    for index, result in enumerate(raw):
-        if is_kazoo_error(result) and not is_multi_placeholder(result):
-            error = translate_kazoo_error(result, ops[index].path)
-            if not isinstance(error, ZkError):
-                raise error
-            return _FailedOp(index, error)
-    if any(is_kazoo_error(r) for r in raw):
-        raise ZkError("multi() aborted without naming the failed op")
-    # kazoo gives True for delete and check; only creates (a path) and sets (a stat) have results.
-    return [r if isinstance(r, str | ZnodeStat) else None for r in raw]
-
-
-async def retry_on_connection_loss(
-    attempt: Callable[[], Awaitable[T]],
-    *,
-    deadline_s: float,
-    first: Awaitable[T] | None = None,
-) -> T:
-    """Await `attempt()` and call it again while it fails with ConnectionLossError.
-
-    The one place that retries ZooKeeper requests. Connection loss fails only the requests that
-    were in flight; the session normally survives, and a resent request waits in kazoo's queue
-    until the client has reconnected. Gives up (re-raising) after `deadline_s` seconds; never
-    retries SessionExpiredError or a server's refusal. `first`, if given, is an attempt already
-    sent (so that callers can put many requests in flight before awaiting any).
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + deadline_s
-    delay = 0.02
-    pending = first if first is not None else attempt()
-    while True:
-        try:
-            return await pending
-        except ConnectionLossError:
-            if loop.time() + delay >= deadline:
-                raise
-            log.debug("ZooKeeper connection lost during a request; retrying in %.2fs", delay)
-        # Backoff only bounds a pathological loop; normally the retry just waits in kazoo's queue.
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 1.0)
-        pending = attempt()
 
 
 class _LoopWatcher:
@@ -304,7 +155,7 @@ def _settle(future: asyncio.Future[Any], result: Any, path: str | None) -> None:
         future.set_exception(translate_kazoo_error(result.exception, path))
 
 
-class ZkClient:
+class ZkClient(ZkMulti):
     """One ZooKeeper session, used from one asyncio loop.
 
     Concurrency: every public method must be called on the thread of the loop that ran
@@ -643,138 +494,3 @@ class ZkClient:
     async def _ensure_path(self, path: str) -> None:
         acl = self._acl_for(path)
         await self._call(lambda: self._bridge(self._kazoo.ensure_path_async(path, acl), path))
-
-    # -- transactions ------------------------------------------------------------------------
-
-    def _submit_transaction(self, ops: Sequence[ZkOp]) -> asyncio.Future[Any]:
-        transaction = self._kazoo.transaction()
-        for op in ops:
-            _add_to_transaction(transaction, op, self._acl_for)
-        return self._bridge(transaction.commit_async(), None)
-
-    async def _commit(
-        self, ops: Sequence[ZkOp], first: asyncio.Future[Any] | None = None
-    ) -> list[OpResult] | _FailedOp:
-        raw = await retry_on_connection_loss(
-            lambda: self._submit_transaction(ops),
-            deadline_s=self.connection_loss_retry_s,
-            first=first,
-        )
-        return _interpret_transaction(ops, raw)
-
-    async def multi(self, ops: Sequence[ZkOp]) -> list[OpResult]:
-        """Apply `ops` atomically; raise the error of the op that failed (all or nothing)."""
-        if not ops:
-            return []
-        outcome = await self._commit(ops)
-        if isinstance(outcome, _FailedOp):
-            raise outcome.error
-        return outcome
-
-    @staticmethod
-    def _epoch_check(epoch_zk_version: int | None) -> list[ZkOp]:
-        if epoch_zk_version is None:
-            return []
-        return [CheckOp(ControllerEpochZNode.path(), epoch_zk_version)]
-
-    @staticmethod
-    def _controller_moved(
-        epoch_zk_version: int | None, failure: _FailedOp
-    ) -> ControllerMovedError | None:
-        """ControllerMovedError if `failure` is the epoch check (op 0) of a checked transaction."""
-        if (
-            epoch_zk_version is not None
-            and failure.index == 0
-            and isinstance(failure.error, BadVersionError | NoNodeError)
-        ):
-            return ControllerMovedError(
-                f"/controller_epoch is no longer at znode version {epoch_zk_version}"
-            )
-        return None
-
-    async def checked_multi(self, epoch_zk_version: int, ops: Sequence[ZkOp]) -> list[OpResult]:
-        """A controller write: `ops` in one transaction that first checks `/controller_epoch` is
-        still at `epoch_zk_version`. ControllerMovedError if it is not (another controller was
-        elected since); otherwise like `multi`. Returns the results of `ops` only."""
-        outcome = await self._commit([*self._epoch_check(epoch_zk_version), *ops])
-        if isinstance(outcome, _FailedOp):
-            raise self._controller_moved(epoch_zk_version, outcome) or outcome.error
-        return outcome[1:]
-
-    async def chunked_multi(
-        self,
-        epoch_zk_version: int | None,
-        ops: Sequence[ZkOp],
-        max_bytes: int = DEFAULT_MAX_MULTI_BYTES,
-    ) -> list[OpResult | ZkError]:
-        """Apply many independent ops in transactions of at most `max_bytes`, all pipelined.
-
-        Each transaction checks `/controller_epoch` first unless `epoch_zk_version` is None. The
-        result list is aligned with `ops`: each op's result, or its own error. When one op fails,
-        ZooKeeper aborts its whole transaction; the other ops are resent without it, so one
-        partition's stale version does not fail its neighbours (the ops must not depend on each
-        other). An op too large to send alone gets ZkRequestTooLargeError. Raises
-        ControllerMovedError if the epoch check fails, and connection/session errors as they are.
-
-        Steps: 1. split ops into chunks by encoded size; 2. submit every chunk's transaction before
-        awaiting any (they are all in flight at once); 3. settle each chunk, resending survivors.
-        """
-        results: list[OpResult | ZkError] = [None] * len(ops)
-        check = self._epoch_check(epoch_zk_version)
-        budget = max_bytes - _TRANSACTION_OVERHEAD - sum(op_size(c, self._chroot) for c in check)
-        chunks: list[list[int]] = []
-        current: list[int] = []
-        used = 0
-        for index, op in enumerate(ops):
-            size = op_size(op, self._chroot, self._create_acl_bytes)
-            if size > budget:
-                results[index] = ZkRequestTooLargeError(
-                    f"{size}-byte op exceeds the {max_bytes}-byte transaction budget", path=op.path
-                )
-                continue
-            if current and used + size > budget:
-                chunks.append(current)
-                current, used = [], 0
-            current.append(index)
-            used += size
-        if current:
-            chunks.append(current)
-
-        in_flight = [self._submit_transaction([*check, *(ops[i] for i in c)]) for c in chunks]
-        outcomes = await asyncio.gather(
-            *(
-                self._settle_chunk(epoch_zk_version, check, ops, chunk, first, results)
-                for chunk, first in zip(chunks, in_flight, strict=True)
-            ),
-            return_exceptions=True,
-        )
-        errors = [o for o in outcomes if isinstance(o, BaseException)]
-        if errors:
-            raise next((e for e in errors if isinstance(e, ControllerMovedError)), errors[0])
-        return results
-
-    async def _settle_chunk(
-        self,
-        epoch_zk_version: int | None,
-        check: list[ZkOp],
-        ops: Sequence[ZkOp],
-        chunk: list[int],
-        first: asyncio.Future[Any],
-        results: list[OpResult | ZkError],
-    ) -> None:
-        pending = chunk
-        attempt: asyncio.Future[Any] | None = first
-        while pending:
-            transaction = [*check, *(ops[i] for i in pending)]
-            outcome = await self._commit(transaction, first=attempt)
-            if not isinstance(outcome, _FailedOp):
-                for index, result in zip(pending, outcome[len(check) :], strict=True):
-                    results[index] = result
-                return
-            moved = self._controller_moved(epoch_zk_version, outcome)
-            if moved is not None:
-                raise moved
-            failed = outcome.index - len(check)
-            results[pending[failed]] = outcome.error
-            pending = pending[:failed] + pending[failed + 1 :]
-            attempt = None

@@ -1,0 +1,186 @@
+"""The broker's own state in ZooKeeper: the cluster id, its registration (`/brokers/ids/<id>`,
+whose czxid is the broker epoch), the logs ZooKeeper no longer assigns to it (deleted at
+start-up), its leaders' ISR change notifications for the controller, and what a session expiry
+means for it (fence every leadership, re-sync the security caches).
+
+`BrokerZk` is a base of `Broker` (broker.py, which says when each step runs); it works on the
+fields `Broker.__init__` sets, declared below.
+
+Concurrency: the broker's event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from odradek.cluster.replica_manager import ReplicaManager
+from odradek.errors import OperatorError
+from odradek.log.log_manager import LogManager
+from odradek.log.partition_metadata import read_partition_topic_id
+from odradek.network.server import SocketServer
+from odradek.protocol.topic_ids import uuid_to_topic_id
+from odradek.server.broker_security import BrokerSecurity
+from odradek.server.config import KafkaConfig
+from odradek.zk.client import SessionState, ZkClient
+from odradek.zk.errors import NodeExistsError, NoNodeError
+from odradek.zk.ops import CreateOp
+from odradek.zk.znodes import (
+    BrokerIdZNode,
+    ClusterIdZNode,
+    EndPoint,
+    IsrChangeNotificationSequenceZNode,
+)
+from odradek.zk.znodes import (
+    TopicPartition as ZkTopicPartition,
+)
+
+log = logging.getLogger(__name__)
+
+ISR_CHANGE_NOTIFICATION_BYTES = 400_000
+
+
+class BrokerZk:
+    """The broker's registration and notifications in ZooKeeper (see the module docstring)."""
+
+    # set by Broker.__init__
+    config: KafkaConfig
+    broker_id: int
+    broker_epoch: int
+    registered: asyncio.Event
+    security: BrokerSecurity
+    socket_servers: list[SocketServer]
+    replica_manager: ReplicaManager
+    _tasks: list[asyncio.Task[Any]]
+    _session_expired: bool
+
+    if TYPE_CHECKING:  # defined by Broker
+
+        @property
+        def _zk(self) -> ZkClient: ...
+
+        @property
+        def _log_manager(self) -> LogManager: ...
+
+    async def _get_or_create_cluster_id(self) -> str:
+        try:
+            data, stat = await self._zk.get(ClusterIdZNode.path())
+            return ClusterIdZNode.decode(data, stat.version).id
+        except NoNodeError:
+            pass
+        candidate = uuid_to_topic_id(uuid.uuid4())
+        try:
+            await self._zk.create(
+                ClusterIdZNode.path(), ClusterIdZNode.encode(candidate), makepath=True
+            )
+            return candidate
+        except NodeExistsError:
+            data, stat = await self._zk.get(ClusterIdZNode.path())
+            return ClusterIdZNode.decode(data, stat.version).id
+
+    async def _delete_stray_partitions(self) -> None:
+        """Delete local logs that ZooKeeper no longer assigns to this broker.
+
+        The seed's case: a topic deleted and re-created while this broker was down. Its old logs
+        must not be served as the new topic's; the recorded topic id (`partition.metadata`) tells an
+        old incarnation from the new one even when the assignment looks the same.
+        """
+        local = self._log_manager.all_logs()
+        if not local:
+            return
+        from odradek.controller.controller_zk import ControllerZk
+
+        assignments = await ControllerZk(self._zk).get_topic_assignments(
+            {log_.topic for log_ in local}
+        )
+        for log_ in local:
+            assignment = assignments.get(log_.topic)
+            replicas = assignment.partitions.get(log_.partition) if assignment is not None else None
+            reason = None
+            if assignment is None:
+                reason = "its topic no longer exists"
+            elif replicas is None or self.broker_id not in replicas.replicas:
+                reason = "it is no longer assigned to this broker"
+            else:
+                recorded = read_partition_topic_id(Path(log_.dir))
+                if recorded and assignment.topic_id and recorded != assignment.topic_id:
+                    reason = f"it belongs to an earlier topic {log_.topic} (id {recorded})"
+            if reason is not None:
+                log.info("deleting stray log %s-%d: %s", log_.topic, log_.partition, reason)
+                self._log_manager.delete_log(log_.topic, log_.partition)
+
+    async def _register_broker(self) -> None:
+        """Create `/brokers/ids/<id>`; our broker epoch is its czxid."""
+        bound = {s.listener: s.port for s in self.socket_servers}
+        endpoints = [
+            EndPoint(
+                e.listener,
+                e.host,
+                bound.get(e.listener, e.port) if e.port == 0 else e.port,
+                e.security_protocol,
+            )
+            for e in self.config.advertised_listeners
+        ]
+        data = BrokerIdZNode.encode(endpoints, rack=self.config["broker.rack"])
+        path = BrokerIdZNode.path(self.broker_id)
+        deadline = time.monotonic() + self.config["zookeeper.session.timeout.ms"] / 1000 + 5
+        while True:
+            try:
+                await self._zk.create(path, data, ephemeral=True)
+                break
+            except NodeExistsError:
+                # Ours from a session that is still expiring, or another broker with our id.
+                try:
+                    _existing, stat = await self._zk.get(path)
+                except NoNodeError:
+                    continue  # the old registration expired just now: create again
+                if stat.ephemeralOwner == self._zk.session_id:
+                    break
+                if time.monotonic() > deadline:
+                    raise OperatorError(
+                        f"broker.id {self.broker_id} is already registered in ZooKeeper by another broker"
+                    ) from None
+                await asyncio.sleep(0.5)
+        _, stat = await self._zk.get(path)
+        self.broker_epoch = stat.czxid
+        self.registered.set()
+        log.info("registered %s with broker epoch %d", path, self.broker_epoch)
+
+    def _on_session_state(self, state: SessionState) -> None:
+        if state is SessionState.CONNECTED and self._session_expired:
+            self._session_expired = False
+            self._tasks.append(asyncio.get_running_loop().create_task(self.security.resync()))
+        if state is SessionState.EXPIRED:
+            self._session_expired = True
+            # The controller has seen us die: every partition we lead is being (or has been)
+            # given to another replica. Stop taking writes now rather than at our next ISR write.
+            log.warning("ZooKeeper session expired; fencing our leaderships and re-registering")
+            if self.replica_manager is not None:
+                for partition in self.replica_manager.partitions.values():
+                    if partition.is_leader:
+                        partition.fence("the ZooKeeper session expired")
+
+    async def _publish_isr_changes(self, partitions: list[tuple[str, int]]) -> None:
+        """One `/isr_change_notification` znode per chunk of changes: a znode (and the request
+        creating it) must stay under ZooKeeper's 1 MB jute.maxbuffer, and a leader shrinking tens of
+        thousands of ISRs at once would exceed it in one piece."""
+        chunk: list[ZkTopicPartition] = []
+        size = 0
+        for topic, partition in partitions:
+            chunk.append(ZkTopicPartition(topic, partition))
+            size += len(topic) + 40  # the JSON of one entry, with room to spare
+            if size >= ISR_CHANGE_NOTIFICATION_BYTES:
+                await self._create_isr_change_notification(chunk)
+                chunk, size = [], 0
+        if chunk:
+            await self._create_isr_change_notification(chunk)
+
+    async def _create_isr_change_notification(self, partitions: list[ZkTopicPartition]) -> None:
+        data = IsrChangeNotificationSequenceZNode.encode(partitions)
+        await self._zk.multi(
+            [CreateOp(IsrChangeNotificationSequenceZNode.path(), data, sequence=True)]
+        )
