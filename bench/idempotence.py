@@ -6,10 +6,13 @@ Prints one JSON object per measurement, then a summary:
     ./dev bench idempotence --only rebuild --producers 10000
     ./dev bench idempotence --only append --appends 20000
 
-* `throughput`: one broker, two topics of 6 partitions; confluent-kafka producers (100-byte
+* `throughput`: one broker, three topics of 6 partitions; confluent-kafka producers (100-byte
   records, linger 5 ms, acks=all) with enable.idempotence=true and false write the same records,
-  alternating on, off, on, off, ... so that both see the same machine load. Reports each round's
-  records/s and the broker's CPU seconds, and the ratio of the medians (the cost of idempotence).
+  and a control without idempotence but with librdkafka's in-flight limit of an idempotent
+  producer (5 requests per connection; `MODES`), taking turns round by round so that all see
+  the same machine load. Reports each round's records/s and the broker's CPU seconds, and the
+  ratios of the medians: on vs off (the cost of idempotence as a client sees it) and on vs the
+  control (what the broker's producer state costs).
 * `append`: in process, no network: `Log.append_as_leader` of `--appends` one-record batches
   (100 bytes) with and without a producer id (5 producers taking turns), alternating rounds;
   reports microseconds per append and the difference -- the leader's own cost per batch.
@@ -28,6 +31,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -74,10 +78,20 @@ def create_topic(
 # -- throughput -----------------------------------------------------------------------------------
 
 
-def produce(bootstrap: str, topic: str, records: int, idempotent: bool) -> float:
+MODES = {"on": (True, None), "off": (False, None), "off-5": (False, 5)}
+"""mode -> (enable.idempotence, max.in.flight.requests.per.connection or librdkafka's default).
+`off-5` is the control: idempotence off but librdkafka's in-flight limit as idempotence imposes it
+(at most 5 requests per connection), so that on vs off-5 is what the broker's producer state
+costs and off-5 vs off what the client's pipelining limit costs."""
+
+
+def produce(
+    bootstrap: str, topic: str, records: int, idempotent: bool, in_flight: int | None = None
+) -> float:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
+            **({"max.in.flight.requests.per.connection": in_flight} if in_flight else {}),
             "acks": "all",
             "enable.idempotence": idempotent,
             "linger.ms": 5,
@@ -109,21 +123,55 @@ def produce(bootstrap: str, topic: str, records: int, idempotent: bool) -> float
     return records / (time.perf_counter() - started)
 
 
+def profile_idempotent_produce(cluster: LocalCluster, records: int, out: Path) -> dict[str, Any]:
+    """py-spy samples the broker (200 Hz, raw collapsed stacks to `out`) while an idempotent
+    producer writes `records`; the share of samples in the producer state's modules."""
+    topic = f"bench-idem-profile-{uuid.uuid4().hex[:6]}"
+    create_topic(cluster.bootstrap_servers, topic, PARTITIONS)
+    produce(cluster.bootstrap_servers, topic, 20_000, True)
+    spy = Path(sys.executable).parent / "py-spy"
+    command = [str(spy), "record", "-p", str(cluster.brokers[0].pid), "-r", "200"]
+    command += ["-f", "raw", "-o", str(out), "--nonblocking"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(3)  # py-spy attaches
+        rate = produce(cluster.bootstrap_servers, topic, records, True)
+    finally:
+        process.send_signal(2)
+        process.wait(60)
+    total = state = append = 0
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        state += int(count) if "producer_state" in stack or "producer_entry" in stack else 0
+        append += int(count) if "append_as_leader" in stack else 0
+    return {
+        "measure": "profile",
+        "records_per_s": round(rate),
+        "samples": total,
+        "producer_state_share": round(state / total, 4) if total else None,
+        "leader_append_share": round(append / total, 4) if total else None,
+        "stacks": str(out),
+    }
+
+
 def bench_throughput(cluster: LocalCluster, records: int, rounds: int) -> dict[str, Any]:
     bootstrap = cluster.bootstrap_servers
     pid = cluster.brokers[0].pid
     assert pid is not None
-    topics = {mode: f"bench-idem-{mode}-{uuid.uuid4().hex[:6]}" for mode in ("on", "off")}
+    topics = {mode: f"bench-idem-{mode}-{uuid.uuid4().hex[:6]}" for mode in MODES}
     for topic in topics.values():
         create_topic(bootstrap, topic, PARTITIONS)
-    produce(bootstrap, topics["on"], 20_000, True)  # warm-up: connections, metadata, producer id
-    produce(bootstrap, topics["off"], 20_000, False)
-    rates: dict[str, list[float]] = {"on": [], "off": []}
-    cpu: dict[str, list[float]] = {"on": [], "off": []}
+    for mode, (idempotent, in_flight) in MODES.items():  # warm-up: connections, metadata, id
+        produce(bootstrap, topics[mode], 20_000, idempotent, in_flight)
+    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
+    order = list(MODES)
     for round_index in range(rounds):
-        for mode in ("on", "off") if round_index % 2 == 0 else ("off", "on"):
+        # Each mode goes first, second and last in turn, so that all see the same load.
+        for mode in order[round_index % 3 :] + order[: round_index % 3]:
             before = cpu_seconds(pid)
-            rate = produce(bootstrap, topics[mode], records, mode == "on")
+            rate = produce(bootstrap, topics[mode], records, *MODES[mode])
             used = cpu_seconds(pid) - before
             rates[mode].append(rate)
             cpu[mode].append(used)
@@ -137,6 +185,7 @@ def bench_throughput(cluster: LocalCluster, records: int, rounds: int) -> dict[s
                 }
             )
     on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
+    off_5 = statistics.median(rates["off-5"])
     cpu_on, cpu_off = statistics.median(cpu["on"]), statistics.median(cpu["off"])
     return {
         "measure": "produce_summary",
@@ -144,7 +193,9 @@ def bench_throughput(cluster: LocalCluster, records: int, rounds: int) -> dict[s
         "rounds": rounds,
         "idempotent_records_per_s": round(on),
         "plain_records_per_s": round(off),
+        "plain_5_in_flight_records_per_s": round(off_5),
         "throughput_cost": round(1 - on / off, 3),
+        "throughput_cost_same_in_flight": round(1 - on / off_5, 3),
         "idempotent_broker_cpu_s": round(cpu_on, 2),
         "plain_broker_cpu_s": round(cpu_off, 2),
         "broker_cpu_cost": round(cpu_on / cpu_off - 1, 3) if cpu_off else None,
@@ -345,6 +396,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--only", choices=["throughput", "append", "rebuild"])
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        metavar="FILE",
+        help="also profile the broker under an idempotent producer with py-spy (stacks to FILE)",
+    )
     parser.add_argument("--appends", type=int, default=20_000)
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -363,6 +420,10 @@ def main() -> None:
         try:
             if args.only in (None, "throughput"):
                 result = bench_throughput(cluster, args.records, args.rounds)
+                emit(result)
+                summary.append(result)
+            if args.py_spy is not None:
+                result = profile_idempotent_produce(cluster, 4 * args.records, args.py_spy)
                 emit(result)
                 summary.append(result)
             if args.only in (None, "rebuild"):

@@ -25,6 +25,25 @@ Values are unique per producer (`f"{producer}-{seq}"`), so a value names one sen
 5. `monotonic_hw_and_epochs`: for each partition and broker, the leader epoch a broker answers
    with never goes back, and within one leader epoch the HW never goes back.
 
+A history with a transactional writer (`transactions`) also holds `txn_send` (a record of a
+transaction, the process naming the transaction), `txn_outcome` (how it ended: committed,
+aborted, fenced, failed or unknown, in `error`), `txn_read` (a record a read_committed consumer
+got during the run), `txn_final` (what a read_committed consumer reads from the healed cluster)
+and `lso` (a leader's ListOffsets under read_committed: the last stable offset, with its leader
+epoch). Its checks, run when the history says it is transactional (else reported as skipped):
+
+6. `committed_transactions_visible_once`: every record of a committed transaction is in the final
+   read_committed read exactly once, in the partition it was sent to; a transaction whose
+   outcome is unknown (its commit was tried and not answered) is all there or not at all; no
+   value is read twice. At least one transaction must have committed.
+7. `aborted_transactions_invisible`: no record of an aborted, fenced or failed transaction is
+   ever read by a read_committed consumer, during the run or at the end; a fenced producer's
+   commit was refused; every value read was sent by the writer. At least one transaction must
+   have been aborted.
+8. `read_committed_reads_stable`: every record a read_committed consumer read during the run is
+   in the final read at the same offset, and no consumer got a value twice.
+9. `lso_monotonic`: per partition and leader epoch, the LSO never goes back.
+
 `History.dump` writes the events as JSON lines (attached to a failed test's directory), and
 `load_history` reads them back so a checker change can be replayed on a recorded run.
 
@@ -41,6 +60,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.faults.checker import CheckResult, _result
+from tests.faults.transaction_checks import check_transactions
 
 
 @dataclass(frozen=True)
@@ -58,6 +78,7 @@ class Event:
 @dataclass
 class History:
     idempotent: bool = False
+    transactional: bool = False
     events: list[Event] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -76,14 +97,16 @@ class History:
 
     def dump(self, path: Path) -> None:
         with open(path, "w") as out:
-            out.write(json.dumps({"idempotent": self.idempotent}) + "\n")
+            header = {"idempotent": self.idempotent, "transactional": self.transactional}
+            out.write(json.dumps(header) + "\n")
             for event in self.snapshot():
                 out.write(json.dumps(asdict(event)) + "\n")
 
 
 def load_history(path: Path) -> History:
     lines = Path(path).read_text().splitlines()
-    history = History(idempotent=json.loads(lines[0])["idempotent"])
+    header = json.loads(lines[0])
+    history = History(header["idempotent"], header.get("transactional", False))
     history.events = [Event(**json.loads(line)) for line in lines[1:]]
     return history
 
@@ -215,6 +238,7 @@ def check_history(history: History) -> list[CheckResult]:
         per_partition_order(events),
         no_read_of_lost_record(events),
         monotonic_hw_and_epochs(events),
+        *check_transactions(events, history.transactional),
     ]
 
 

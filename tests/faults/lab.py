@@ -10,12 +10,16 @@ min.insync.replicas=2, unclean election off):
 
 1. producers (`ProducerWorkload`, acks=all, not idempotent) and one `HistoryReader` per broker
    (ListOffsets for the HW and leader epoch of what it leads, Fetch below the HW) start writing
-   everything into a `History`;
+   everything into a `History`; so do a transactional writer on a second topic
+   (`transactions.TransactionalWriter`: commits, deliberate aborts, now and then a fenced
+   zombie), a read_committed consumer of that topic, and the readers' ListOffsets under
+   read_committed (its last stable offsets);
 2. after a short warm-up `fault(context)` runs: it injects the fault, waits as long as the
    scenario needs, and may assert things about the cluster while the fault lasts;
 3. everything heals (`NetworkLab.heal`, every ZooKeeper member resumed and running); the cluster
    must converge (every partition led by a live broker with its full ISR) within a deadline;
-4. producers stop and drain, the final log of every partition is read from its leader, and
+4. producers stop and drain, the final log of every partition is read from its leader, the
+   transactional topic's LSO must reach its HW and a read_committed consumer reads it, and
    `check_history` judges the history. On failure the history is dumped next to the cluster's
    logs and the seed printed (`ODRADEK_FAULT_SEED` repeats the scenario's random choices).
 """
@@ -39,6 +43,7 @@ from odradek.testing.cluster_files import LocalBroker
 from odradek.testing.netns import NetworkLab
 from tests.faults.checker import CheckResult, replicas_agree_below_high_watermark
 from tests.faults.history import History, check_history, record_final
+from tests.faults.transactions import CommittedReader, TransactionalWriter, read_final_committed
 from tests.faults.workload import PartitionState, ProducerWorkload, read_partition_states
 from tests.integration._replication import (
     CONSUMER_REPLICA_ID,
@@ -110,15 +115,26 @@ class ScenarioContext:
 
 class HistoryReader:
     """Polls one broker for the HW and leader epoch of each partition it leads and reads the
-    records below the HW from where it left off, into the history."""
+    records below the HW from where it left off, into the history; and, given a transactional
+    topic, the last stable offset of each of its partitions the broker leads."""
 
     def __init__(
-        self, broker: LocalBroker, topic: str, history: History, partitions: int = PARTITIONS
+        self,
+        broker: LocalBroker,
+        topic: str,
+        history: History,
+        partitions: int = PARTITIONS,
+        lso_topic: str | None = None,
+        lso_partitions: int = 0,
     ) -> None:
         self.broker = broker
         self.topic = topic
         self.history = history
         self.partitions = partitions
+        # A transactional topic whose last stable offsets (ListOffsets with isolation_level=1)
+        # are recorded as `lso` events, with the leader epoch of the answer.
+        self.lso_topic = lso_topic
+        self.lso_partitions = lso_partitions if lso_topic else 0
         self.positions = dict.fromkeys(range(partitions), 0)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"reader-{broker.id}", daemon=True)
@@ -159,18 +175,30 @@ class HistoryReader:
                         value=(record.value or b"").decode(errors="replace"), offset=record.offset,
                     )  # fmt: skip
                     self.positions[partition] = record.offset + 1
+            for partition in range(self.lso_partitions):
+                try:
+                    answer = self._list_offsets(partition, self.lso_topic, isolation_level=1)
+                except (NetworkError, OdradekError, OSError):
+                    continue
+                if answer.error_code == ErrorCode.none:
+                    self.history.record(
+                        "lso", name, partition, offset=int(answer.offset),
+                        leader_epoch=int(answer.leader_epoch),
+                    )  # fmt: skip
 
-    def _list_offsets(self, partition: int):  # type: ignore[no-untyped-def]
+    def _list_offsets(  # type: ignore[no-untyped-def]
+        self, partition: int, topic: str | None = None, isolation_level: int = 0
+    ):
         response = request(
             self.broker,
             ApiKey.LIST_OFFSETS,
             LIST_OFFSETS_VERSION,
             {
                 "replica_id": CONSUMER_REPLICA_ID,
-                "isolation_level": 0,
+                "isolation_level": isolation_level,
                 "topics": [
                     {
-                        "name": self.topic,
+                        "name": topic or self.topic,
                         "partitions": [
                             {
                                 "partition_index": partition,
@@ -294,24 +322,33 @@ def _scenario(
     producers: int,
 ) -> list[CheckResult]:
     assignment = [[(p + i) % 3 + 1 for i in range(3)] for p in range(PARTITIONS)]
-    create_topic(
-        lab.cluster,
-        topic,
-        assignment,
-        {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
-    )
-    history = History(idempotent=False)
+    txn_topic = f"{topic}-txn"
+    for each_topic in (topic, txn_topic):
+        create_topic(
+            lab.cluster,
+            each_topic,
+            assignment,
+            {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
+        )
+    history = History(idempotent=False, transactional=True)
     context = ScenarioContext(lab, topic, random.Random(seed), history)
     workload = ProducerWorkload(
         lab.cluster.bootstrap_servers, topic, PARTITIONS, producers, interval_s=0.02,
         history=history, message_timeout_ms=60_000,
     ).start()  # fmt: skip
-    readers = [HistoryReader(b, topic, history).start() for b in lab.cluster.brokers]
+    bootstrap = lab.cluster.bootstrap_servers
+    writer = TransactionalWriter(bootstrap, txn_topic, PARTITIONS, history, seed).start()
+    txn_reader = CommittedReader(bootstrap, txn_topic, PARTITIONS, history).start()
+    readers = [
+        HistoryReader(b, topic, history, lso_topic=txn_topic, lso_partitions=PARTITIONS).start()
+        for b in lab.cluster.brokers
+    ]
     started = time.monotonic()
     try:
         time.sleep(WARM_UP_S)
         fault(context)
     except BaseException:
+        writer.abandon()
         history.dump(lab.directory / f"history-{name}-{seed}.jsonl")
         raise
     finally:
@@ -321,6 +358,8 @@ def _scenario(
         time.sleep(1.0)  # a little writing on the healed cluster
     finally:
         stats = workload.stop(timeout=120)
+        writer.stop()
+        txn_reader.stop()
         for reader in readers:
             reader.stop()
     states = wait_converged(lab, topic, CONVERGE_TIMEOUT_S)
@@ -332,8 +371,11 @@ def _scenario(
             partition,
             ((r.offset, (r.value or b"").decode(errors="replace")) for r in answer.records),
         )
-    results = [*check_history(history), agreement]
+    lso_check = read_final_committed(bootstrap, txn_topic, PARTITIONS, history)
+    results = [*check_history(history), agreement, lso_check]
     errors = [s.error for s in stats if s.error]
+    errors += [f"transactional {e}" for e in (writer.error, txn_reader.error) if e]
+    outcomes = writer.outcomes()
     failures: dict[str, int] = {}
     for s in stats:
         for kind, n in s.failures.items():
@@ -342,6 +384,8 @@ def _scenario(
         f"{name}: seed {seed}, {time.monotonic() - started:.0f}s, "
         f"{history.count('send')} sent, {history.count('ack')} acknowledged, "
         f"{history.count('read')} read during the fault run, failed {failures or 'none'}; "
+        f"transactions {dict(sorted(outcomes.items()))}, "
+        f"{history.count('txn_read')} read_committed reads; "
         + "; ".join(context.notes)
         + "; checks: "
         + ", ".join(f"{r.name} {'ok' if r.passed else 'VIOLATED'}" for r in results)

@@ -6,7 +6,10 @@ One run:
    `make_cluster` starts a private ZooKeeper and the brokers; one topic, RF=3,
    min.insync.replicas=2, unclean leader election off. Producers (`workload.ProducerWorkload`,
    confluent-kafka, acks=all; one of them idempotent) write unique values to every partition from
-   their own threads; the
+   their own threads; a transactional writer (`transactions.TransactionalWriter`) runs
+   transactions on a second topic (committing most, aborting some, fencing itself now and then)
+   while a read_committed consumer reads it and the per-broker readers record its last stable
+   offsets; the
    observer (`workload.ClusterObserver`) records every leader, leader epoch and controller epoch
    it sees.
 2. *Safety phase.* The faults run one after another (`schedule.FaultInjector`). After each one
@@ -15,7 +18,9 @@ One run:
    the first violation ends the phase.
 3. *Liveness phase.* Faults off: ZooKeeper up, every broker running. The cluster must converge:
    every partition led by a registered broker with its full ISR; then the producers stop and
-   every replica must hold identical batches up to the high watermark.
+   every replica must hold identical batches up to the high watermark; the transactional writer
+   stops, every last stable offset must reach its high watermark, and a read_committed consumer
+   reads the transactional topic.
 4. *Checks.* Each invariant of `checker` runs on what was collected, plus the state-change logs of
    every broker; no broker may have crashed (exited without being killed). All must pass. The
    summary line (seed, faults by kind, records acknowledged, checks passed, the longest time a
@@ -29,6 +34,7 @@ more partitions and producers; without the variable it is skipped, visibly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -37,10 +43,8 @@ from dataclasses import dataclass
 import pytest
 from kio.schema.errors import ErrorCode
 
-from odradek.errors import OdradekError
-from odradek.log.checkpoints import write_offset_checkpoint
-from odradek.log.naming import RECOVERY_POINT_CHECKPOINT, log_dir_name
-from odradek.protocol.record_batch import Record, build_batch
+from odradek.errors import OdradekError, OperatorError
+from odradek.protocol.record_batch import Record
 from odradek.testing import LocalCluster
 from tests.faults.checker import (
     CheckResult,
@@ -61,13 +65,12 @@ from tests.faults.history import History, check_history, record_final
 from tests.faults.lab import HistoryReader
 from tests.faults.schedule import (
     FaultInjector,
-    FaultKind,
     FaultRecord,
     ScheduleSettings,
     describe_counts,
     make_schedule,
-    tear_segment,
 )
+from tests.faults.transactions import CommittedReader, TransactionalWriter, read_final_committed
 from tests.faults.workload import (
     ClusterObserver,
     Endpoint,
@@ -91,6 +94,8 @@ from tests.integration._replication import (
 SESSION_TIMEOUT_MS = 5000
 IDEMPOTENT_PRODUCERS = 1
 """Idempotent producers beside the plain ones (checked by `idempotent_writes_once`)."""
+TRANSACTIONAL_PARTITIONS = 3
+"""Partitions of the transactional writer's topic (`history`'s transaction checks)."""
 CI = ScheduleSettings(
     mode="ci",
     faults=36,
@@ -216,11 +221,13 @@ class FaultRun:
         self.config = config
         self.schedule = make_schedule(seed, settings)
         self.topic = f"faults-{seed}"
+        self.txn_topic = f"faults-{seed}-txn"
         self.leaders = LeaderEpochHistory()
         self.controllers = ControllerEpochHistory()
         self.records: list[FaultRecord] = []
         self.stopped_early = ""
         self.notes: list[str] = []
+        self.lso_check = CheckResult("lso_reaches_high_watermark", False, 0, ("never read",))
         # 1. Set-up.
         self.cluster = make_cluster(
             brokers=self.schedule.brokers,
@@ -235,6 +242,12 @@ class FaultRun:
             _assignment(self.cluster.broker_ids, settings.partitions),
             {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
         )
+        create_topic(
+            self.cluster,
+            self.txn_topic,
+            _assignment(self.cluster.broker_ids, TRANSACTIONAL_PARTITIONS),
+            {"min.insync.replicas": "2", "unclean.leader.election.enable": "false"},
+        )
         self.observer = ClusterObserver(
             self.cluster.zookeeper_connect,
             [Endpoint(b.id, b.host, b.port) for b in self.cluster.brokers],
@@ -244,7 +257,7 @@ class FaultRun:
             self.controllers,
         )
         # Every send, acknowledgement and read during the run, for the Jepsen-style checks.
-        self.history = History(idempotent=False)
+        self.history = History(idempotent=False, transactional=True)
         self.workload = ProducerWorkload(
             self.cluster.bootstrap_servers,
             self.topic,
@@ -252,9 +265,27 @@ class FaultRun:
             settings.producers,
             history=self.history,
             idempotent=IDEMPOTENT_PRODUCERS,
+            client_log=self.cluster.directory / "idempotent-producers.log",
+        )
+        self.txn_writer = TransactionalWriter(
+            self.cluster.bootstrap_servers,
+            self.txn_topic,
+            TRANSACTIONAL_PARTITIONS,
+            self.history,
+            seed,
+        )
+        self.txn_reader = CommittedReader(
+            self.cluster.bootstrap_servers, self.txn_topic, TRANSACTIONAL_PARTITIONS, self.history
         )
         self.readers = [
-            HistoryReader(b, self.topic, self.history, settings.partitions)
+            HistoryReader(
+                b,
+                self.topic,
+                self.history,
+                settings.partitions,
+                lso_topic=self.txn_topic,
+                lso_partitions=TRANSACTIONAL_PARTITIONS,
+            )
             for b in self.cluster.brokers
         ]
         self.injector = FaultInjector(
@@ -269,6 +300,11 @@ class FaultRun:
     def safety_phase(self) -> None:
         """2. Faults one after another, the continuous invariants consulted after each."""
         wait_until(lambda: self.workload.acknowledged_count() >= 200, 60, "the workload to start")
+        wait_until(
+            lambda: self.txn_writer.outcomes()["committed"] > 0 or self.txn_writer.error,
+            90,
+            "the first transaction to commit",
+        )
         for fault in self.schedule.faults:
             if time.monotonic() - self.started > self.budget.safety:
                 self.stopped_early = f"time budget of {self.budget.safety:g}s reached"
@@ -297,6 +333,8 @@ class FaultRun:
             self.notes.append(str(e))
         for reader in self.readers:
             reader.stop()
+        self.txn_writer.stop()
+        self.txn_reader.stop()
         return self.workload.stop()
 
     def collect(self) -> Committed | None:
@@ -308,7 +346,14 @@ class FaultRun:
         committed: Committed | None = None
 
         def caught_up() -> bool:
-            nonlocal committed
+            nonlocal committed, states
+            # Leadership may still move after convergence (the auto-rebalance hands partitions
+            # back to their preferred leaders): read from whoever leads now, or every read of a
+            # moved partition is NOT_LEADER until the deadline (seen with seed 1712017002).
+            with contextlib.suppress(OperatorError):
+                states = read_partition_states(
+                    self.cluster.zookeeper_connect, self.topic, self.settings.partitions
+                )
             committed = _read_committed(self.cluster, self.topic, states)
             return committed is not None and _replicas_caught_up(committed)
 
@@ -328,6 +373,9 @@ class FaultRun:
                     self.leaders,
                     self.controllers,
                 )
+        self.lso_check = read_final_committed(
+            self.cluster.bootstrap_servers, self.txn_topic, TRANSACTIONAL_PARTITIONS, self.history
+        )
         return committed
 
     def check(self, stats: list[ProducerStats], committed: Committed | None) -> list[CheckResult]:
@@ -363,6 +411,8 @@ class FaultRun:
             ),
             brokers_never_crash(self.injector.crashes, len(self.records)),
             *check_history(self.history),
+            self.lso_check,
+            _transactional_clients(self.txn_writer, self.txn_reader),
         ]
         if committed is None:
             results.append(CheckResult("committed_records_read", False, 0, ("could not read",)))
@@ -387,6 +437,11 @@ class FaultRun:
             line += f", longest without a leader: partition {worst} {leaderless[worst]:.1f}s"
         else:
             line += ", no partition ever seen without a leader"
+        outcomes = self.txn_writer.outcomes()
+        line += "; transactions " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+        line += f" ({self.history.count('txn_read')} read_committed reads during the run"
+        notes = self.txn_writer.notes()
+        line += f"; writer errors {dict(notes)})" if notes else ")"
         if self.stopped_early:
             line += f"; stopped early: {self.stopped_early}"
         return line
@@ -403,6 +458,8 @@ def run_faults(
     run = FaultRun(make_cluster, seed, settings, budget, config)
     run.observer.start()
     run.workload.start()
+    run.txn_writer.start()
+    run.txn_reader.start()
     for reader in run.readers:
         reader.start()
     try:
@@ -410,9 +467,11 @@ def run_faults(
         stats = run.liveness_phase()
     except BaseException:
         run.workload.abandon()
+        run.txn_writer.abandon()
         raise
     finally:
         run.observer.stop()
+        run.txn_reader.stop()
         for reader in run.readers:
             reader.stop()
     committed = run.collect()
@@ -432,6 +491,15 @@ def run_faults(
             + f"\nfaults:\n{history}",
             pytrace=False,
         )
+
+
+def _transactional_clients(writer: TransactionalWriter, reader: CommittedReader) -> CheckResult:
+    problems = [
+        f"{what}: {error}"
+        for what, error in (("writer", writer.error), ("reader", reader.error))
+        if error
+    ]
+    return CheckResult("transactional_clients_finished", not problems, 2, tuple(problems))
 
 
 def _failure_names(stats: list[ProducerStats]) -> str:
@@ -474,97 +542,3 @@ def test_fault_injection_soak(
     request: pytest.FixtureRequest,
 ):
     run_faults(make_cluster, fault_seed, SOAK, SOAK_BUDGET, request.config, fault_summary)
-
-
-# ---------------------------------------------------------------------------------------------
-# The suite's own parts, without a cluster: every checker must be able to fail, and a seed must
-# give the same schedule every time.
-
-
-def _batch(base_offset: int, data: bytes, epoch: int = 0) -> StoredBatch:
-    return StoredBatch(base_offset, base_offset, epoch, data)
-
-
-def test_each_checker_detects_the_violation_it_exists_for():
-    acked = {0: {0: b"p0-0", 1: b"p0-1"}}
-    assert acknowledged_records_readable(acked, {0: [Record(0, 0, None, b"p0-0", [])]}).details
-    assert acknowledged_records_readable(
-        acked, {0: [Record(0, 0, None, b"p0-0", []), Record(1, 0, None, b"p0-1", [])]}
-    ).passed
-    assert not producer_order(acked, {0: {0: -1, 1: 1}}).passed  # sent after 1 was acked
-    assert producer_order(acked, {0: {0: -1, 1: 0}}).passed
-    same = [_batch(0, b"a"), _batch(1, b"b")]
-    assert replicas_agree_below_high_watermark({0: {1: same, 2: same}}, {0: 2}).passed
-    diverged = {0: {1: same, 2: [_batch(0, b"a"), _batch(1, b"c", 1)]}}
-    assert not replicas_agree_below_high_watermark(diverged, {0: 2}).passed
-    short = {0: {1: same, 2: same[:1]}}
-    assert not replicas_agree_below_high_watermark(short, {0: 2}).passed
-    # Beyond the HW replicas may differ.
-    assert replicas_agree_below_high_watermark(diverged, {0: 1}).passed
-
-    leaders = LeaderEpochHistory()
-    leaders.observe(0, 3, 1, "ZooKeeper")
-    leaders.observe(0, 3, -1, "broker 2 Metadata")  # no leader is not a second leader
-    assert one_leader_per_epoch(leaders).passed
-    leaders.observe(0, 3, 2, "broker 2 Metadata")
-    assert not one_leader_per_epoch(leaders).passed
-
-    controllers = ControllerEpochHistory()
-    for epoch in (1, 2, 2, 3):
-        controllers.observe_epoch(epoch)
-    assert controller_epoch_monotonic(controllers).passed
-    controllers.observe_epoch(2)
-    assert not controller_epoch_monotonic(controllers).passed
-    split = ControllerEpochHistory()
-    log_text = (
-        "[Controller id=1 epoch=4] Changed state of t-0 from OfflinePartition to "
-        "OnlinePartition with leader=2, leader_epoch=5, isr=[2, 3]\n"
-        "[Controller id=3 epoch=4] Changed state of t-0 from OfflinePartition to "
-        "OnlinePartition with leader=3, leader_epoch=5, isr=[3]\n"
-    )
-    from_log = LeaderEpochHistory()
-    assert read_state_change_log(log_text, "t", "broker 1", from_log, split) == 2
-    assert not controller_epoch_monotonic(split).passed
-    assert not one_leader_per_epoch(from_log).passed
-
-    assert brokers_never_crash([], 30).passed
-    assert not brokers_never_crash(["#3 kill_leader: broker 2 exited during start-up"], 30).passed
-
-    led = [FinalPartition(0, 1, (1, 2, 3), (1, 2, 3))]
-    assert every_partition_led(led, [1, 2, 3], 1).passed
-    assert not every_partition_led(led, [2, 3], 1).passed
-    assert not every_partition_led([FinalPartition(0, 1, (1,), (1, 2, 3))], [1, 2, 3], 1).passed
-
-    def records(*values: bytes) -> dict[int, list[Record]]:
-        return {0: [Record(i, 0, None, v, []) for i, v in enumerate(values)]}
-
-    assert idempotent_writes_once(records(b"i0-0", b"p0-0", b"i0-2", b"p0-0"), ["i0"]).passed
-    assert not idempotent_writes_once(records(b"i0-0", b"i0-1", b"i0-1"), ["i0"]).passed
-    assert not idempotent_writes_once(records(b"i0-3", b"i0-2"), ["i0"]).passed
-    assert idempotent_writes_once(records(b"i0-0", b"i0-1"), ["i0"], {0: [b"i0-1"]}).passed
-    assert not idempotent_writes_once(records(b"i0-0"), ["i0"], {0: [b"i0-1"]}).passed
-
-
-def test_a_seed_gives_the_same_schedule_and_every_kind_early():
-    first, again = make_schedule(7, CI), make_schedule(7, CI)
-    assert first == again
-    assert make_schedule(8, CI) != first
-    assert len(first.faults) == CI.faults
-    assert CI.min_brokers <= first.brokers <= CI.max_brokers
-    assert {f.kind for f in first.faults[: len(FaultKind)]} == set(FaultKind)
-
-
-def test_a_torn_write_cuts_only_unflushed_batches(tmp_path):
-    directory = tmp_path / log_dir_name("t", 0)
-    directory.mkdir()
-    batches = [build_batch([(None, b"v%d" % i, [], 0)], base_offset=i) for i in range(5)]
-    segment = directory / "00000000000000000000.log"
-    segment.write_bytes(b"".join(batches))
-    write_offset_checkpoint(tmp_path / RECOVERY_POINT_CHECKPOINT, {("t", 0): 3})
-    torn = tear_segment(tmp_path, "t", 0, append=False, fraction=0.0, seed=1)
-    assert torn is not None
-    kept = segment.stat().st_size
-    # The cut falls inside the batches at or after the recovery point (offsets 3 and 4).
-    assert len(b"".join(batches[:3])) < kept < len(b"".join(batches))
-    appended = tear_segment(tmp_path, "t", 0, append=True, fraction=0.0, seed=1)
-    assert appended is not None and segment.stat().st_size > kept

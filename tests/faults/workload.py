@@ -5,7 +5,8 @@ records who leads what and who controls the cluster.
   values `f"{producer}-{seq}"` (seq 0, 1, 2, ...) round-robin over the topic's partitions with
   acks=all, retries on, idempotence off and one request in flight per connection; plus
   `idempotent` producers (`i0`, `i1`, ...) with enable.idempotence=true and librdkafka's default of
-  five requests in flight, whose committed values the checker `idempotent_writes_once` reads. Every delivery report is kept, with the highest offset the producer had
+  five requests in flight, whose committed values the checker `idempotent_writes_once` reads
+  (given `client_log`, their librdkafka `eos` debug lines go to that file). Every delivery report is kept, with the highest offset the producer had
   seen acknowledged in that partition when it handed the record to the client (its "floor").
   Continuously checked: a record acknowledged at or below its floor (Kafka orders what a producer
   sends after an acknowledgement behind it; a broker that lost an acknowledged record and handed
@@ -31,6 +32,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError as ConfluentKafkaError
@@ -149,6 +151,7 @@ class ProducerWorkload:
         history: History | None = None,
         message_timeout_ms: int = 120_000,
         idempotent: int = 0,
+        client_log: Path | None = None,
     ) -> None:
         self.history = history
         self.topic = topic
@@ -174,6 +177,11 @@ class ProducerWorkload:
             request_timeout_ms=5000,
             socket_timeout_ms=10_000,
         )
+        if client_log is not None:
+            # librdkafka's idempotence decisions (epoch bumps, drains, retries), so that a
+            # duplicate `idempotent_writes_once` finds can be traced to what the client did.
+            self._idempotent_config["debug"] = "eos"
+            self._idempotent_config["logger"] = _file_logger("faults.librdkafka", client_log)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._abandoning = threading.Event()
@@ -308,6 +316,16 @@ class ProducerWorkload:
                 if thread.is_alive():
                     stats.error = f"still running {timeout:g}s after stop()"
             return list(self._stats)
+
+
+def _file_logger(name: str, path: Path) -> logging.Logger:
+    logger = logging.getLogger(f"{name}.{path}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+    return logger
 
 
 def merge_acknowledged(stats: Sequence[ProducerStats]) -> dict[int, dict[int, bytes]]:
