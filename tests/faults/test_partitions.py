@@ -150,7 +150,8 @@ def test_broker_on_slow_lossy_link(lab: LabCluster, seed: int, fault_summary: li
             began = time.monotonic()
             with socket.create_connection(address, timeout=10):
                 handshakes.append(time.monotonic() - began)
-        assert min(handshakes) > 0.3, f"handshakes took {handshakes}: the link is not slow"
+        # A reordered packet skips the delay (netem's rule), so one handshake may be quicker.
+        assert sorted(handshakes)[1] > 0.3, f"handshakes took {handshakes}: the link is not slow"
         time.sleep(max(0.0, 15 - (time.monotonic() - start)))
         acks = context.acks_between(start, time.monotonic())
         context.notes.append(

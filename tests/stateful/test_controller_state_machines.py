@@ -913,6 +913,10 @@ def test_controller_watch_does_not_multiply_with_each_controller_move(
         assert cluster.tree.watch_count(session, ControllerZNode.path()) <= 1
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known, as in Kafka: a failover does not detect a leader that re-registered unseen",
+)
 def test_a_leader_that_restarted_unseen_gets_a_new_epoch_at_failover(
     cluster: ControllerMachine,
 ) -> None:
@@ -920,7 +924,10 @@ def test_a_leader_that_restarted_unseen_gets_a_new_epoch_at_failover(
     the controller died before it handled the change. The next controller saw the restarted
     broker as live and its leadership as valid, and sent it LeaderAndIsr at the same leader epoch
     -- so the new process served a high watermark older (from its checkpoint) than the one
-    clients had seen under that epoch. Now the failover treats it as bounced."""
+    clients had seen under that epoch. Kafka's controller does the same. Handling such leaders
+    as bounced at failover (tried: registration czxid newer than the partition state's mzxid)
+    put every partition of a restarted one-broker cluster offline for a moment, which clients
+    saw; a fix must bump the epoch in place instead. Pinned until then."""
     cluster.start({1, 2, 3})
     cluster.admin.create_topic("t", {0: [1, 2, 3]})
     cluster.drain()

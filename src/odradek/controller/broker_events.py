@@ -30,12 +30,11 @@ Concurrency: event task only.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
 from odradek.controller import events as ev
-from odradek.controller.context import PartitionReplica, TopicPartition
+from odradek.controller.context import PartitionReplica
 from odradek.controller.partition_state_machine import ElectionStrategy
 from odradek.controller.states import PartitionState, ReplicaState
 from odradek.controller.term_components import TermComponents
@@ -92,40 +91,6 @@ class BrokerEventHandlers(TermComponents):
             await self._on_broker_startup(bounced_ids)
         if dead_ids:
             await self._on_broker_failure(dead_ids)
-
-    async def _on_unprocessed_restarts(self, written: Mapping[TopicPartition, int]) -> None:
-        """At failover: a leader whose registration (broker epoch = its czxid) is newer than the
-        last write of a partition state naming it registered again -- a restart, or a new
-        session -- after it was given that leadership, and no controller processed that: the
-        previous one died first. Its current process never took the leadership at that epoch
-        (it may serve a high watermark older than the one clients saw under that same epoch,
-        from its checkpoint). Kafka's controller cannot see this at failover; treating the
-        broker as bounced, as a controller watching at the time would have, gives each such
-        partition a new leader epoch (another ISR member if one is live)."""
-        context = self.context
-        restarted = {
-            state.leader
-            for tp, state in context.leadership.items()
-            if state.leader in context.live_brokers
-            and tp in written
-            and context.live_brokers[state.leader].broker_epoch > written[tp]
-        }
-        if not restarted:
-            return
-        log.info(
-            "brokers %s registered after leaderships they hold were written, unseen by any "
-            "controller: handling them as bounced",
-            sorted(restarted),
-        )
-        live = context.live_brokers
-        for broker_id in restarted:
-            self._channel.remove_broker(broker_id)
-        context.live_brokers = {b: info for b, info in live.items() if b not in restarted}
-        await self._on_broker_failure(restarted)
-        context.live_brokers = live
-        for broker_id in restarted:
-            self._channel.add_broker(live[broker_id])
-        await self._on_broker_startup(restarted)
 
     async def _on_broker_startup(self, new_ids: set[int]) -> None:
         context = self.context
