@@ -48,7 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,21 @@ EVENT_RATE = 50.0  # page views per second of event time (the generator's clock)
 # then depended on when Spark happened to run a batch. The allowance below covers a failover
 # on a loaded machine with room to spare.
 FAILOVER_ALLOWANCE_S = 60.0
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type: a number above zero (argparse prints the one-line error)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return value
+
+    return parse
 
 
 def allowed_lateness(rate: float, event_rate: float = EVENT_RATE) -> str:
@@ -296,8 +311,12 @@ def _interrupt(signum: int, _frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="odradek.demo", description=__doc__.split("\n")[0])
     parser.add_argument("--dir", type=Path, help="working directory (default: a temporary one)")
-    parser.add_argument("--events", type=int, default=6000, help="page views to generate")
-    parser.add_argument("--rate", type=float, default=300, help="records produced per second")
+    parser.add_argument(
+        "--events", type=_positive(int), default=6000, help="page views to generate"
+    )
+    parser.add_argument(
+        "--rate", type=_positive(float), default=300, help="records produced per second"
+    )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     args = parser.parse_args(argv)
 

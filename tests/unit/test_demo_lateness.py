@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from odradek.demo import EVENT_RATE, allowed_lateness
+from odradek.demo import EVENT_RATE, allowed_lateness, main
 from odradek.testing.cluster_files import development_defaults
 
 
@@ -32,3 +32,18 @@ def test_lateness_grows_with_the_produce_rate() -> None:
     assert _wall_clock_seconds(allowed_lateness(300), 300) == pytest.approx(
         _wall_clock_seconds(allowed_lateness(3000), 3000), rel=0.01
     )
+
+
+@pytest.mark.parametrize(
+    "argv", [["--rate", "0"], ["--rate", "-5"], ["--events", "0"], ["--rate", "x"]]
+)
+def test_bad_rates_and_counts_are_refused_in_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)  # refused before anything starts
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert "error:" in last and argv[0] in last

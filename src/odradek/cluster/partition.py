@@ -406,10 +406,7 @@ class Partition(PartitionIsr):
                 aborted = []
                 if isinstance(found, FileRecords):
                     upper = min(self.log.offset_after_range(found), last_stable_offset)
-                    aborted = [
-                        (txn.producer_id, txn.first_offset)
-                        for txn in self.log.collect_aborted_transactions(fetch_offset, upper)
-                    ]
+                    aborted = self._aborted_between(fetch_offset, upper)
             return ReadResult(
                 found,
                 high_watermark,
@@ -426,10 +423,7 @@ class Partition(PartitionIsr):
                 upper = fetch_offset
                 for header in iter_batches(records):
                     upper = header.next_offset
-                aborted = [
-                    (txn.producer_id, txn.first_offset)
-                    for txn in self.log.collect_aborted_transactions(fetch_offset, upper)
-                ]
+                aborted = self._aborted_between(fetch_offset, upper)
         return ReadResult(
             records,
             high_watermark,
@@ -438,6 +432,14 @@ class Partition(PartitionIsr):
             last_stable_offset,
             aborted,
         )
+
+    def _aborted_between(self, start: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions a read of [start, upper)
+        overlaps, for a read_committed answer."""
+        return [
+            (txn.producer_id, txn.first_offset)
+            for txn in self.log.collect_aborted_transactions(start, upper)
+        ]
 
     def register_data_waiter(self, future: asyncio.Future[None]) -> None:
         self._data_waiters.add(future)

@@ -152,16 +152,10 @@ class LocalLog:
         beyond `max_offset`; raises OffsetOutOfRangeError below the log start offset or beyond
         the LEO.
         """
-        self._check_open()
-        end = self._log_end_offset
-        if start_offset < self._log_start_offset or start_offset > end:
-            raise OffsetOutOfRangeError(
-                f"{self}: offset {start_offset} is outside [{self._log_start_offset}, {end}]"
-            )
-        limit = end if max_offset is None else min(max_offset, end)
-        if start_offset >= limit:
+        found = self._read_start(start_offset, max_offset)
+        if found is None:
             return b""
-        index = max(bisect_right(self._base_offsets, start_offset) - 1, 0)
+        index, limit = found
         segments = self._segments
         while index < len(segments):
             data = segments[index].read(start_offset, max_bytes, limit, min_one_batch)
@@ -181,16 +175,10 @@ class LocalLog:
         """`read`, as a range of a segment file rather than its bytes (zero-copy fetch): the
         same batches, found from the indexes and batch headers only. b"" when there is
         nothing to read."""
-        self._check_open()
-        end = self._log_end_offset
-        if start_offset < self._log_start_offset or start_offset > end:
-            raise OffsetOutOfRangeError(
-                f"{self}: offset {start_offset} is outside [{self._log_start_offset}, {end}]"
-            )
-        limit = end if max_offset is None else min(max_offset, end)
-        if start_offset >= limit:
+        found = self._read_start(start_offset, max_offset)
+        if found is None:
             return b""
-        index = max(bisect_right(self._base_offsets, start_offset) - 1, 0)
+        index, limit = found
         segments = self._segments
         while index < len(segments):
             segment = segments[index]
@@ -200,6 +188,20 @@ class LocalLog:
                 return FileRecords(FileHandle(segment.fd), position, size) if size else b""
             index += 1
         return b""
+
+    def _read_start(self, start_offset: int, max_offset: int | None) -> tuple[int, int] | None:
+        """Where a read of `start_offset` begins: (index of its segment, the offset it stops
+        at), or None when there is nothing to read; OffsetOutOfRangeError outside the log."""
+        self._check_open()
+        end = self._log_end_offset
+        if start_offset < self._log_start_offset or start_offset > end:
+            raise OffsetOutOfRangeError(
+                f"{self}: offset {start_offset} is outside [{self._log_start_offset}, {end}]"
+            )
+        limit = end if max_offset is None else min(max_offset, end)
+        if start_offset >= limit:
+            return None
+        return max(bisect_right(self._base_offsets, start_offset) - 1, 0), limit
 
     def offset_after_range(self, records: FileRecords) -> int:
         """The offset of the first batch after a range `read_file_records` returned: the base
