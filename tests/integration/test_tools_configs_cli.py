@@ -142,19 +142,45 @@ def test_configs_brokers_and_quotas(
     assert [(i.mechanism.name, i.iterations) for i in described.scram_credential_infos] == [
         ("SCRAM_SHA_512", 8192)
     ]
+    # A quota beside the credentials: the same znode, neither clobbers the other.
+    result = tool(*cli, "--user", user, "--alter", "--add-config", "producer_byte_rate=4096")
+    assert result.returncode == 0, result.stderr
     result = tool(*cli, "--user", user, "--describe")
     assert result.stdout == (
+        f"Quota configs for user-principal '{user}' are producer_byte_rate=4096.0\n"
         f"SCRAM credential configs for user-principal '{user}' are SCRAM-SHA-512=iterations=8192\n"
-    )
-    assert "quotas not shown: UNSUPPORTED_VERSION" in result.stderr
+    ), result.stderr
     result = tool(*cli, "--user", user, "--alter", "--delete-config", "SCRAM-SHA-512")
     assert result.returncode == 0, result.stderr
+    result = tool(*cli, "--user", user, "--describe")
+    assert (
+        result.stdout
+        == f"Quota configs for user-principal '{user}' are producer_byte_rate=4096.0\n"
+    )
+    result = tool(*cli, "--user", user, "--alter", "--delete-config", "producer_byte_rate")
+    assert result.returncode == 0, result.stderr
     assert tool(*cli, "--user", user, "--describe").stdout == ""
-    # Client quotas: the brokers do not offer AlterClientQuotas yet.
-    result = tool(*cli, "--client", "c1", "--alter", "--add-config", "producer_byte_rate=1024")
-    assert_one_line_error(result, "UNSUPPORTED_VERSION")
-    result = tool(*cli, "--user-defaults", "--client", "c1", "--describe")
-    assert_one_line_error(result, "UNSUPPORTED_VERSION")
+    # Client quotas: a user+client entity and a client default, described back; bad values are
+    # Kafka's INVALID_REQUEST, one line.
+    client = unique_topic("client")
+    result = tool(
+        *cli, "--user-defaults", "--client", client, "--alter",
+        "--add-config", "consumer_byte_rate=2048,request_percentage=12.5",
+    )  # fmt: skip
+    assert result.stdout == "Completed updating default config for users in the cluster.\n"
+    result = tool(*cli, "--user-defaults", "--client", client, "--describe")
+    assert result.stdout == (
+        f"Quota configs for the default user-principal, client-id '{client}' are "
+        "consumer_byte_rate=2048.0, request_percentage=12.5\n"
+    ), result.stderr
+    result = tool(*cli, "--client", client, "--alter", "--add-config", "producer_byte_rate=10.5")
+    assert_one_line_error(result, "INVALID_REQUEST")
+    result = tool(
+        *cli, "--user-defaults", "--client", client, "--alter",
+        "--delete-config", "consumer_byte_rate,request_percentage",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert tool(*cli, "--user-defaults", "--client", client, "--describe").stdout == ""
 
 
 def test_dump_log_prints_what_was_produced(

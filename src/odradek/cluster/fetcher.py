@@ -26,6 +26,11 @@ controller will tell us the new leader), OFFSET_OUT_OF_RANGE truncates again (be
 start: we start our log afresh at the leader's log start offset). A lost connection backs the whole
 fetcher off and reconnects.
 
+Replication throttle (KIP-73, `odradek.cluster.replication_quota`): a partition listed in the
+topic's `follower.replication.throttled.replicas` for this broker, and not caught up, is left out
+of the fetch while the follower throttle's rate is over `follower.replication.throttled.rate`
+(looked at again every `THROTTLE_POLL_S`); the bytes fetched for such partitions are recorded.
+
 Concurrency: fetcher tasks run on the broker's event loop; partitions are added and removed by the
 replica manager on that same loop, so a response is applied only if the partition is still ours, in
 the same leader epoch.
@@ -53,6 +58,7 @@ from odradek.protocol.codec import ApiKey, request_class
 
 if TYPE_CHECKING:
     from odradek.cluster.partition import Partition
+    from odradek.cluster.replication_quota import ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +67,8 @@ OFFSET_FOR_LEADER_EPOCH_VERSION = 3
 LIST_OFFSETS_VERSION = 6
 EARLIEST_TIMESTAMP = -2
 MAX_TRUNCATION_ROUNDS = 16
+THROTTLE_POLL_S = 0.1
+"""How often a throttled partition looks again whether the follower throttle allows a fetch."""
 
 TopicPartition = tuple[str, int]
 
@@ -95,6 +103,9 @@ class FetchState:
     leader_epoch: int
     truncating: bool = True
     delayed_until: float = 0.0
+    caught_up: bool = False
+    """Our LEO had reached the leader's high watermark at the last fetch (Kafka's
+    isReplicaInSync): a caught-up replica is never throttled."""
 
     @property
     def key(self) -> TopicPartition:
@@ -320,6 +331,9 @@ class ReplicaFetcher:
         sent: dict[TopicPartition, FetchState] = {}
         topic_ids: dict[str, uuid.UUID | None] = {}
         partition_max_bytes = config["replica.fetch.max.bytes"]
+        throttle = self.manager.throttle
+        if throttle is not None and throttle.enabled:
+            states = self._unthrottled(throttle, states)
         for state in states:
             topic = state.partition.topic
             if topic not in topic_ids:
@@ -406,11 +420,38 @@ class ReplicaFetcher:
                     continue
                 self._process_partition(state, item)
 
+    def _unthrottled(
+        self, throttle: ReplicationQuotaManager, states: list[FetchState]
+    ) -> list[FetchState]:
+        """The states to fetch now: throttled partitions (out of sync, listed in
+        `follower.replication.throttled.replicas`) wait while the follower throttle is over its
+        rate, polled every `THROTTLE_POLL_S`."""
+        exceeded: bool | None = None
+        kept = []
+        for state in states:
+            partition = state.partition
+            if not state.caught_up and throttle.is_throttled(partition.topic, partition.partition):
+                if exceeded is None:
+                    exceeded = throttle.is_quota_exceeded()
+                if exceeded:
+                    state.delayed_until = time.monotonic() + THROTTLE_POLL_S
+                    continue
+            kept.append(state)
+        return kept
+
     def _process_partition(self, state: FetchState, data: Any) -> None:
         partition = state.partition
         error = data.error_code
         if error == ErrorCode.none:
             records = data.records
+            throttle = self.manager.throttle
+            if (
+                records
+                and throttle is not None
+                and throttle.enabled
+                and throttle.is_throttled(partition.topic, partition.partition)
+            ):
+                throttle.record(len(records))
             if records:
                 try:
                     partition.log.append_as_follower(records)
@@ -421,6 +462,7 @@ class ReplicaFetcher:
                     self._delay(state)
                     return
             partition.update_follower_high_watermark(int(data.high_watermark))
+            state.caught_up = partition.log.log_end_offset >= int(data.high_watermark)
             leader_log_start = int(data.log_start_offset)
             if leader_log_start > partition.log.log_start_offset:
                 moved = partition.log.maybe_increment_log_start_offset(
@@ -462,6 +504,8 @@ class ReplicaFetcherManager:
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self.on_log_start_offset_moved: Callable[[], None] | None = None
         """Set by the replica manager: persists log start offsets (DeleteRecords)."""
+        self.throttle: ReplicationQuotaManager | None = None
+        """The follower replication throttle (KIP-73), set by the broker."""
 
     def _fetcher_index(self, key: TopicPartition) -> int:
         return hash(key) % self.config["num.replica.fetchers"]

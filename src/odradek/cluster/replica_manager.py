@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -35,6 +36,7 @@ from odradek.cluster.delete_records import delete_records
 from odradek.cluster.partition import Partition, ReadResult
 from odradek.cluster.partition_isr import IsrWriter
 from odradek.cluster.replica_roles import ReplicaRoleChanges
+from odradek.cluster.replication_quota import ReplicationQuotaManager
 from odradek.errors import (
     KafkaError,
     KafkaStorageError,
@@ -121,6 +123,9 @@ class ReplicaManager(ReplicaRoleChanges):
         self._publish_isr_changes = publish_isr_changes
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.fetcher_manager = fetcher_manager
+        self.leader_throttle: ReplicationQuotaManager | None = None
+        """The leader replication throttle (KIP-73; `odradek.cluster.replication_quota`): a
+        follower fetch gets no records for a throttled, out-of-sync replica while it is over."""
         self.partitions: dict[TopicPartition, Partition] = {}
         # Partitions whose log directory failed (KIP-112; see `log_dir_failure`): every request
         # for them gets KAFKA_STORAGE_ERROR until the broker restarts.
@@ -374,6 +379,9 @@ class ReplicaManager(ReplicaRoleChanges):
         zero_copy: bool = False,
     ) -> tuple[dict[TopicPartition, FetchPartitionResult], int]:
         from_follower = replica_id >= 0
+        throttle = self.leader_throttle if from_follower else None
+        if throttle is not None and not throttle.enabled:
+            throttle = None
         results: dict[TopicPartition, FetchPartitionResult] = {}
         remaining = max_bytes
         total = 0
@@ -409,6 +417,13 @@ class ReplicaManager(ReplicaRoleChanges):
             except KafkaError as e:
                 results[key] = FetchPartitionResult(error=e)
                 continue
+            if (
+                throttle is not None
+                and replica_id not in partition.isr
+                and throttle.is_throttled(request.topic, request.partition)
+                and throttle.is_quota_exceeded()
+            ):
+                read = dataclasses.replace(read, records=b"")  # KIP-73: held back this round
             size = len(read.records)
             total += size
             remaining = max(0, remaining - size)

@@ -98,6 +98,8 @@ class ClientConnection(asyncio.Protocol):
         self._send_task: asyncio.Future[None] | None = None
         self._poll_fd = -1  # a dup of the socket, to wait for writability while sending files
         self._socket_fd = -1  # the socket for sendfile; -1 on TLS connections (copying path)
+        self._throttled_until = 0.0  # monotonic time until which a quota mutes the connection
+        self._unmute: asyncio.TimerHandle | None = None
 
     # asyncio.Protocol callbacks
 
@@ -125,6 +127,8 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._set_state(ConnectionState.CLOSED)
+        if self._unmute is not None:
+            self._unmute.cancel()
         if self._send_task is not None:
             self._send_task.cancel()
         if self._poll_fd >= 0:
@@ -263,6 +267,8 @@ class ClientConnection(asyncio.Protocol):
                 self.principal,
                 security.listener,
                 security.security_protocol,
+                len(data),
+                self._throttle,
             )
             result = self._server.dispatch(context, data)
         except ProtocolError as e:
@@ -449,12 +455,38 @@ class ClientConnection(asyncio.Protocol):
             if self._poll_fd >= 0:  # closed by connection_lost otherwise
                 loop.remove_writer(self._poll_fd)
 
+    # quota throttling (KIP-219)
+
+    def _throttle(self, throttle_ms: int) -> None:
+        """Read nothing more from this client for `throttle_ms` (a quota was exceeded; the response
+        says so in its throttle_time_ms). Called by a handler as its response is ready."""
+        if throttle_ms <= 0 or self.state is not ConnectionState.OPEN:
+            return
+        until = time.monotonic() + throttle_ms / 1000
+        if until <= self._throttled_until:
+            return
+        self._throttled_until = until
+        if self._unmute is not None:
+            self._unmute.cancel()
+        self._unmute = asyncio.get_running_loop().call_later(throttle_ms / 1000, self._end_throttle)
+        self._update_reading()
+
+    def _end_throttle(self) -> None:
+        self._unmute = None
+        self._throttled_until = 0.0
+        self._update_reading()
+
+    @property
+    def throttled(self) -> bool:
+        return self._unmute is not None
+
     def _update_reading(self) -> None:
         if self._transport is None or self.state is not ConnectionState.OPEN:
             return
         should_pause = (
             self._writing_paused
             or self._waiting_for_memory
+            or self._unmute is not None
             or len(self._pending) >= MAX_IN_FLIGHT_PER_CONNECTION
         )
         if should_pause and not self._reading_paused:

@@ -8,10 +8,15 @@ between requests.
 `principal` is what the connection authenticated as (`User:alice` after SASL, the mapped
 certificate DN after mutual TLS, Kafka's `User:ANONYMOUS` otherwise); `listener` is the name of the
 listener the connection came in on (Metadata answers with that listener's addresses).
+
+`size` is the request's size in bytes (what a produce quota counts); `throttle(ms)` mutes the
+connection — it reads no further request from the client — for `ms` milliseconds from the time its
+response is ready (KIP-219: quotas throttle by muting the channel, not by delaying the response).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from odradek.protocol.codec import RequestHeader
@@ -31,3 +36,6 @@ class RequestContext:
     principal: str = ANONYMOUS
     listener: str = "PLAINTEXT"
     security_protocol: str = "PLAINTEXT"
+    size: int = 0
+    throttle: Callable[[int], None] | None = None
+    """Mute the connection for that many milliseconds (None: a context without a connection)."""

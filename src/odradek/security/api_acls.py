@@ -33,6 +33,8 @@ CREATE_ACLS = 30
 DELETE_ACLS = 31
 SASL_AUTHENTICATE = 36
 OFFSET_DELETE = 47
+DESCRIBE_CLIENT_QUOTAS = 48
+ALTER_CLIENT_QUOTAS = 49
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
 
@@ -280,6 +282,10 @@ API_AUTHORIZATION: dict[int, ApiAuthorization] = {
     DESCRIBE_ACLS: ApiAuthorization((_cluster(Op.DESCRIBE),)),
     CREATE_ACLS: ApiAuthorization((_cluster(Op.ALTER),)),
     DELETE_ACLS: ApiAuthorization((_cluster(Op.ALTER),)),
+    DESCRIBE_CLIENT_QUOTAS: ApiAuthorization((_cluster(Op.DESCRIBE_CONFIGS),)),
+    ALTER_CLIENT_QUOTAS: ApiAuthorization(
+        (_cluster(Op.ALTER_CONFIGS),), "a refusal fails every entry of the request"
+    ),
     DESCRIBE_USER_SCRAM_CREDENTIALS: ApiAuthorization((_cluster(Op.DESCRIBE),)),
     ALTER_USER_SCRAM_CREDENTIALS: ApiAuthorization(
         (_cluster(Op.ALTER),),

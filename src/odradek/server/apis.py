@@ -38,16 +38,19 @@ from odradek.protocol.codec import (
     decode_request_body,
 )
 from odradek.security.api_acls import (
+    ALTER_CLIENT_QUOTAS,
     ALTER_USER_SCRAM_CREDENTIALS,
     CREATE_ACLS,
     DELETE_ACLS,
     DESCRIBE_ACLS,
+    DESCRIBE_CLIENT_QUOTAS,
     DESCRIBE_USER_SCRAM_CREDENTIALS,
     SASL_AUTHENTICATE,
 )
 from odradek.server import (
     handlers_acls,
     handlers_admin,
+    handlers_client_quotas,
     handlers_configs,
     handlers_elect_leaders,
     handlers_fetch,
@@ -116,6 +119,9 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DELETE_ACLS: (1, 3),
     DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    # Client quotas (handlers_client_quotas, odradek.server.quota): Kafka 3.9's ranges.
+    DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ALTER_CLIENT_QUOTAS: (0, 1),
     # Transactions (issue 18; handlers_txn and odradek.coordinator.transaction.handlers): Kafka
     # 3.9's ranges, except the KIP-890 part 2 versions (AddPartitionsToTxn 5, which clients use
     # only with transaction.version 2, a KRaft feature). WriteTxnMarkers v0 is not in kio; v1 is
@@ -185,6 +191,8 @@ class KafkaApis:
             DELETE_ACLS: handlers_acls.handle_delete_acls,
             DESCRIBE_USER_SCRAM_CREDENTIALS: handlers_scram.handle_describe_user_scram_credentials,
             ALTER_USER_SCRAM_CREDENTIALS: handlers_scram.handle_alter_user_scram_credentials,
+            DESCRIBE_CLIENT_QUOTAS: handlers_client_quotas.handle_describe_client_quotas,
+            ALTER_CLIENT_QUOTAS: handlers_client_quotas.handle_alter_client_quotas,
             ApiKey.ADD_PARTITIONS_TO_TXN: handlers_txn.handle_add_partitions_to_txn,
             ApiKey.ADD_OFFSETS_TO_TXN: handlers_txn.handle_add_offsets_to_txn,
             ApiKey.END_TXN: handlers_txn.handle_end_txn,

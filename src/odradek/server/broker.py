@@ -87,6 +87,7 @@ from odradek.server.metrics.exporter import MetricsExporter, parse_metrics_liste
 from odradek.server.metrics.request_metrics import RequestMetrics
 from odradek.server.metrics.snapshot import collect as collect_metrics
 from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
+from odradek.server.quota.broker_quotas import BrokerQuotas
 from odradek.server.transaction_topic import TransactionTopicCreator, build_transaction_coordinator
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import ZkError
@@ -113,6 +114,7 @@ class Broker(BrokerZk):
         listeners = config.listener_config
         self.metadata_cache = MetadataCache(self.broker_id, listeners.inter_broker_listener)
         self.security = BrokerSecurity(config, lambda: self.broker_epoch)
+        self.quotas = BrokerQuotas(config, self.broker_id)  # client quotas, replication throttles
         # Incremental fetch sessions (KIP-227), shared by every listener's connections.
         self.fetch_manager = FetchManager(
             FetchSessionCache(config["max.incremental.fetch.session.cache.slots"]),
@@ -195,6 +197,7 @@ class Broker(BrokerZk):
         self._log_manager.check_meta_properties(self.broker_id, self.cluster_id)
         await self._delete_stray_partitions()
         await self.security.start(self._zk)
+        await self.quotas.start(self._zk)
         # 3. listen
         # The group coordinator exists before we listen, so no group request finds it missing;
         # it serves groups once its timers start with the other periodic work (7), and loads
@@ -260,6 +263,7 @@ class Broker(BrokerZk):
             fetcher_manager,
         )
         self.replica_manager.load_high_watermarks(self._log_manager.live_log_dirs)
+        self.quotas.attach(self.replica_manager, self.topic_configs.get)
         self.admin = AdminManager(
             self.zk, config["num.partitions"], config["default.replication.factor"]
         )
@@ -568,6 +572,7 @@ class Broker(BrokerZk):
             if self.log_manager is not None:
                 self._log_manager.shutdown()
             await self.security.close()
+            self.quotas.close()
             if self.zk is not None:
                 await self._zk.close()
         finally:

@@ -165,6 +165,11 @@ _DEFS = [
     ConfigDef("replica.fetch.max.bytes", "int", 1048576, _at_least(0)),
     ConfigDef("replica.fetch.response.max.bytes", "int", 10485760, _at_least(0)),
     ConfigDef("fetch.max.bytes", "int", 55 * 1024 * 1024, _at_least(1024)),
+    # Client quotas and replication throttles (odradek.server.quota): the windowed rate.
+    ConfigDef("quota.window.num", "int", 11, _at_least(1)),
+    ConfigDef("quota.window.size.seconds", "int", 1, _at_least(1)),
+    ConfigDef("replication.quota.window.num", "int", 11, _at_least(1)),
+    ConfigDef("replication.quota.window.size.seconds", "int", 1, _at_least(1)),
     ConfigDef("replica.fetch.wait.max.ms", "int", 500, _at_least(0)),
     ConfigDef("max.incremental.fetch.session.cache.slots", "int", 1000, _at_least(0)),
     ConfigDef("replica.fetch.min.bytes", "int", 1, _at_least(0)),

@@ -22,6 +22,10 @@ the LEO for followers), by timestamp (the first offset whose batch timestamp is 
 from v7, max timestamp (-3, KIP-734: the record with the largest timestamp, below the high
 watermark for consumers). A found offset carries the leader epoch that wrote it.
 
+Client quotas (`odradek.server.quota.throttling`, consumers only): a fetch is capped to what the
+client's fetch quota allows in one window; a response that puts the client over its fetch or
+request quota goes out without records, with its throttle time, and mutes the connection.
+
 OffsetForLeaderEpoch (KIP-101/KIP-279) answers, for a requested leader epoch, the largest epoch at or
 below it that this leader knows and the offset where that epoch ended — what a follower truncates to.
 """
@@ -29,6 +33,7 @@ below it that this leader knows and the offset where that epoch ended — what a
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -55,7 +60,12 @@ from odradek.server.authorization import (
     TOPIC,
     TOPIC_AUTHORIZATION_FAILED,
 )
-from odradek.server.fetch_session import ContextKind, PartitionFetch, PartitionKey
+from odradek.server.fetch_session import ContextKind, FetchContext, PartitionFetch, PartitionKey
+from odradek.server.quota.throttling import (
+    fetch_max_bytes,
+    fetch_throttle_ms,
+    record_leader_replication,
+)
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -155,6 +165,7 @@ def _error_partition(index: int, code: ErrorCode) -> dict[str, Any]:
 
 
 def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    started_ns = time.perf_counter_ns()
     header = context.header
     replica_manager = broker.replica_manager
     replica_id = _replica_id(request)
@@ -219,23 +230,36 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     config = broker.config
     cap = config["replica.fetch.response.max.bytes" if replica_id >= 0 else "fetch.max.bytes"]
     max_bytes = max(0, min(int(getattr(request, "max_bytes", 0x7FFFFFFF)), cap))
+    min_bytes = int(request.min_bytes)
+    quotas = broker.quotas.client
+    if replica_id < 0 and quotas.fetch.enabled:
+        max_bytes = fetch_max_bytes(quotas, context, max_bytes)
+        min_bytes = min(min_bytes, max_bytes)
     if requests:
         result = replica_manager.fetch_messages(
             requests,
             replica_id,
             max_wait_ms,
-            int(request.min_bytes),
+            min_bytes,
             max_bytes,
             follower_update,
             zero_copy,
         )
     else:
         result = {}
+    handler_ns = time.perf_counter_ns() - started_ns
 
     # BytesOutPerSec counts what consumers read; followers' reads are replication (as Kafka).
     stats = replica_manager.broker_topic_stats if replica_id < 0 else None
 
     def answer(results: dict[tuple[str, int], FetchPartitionResult]) -> Any:
+        if replica_id < 0 and quotas.enabled:
+            size = sum(len(r.read.records) for r in results.values() if r.read is not None)
+            throttle_ms = fetch_throttle_ms(quotas, context, size, handler_ns)
+            if throttle_ms > 0:
+                return _throttled(header, fetch_context, throttle_ms)
+        elif replica_id >= 0:
+            record_leader_replication(broker.quotas.replication.leader, results)
         entries: dict[PartitionKey, PartitionAnswer] = {}
         summary: dict[PartitionKey, tuple[int, int, int, bool]] = {}
         for key in fetch_context.partitions:
@@ -296,6 +320,18 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
         return answer(await result)
 
     return wait_and_build()
+
+
+def _throttled(header: Any, fetch_context: FetchContext, throttle_ms: int) -> EncodedResponse:
+    """A throttled fetch's answer: no partitions, the throttle time, and the session left as it
+    was (a full fetch creates none; Kafka's `getThrottledResponse`)."""
+    session = fetch_context.session
+    session_id = session.id if fetch_context.kind is ContextKind.INCREMENTAL and session else 0
+    return EncodedResponse(
+        encode_fetch_response(
+            header.api_version, header.correlation_id, 0, session_id, [], throttle_ms
+        )
+    )
 
 
 def _session_error(header: Any, code: ErrorCode) -> EncodedResponse:

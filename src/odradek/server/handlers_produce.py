@@ -20,10 +20,15 @@ Kafka: a client's produce to one is INVALID_TOPIC_EXCEPTION (Kafka lets its admi
 Authorization (`odradek.security.api_acls`): WRITE on each topic (TOPIC_AUTHORIZATION_FAILED for the
 partitions of a refused topic, which is neither written nor auto-created), and WRITE on the
 transactional id of a transactional request (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for all).
+
+Client quotas (`odradek.server.quota.throttling`): once the records are appended, the request's
+size and handler time are recorded against the client's produce and request quotas; the response
+carries the throttle time and the connection is muted for it (acks=0: muted only).
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -40,6 +45,7 @@ from odradek.server.authorization import (
     TRANSACTIONAL_ID,
     WRITE,
 )
+from odradek.server.quota.throttling import produce_throttle_ms
 
 if TYPE_CHECKING:
     from odradek.cluster.replica_manager import ProduceResult
@@ -79,6 +85,7 @@ def _has_transactional_batch(records: bytes | None) -> bool:
 
 
 def handle_produce(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
+    started_ns = time.perf_counter_ns()
     header = context.header
     acks = int(request.acks)
     timeout_ms = int(request.timeout.total_seconds() * 1000)
@@ -128,7 +135,9 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
             broker.maybe_auto_create_topic(name)
 
     result = broker.replica_manager.append_records(entries, acks, timeout_ms)
+    handler_ns = time.perf_counter_ns() - started_ns
     if acks == 0:
+        produce_throttle_ms(broker.quotas.client, context, acks, handler_ns)
         return NO_RESPONSE
 
     def answer(results: dict[tuple[str, int], ProduceResult]) -> Any:
@@ -146,7 +155,8 @@ def handle_produce(broker: BrokerServices, context: RequestContext, request: Any
                 else:
                     partitions.append(_partition_response(index, results[key]))
             topics.append({"name": name, "partition_responses": partitions})
-        return build_response(header, {"responses": topics, "throttle_time": 0})
+        throttle_ms = produce_throttle_ms(broker.quotas.client, context, acks, handler_ns)
+        return build_response(header, {"responses": topics, "throttle_time": throttle_ms})
 
     if isinstance(result, dict):
         return answer(result)

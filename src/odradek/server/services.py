@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from odradek.server.config import KafkaConfig
     from odradek.server.fetch_session import FetchManager
     from odradek.server.metadata_cache import MetadataCache
+    from odradek.server.quota.broker_quotas import BrokerQuotas
 
 
 class BrokerServices(Protocol):
@@ -66,6 +67,9 @@ class BrokerServices(Protocol):
     """SCRAM credentials in ZooKeeper (Describe/AlterUserScramCredentials)."""
     fetch_manager: FetchManager
     """Incremental fetch sessions (KIP-227)."""
+    quotas: BrokerQuotas
+    """Client quotas (`quotas.client`: produce, fetch, request; `quotas.store`: ZooKeeper) and
+    replication throttles (`quotas.replication`), `odradek.server.quota`."""
 
     def refresh_live_broker_epochs(self) -> None:
         """Re-read `live_broker_epochs` from ZooKeeper soon (rate-limited)."""

@@ -1,0 +1,283 @@
+"""Client quotas without a broker: Kafka's windowed rate and throttle time (the numbers of Kafka's
+own ClientQuotaManagerTest), the eight levels of KIP-55 precedence and which clients share a
+rate, the fetch cap, the request-time bound, and the replication throttle's replica lists."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from odradek.cluster.replication_quota import (
+    ALL_PARTITIONS,
+    InvalidThrottledReplicasError,
+    ReplicationQuotaManager,
+    throttled_replicas,
+)
+from odradek.server.quota.entities import DEFAULT, QuotaEntity, resolve
+from odradek.server.quota.manager import ClientQuotaManager, ClientQuotas, QuotaType
+from odradek.server.quota.rate import Rate, RateConfig, SimpleRate, throttle_time_ms
+
+
+class Clock:
+    def __init__(self, now_ms: int = 1_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def sleep(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+def _manager(clock: Clock, quota_type: QuotaType = QuotaType.PRODUCE) -> ClientQuotaManager:
+    return ClientQuotaManager(quota_type, RateConfig(11, 1000), clock)
+
+
+def test_quota_violation_matches_kafka() -> None:
+    """Kafka's ClientQuotaManagerTest.testQuotaViolation, step by step."""
+    clock = Clock()
+    manager = _manager(clock)
+    manager.update_quota(QuotaEntity(client_id=DEFAULT), 500.0)
+    for _ in range(10):  # 400 B/s under a 500 B/s quota: never throttled
+        assert manager.record_and_get_throttle_ms("User:ANONYMOUS", "unknown", 400) == 0
+        clock.sleep(1000)
+    # A spike: (4000 + 2300) / 10.5 s = 600 B/s; (600 - 500) / 500 * 10.5 s = 2100 ms.
+    clock.sleep(500)
+    throttle = manager.record_and_get_throttle_ms("User:ANONYMOUS", "unknown", 2300)
+    assert throttle == 2100
+    clock.sleep(throttle)
+    for _ in range(10):  # delays continue until the burst has aged out of the window
+        manager.record_and_get_throttle_ms("User:ANONYMOUS", "unknown", 400)
+        clock.sleep(1000)
+    assert manager.record_and_get_throttle_ms("User:ANONYMOUS", "unknown", 0) == 0
+
+
+def test_no_quota_records_nothing() -> None:
+    clock = Clock()
+    manager = _manager(clock)
+    assert not manager.enabled
+    assert manager.record_and_get_throttle_ms("User:a", "c", 10**12) == 0
+    manager.update_quota(QuotaEntity(client_id="other"), 1.0)
+    assert manager.enabled
+    assert manager.record_and_get_throttle_ms("User:a", "c", 10**12) == 0  # not this client
+    assert manager.record_and_get_throttle_ms("User:a", "other", 10**12) > 0
+
+
+def test_the_first_burst_is_ten_windows_of_quota() -> None:
+    """The padded window: a new client may send (samples - 1) windows' worth at once."""
+    clock = Clock()
+    manager = _manager(clock)
+    manager.update_quota(QuotaEntity(client_id="c"), 1000.0)
+    assert manager.record_and_get_throttle_ms("User:u", "c", 10_000) == 0
+    assert manager.record_and_get_throttle_ms("User:u", "c", 1000) == 1000  # 11000/10 s
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 3000)), min_size=1, max_size=60),
+    st.integers(100, 20_000),
+)
+def test_a_client_that_waits_its_throttle_stays_near_its_quota(
+    sends: list[tuple[int, int]], bound: int
+) -> None:
+    """A client that always waits out its throttle time never gets more than its quota over
+    the window plus one request and the initial burst."""
+    clock = Clock()
+    manager = _manager(clock)
+    manager.update_quota(QuotaEntity(client_id="c"), float(bound))
+    start = clock.now_ms
+    sent = 0
+    for size, pause in sends:
+        throttle = manager.record_and_get_throttle_ms("User:u", "c", size)
+        sent += size
+        assert throttle >= 0
+        clock.sleep(throttle + pause)
+    elapsed_s = (clock.now_ms - start) / 1000
+    largest = max(size for size, _ in sends)
+    assert sent <= bound * (elapsed_s + 11) + largest
+
+
+def test_throttle_time_formula() -> None:
+    assert throttle_time_ms(600, 500, 10_500) == 2100
+    assert throttle_time_ms(500, 500, 10_000) == 0
+    assert throttle_time_ms(100, 500, 10_000) == 0
+    assert throttle_time_ms(1000.5, 1000, 1000) == 1  # half up, as Java's Math.round
+    assert throttle_time_ms(10, 0, 1000) == 1000
+
+
+def test_rate_samples_expire() -> None:
+    rate = Rate(RateConfig(11, 1000))
+    rate.record(11_000, 0)
+    assert rate.measure(0) == pytest.approx(1100)  # over the padded 10 s
+    assert rate.measure(10_999) == pytest.approx(11_000 / 10.999)
+    assert rate.measure(11_000) == 0  # the sample's last event is 11 windows old
+
+
+def test_simple_rate_pads_one_window_only() -> None:
+    rate = SimpleRate(RateConfig(11, 1000))
+    rate.record(1000, 0)
+    assert rate.measure(0) == pytest.approx(1000)
+    assert rate.measure(2000) == pytest.approx(500)
+
+
+# -- precedence -------------------------------------------------------------------------------
+
+LEVELS = [
+    QuotaEntity("u", "c"),
+    QuotaEntity("u", DEFAULT),
+    QuotaEntity("u", None),
+    QuotaEntity(DEFAULT, "c"),
+    QuotaEntity(DEFAULT, DEFAULT),
+    QuotaEntity(DEFAULT, None),
+    QuotaEntity(None, "c"),
+    QuotaEntity(None, DEFAULT),
+]
+SHARED_BY = [
+    ("u", "c"),
+    ("u", "c"),
+    ("u", ""),
+    ("u", "c"),
+    ("u", "c"),
+    ("u", ""),
+    ("", "c"),
+    ("", "c"),
+]
+
+
+def test_the_eight_levels_in_order() -> None:
+    overrides = {entity: float(level) for level, entity in enumerate(LEVELS, start=1)}
+    for level in range(1, 9):
+        key, bound = resolve(overrides, "u", "c")
+        assert bound == level
+        assert key == SHARED_BY[level - 1]
+        del overrides[LEVELS[level - 1]]
+    assert resolve(overrides, "u", "c") == (("", "c"), None)
+
+
+def _rank(entity: QuotaEntity) -> int | None:
+    """An independent statement of KIP-55's order: specificity of the user part first (exact
+    user, default user, none), then of the client part (exact, default), except that a
+    user-only entity ranks after that user's user+client entities."""
+    order = {
+        ("exact", "exact"): 1, ("exact", "default"): 2, ("exact", "none"): 3,
+        ("default", "exact"): 4, ("default", "default"): 5, ("default", "none"): 6,
+        ("none", "exact"): 7, ("none", "default"): 8,
+    }  # fmt: skip
+
+    def kind(name: str | None, actual: str) -> str | None:
+        if name is None:
+            return "none"
+        if name == DEFAULT:
+            return "default"
+        return "exact" if name == actual else None
+
+    user, client = kind(entity.user, "u"), kind(entity.client_id, "c")
+    if user is None or client is None:
+        return None
+    return order.get((user, client))
+
+
+names = st.sampled_from(["u", "c", "x", DEFAULT, None])
+
+
+@given(st.dictionaries(st.builds(QuotaEntity, names, names), st.floats(1, 1e9), max_size=12))
+def test_precedence_picks_the_most_specific_matching_entity(
+    overrides: dict[QuotaEntity, float],
+) -> None:
+    overrides.pop(QuotaEntity(None, None), None)
+    ranked = sorted((rank, entity) for entity in overrides if (rank := _rank(entity)) is not None)  # type: ignore[type-var]
+    _key, bound = resolve(overrides, "u", "c")
+    if not ranked:
+        assert bound is None
+    else:
+        assert bound == overrides[ranked[0][1]]
+
+
+def test_a_user_quota_is_shared_by_its_clients_and_a_default_is_not() -> None:
+    clock = Clock()
+    manager = _manager(clock)
+    manager.update_quota(QuotaEntity(user="alice"), 1000.0)
+    manager.update_quota(QuotaEntity(user=DEFAULT), 1000.0)
+    assert manager.record_and_get_throttle_ms("User:alice", "c1", 10_000) == 0
+    assert manager.record_and_get_throttle_ms("User:alice", "c2", 1000) > 0  # shared with c1
+    assert manager.record_and_get_throttle_ms("User:bob", "c1", 10_000) == 0  # own default
+    assert manager.record_and_get_throttle_ms("User:carol", "c1", 10_000) == 0
+
+
+def test_names_are_sanitized_as_in_zookeeper() -> None:
+    manager = _manager(Clock())
+    manager.update_quota(QuotaEntity(user="CN%3Dalice%2COU%3Dx"), 5.0)
+    assert manager.quota("User:CN=alice,OU=x", "c") == 5.0
+
+
+def test_fetch_cap_and_request_bound() -> None:
+    clock = Clock()
+    quotas = ClientQuotas(RateConfig(11, 1000), clock)
+    quotas.update_entity(
+        QuotaEntity(client_id="c"),
+        {"consumer_byte_rate": "2048", "request_percentage": "1", "SCRAM-SHA-256": "x"},
+    )
+    assert quotas.fetch.max_value_in_window("User:u", "c") == 2048 * 10
+    assert quotas.produce.max_value_in_window("User:u", "c") is None
+    # 50 ms of handler time a request: far over 1% of a thread, but held a window at most.
+    throttle = quotas.request.record_and_get_throttle_ms("User:u", "c", 5.0 * 100)
+    assert throttle == 1000
+    quotas.update_entity(QuotaEntity(client_id="c"), {})  # every quota of the entity removed
+    assert quotas.fetch.quota("User:u", "c") is None
+
+
+def test_unrecord_takes_back_a_throttled_fetch() -> None:
+    clock = Clock()
+    manager = _manager(clock, QuotaType.FETCH)
+    manager.update_quota(QuotaEntity(client_id="c"), 100.0)
+    assert manager.record_and_get_throttle_ms("User:u", "c", 1000) == 0
+    throttle = manager.record_and_get_throttle_ms("User:u", "c", 1000)
+    assert throttle > 0
+    manager.unrecord("User:u", "c", 1000)
+    assert manager.rate("User:u", "c") == pytest.approx(100.0)
+
+
+def test_entity_paths_round_trip() -> None:
+    for entity in LEVELS:
+        assert QuotaEntity.from_zk_entity_path(entity.zk_entity_path()) == entity
+    assert QuotaEntity.from_zk_entity_path("topics/t") is None
+    assert QuotaEntity.from_zk_entity_path("users/u/clients") is None
+    assert QuotaEntity.from_zk_entity_path("users/u/groups/c") is None
+
+
+# -- replication throttles ------------------------------------------------------------------
+
+
+def test_throttled_replica_lists() -> None:
+    assert throttled_replicas("0:1,1:2,2:1", broker_id=1) == {0, 2}
+    assert throttled_replicas(" 0:1 , 3:1 ", broker_id=1) == {0, 3}
+    assert throttled_replicas("*", broker_id=7) is ALL_PARTITIONS
+    assert throttled_replicas("", broker_id=1) == frozenset()
+    for bad in ("0-1", "a:1", "*,0:1", "0:1:2"):
+        with pytest.raises(InvalidThrottledReplicasError):
+            throttled_replicas(bad, broker_id=1)
+
+
+def test_replication_quota_manager() -> None:
+    clock = Clock()
+    configs = {"t": {"leader.replication.throttled.replicas": "0:1,1:2"}}
+    manager = ReplicationQuotaManager(
+        "leader.replication.throttled.replicas",
+        lambda: SimpleRate(RateConfig(11, 1000)),
+        broker_id=1,
+        topic_config=lambda topic: configs.get(topic, {}),
+        clock_ms=clock,
+    )
+    assert manager.is_throttled("t", 0)
+    assert not manager.is_throttled("t", 1)  # broker 2's replica
+    assert not manager.is_throttled("other", 0)
+    assert not manager.enabled and not manager.is_quota_exceeded()
+    manager.update_quota(1000.0)
+    manager.record(1000)
+    assert not manager.is_quota_exceeded()
+    manager.record(1)
+    assert manager.is_quota_exceeded()
+    clock.sleep(2000)
+    assert not manager.is_quota_exceeded()  # 1001 bytes over 2 s
+    configs["t"] = {"leader.replication.throttled.replicas": "*"}
+    assert manager.is_throttled("t", 5)
