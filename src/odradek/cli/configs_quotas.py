@@ -12,9 +12,9 @@ Quota keys are Kafka's: `producer_byte_rate`, `consumer_byte_rate`, `request_per
 (`the default user-principal` for a default); `--alter` prints `Completed updating config for user
 alice.` (or `... default config for users in the cluster.`).
 
-A broker that does not offer these APIs (Odradek's brokers until client quotas are built) is
-reported as `UNSUPPORTED_VERSION: the brokers do not support AlterClientQuotas (client quotas)`,
-exit status 1.
+A broker that does not offer these APIs (Odradek before client quotas, `odradek.server.quota`)
+is reported as `UNSUPPORTED_VERSION: the brokers do not support AlterClientQuotas (client
+quotas)`, exit status 1.
 """
 
 from __future__ import annotations

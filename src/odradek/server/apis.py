@@ -6,7 +6,7 @@ features from this list, so advertising anything more would invite requests we c
 
 Handlers live in modules by area (`handlers_produce`, `handlers_fetch`, `handlers_metadata`,
 `handlers_admin`, `handlers_log_admin`, `handlers_configs`, `handlers_elect_leaders`, `handlers_reassignment`,
-`handlers_interbroker`, `handlers_producer_ids`, and the group coordinator's `odradek.coordinator.group.handlers` and
+`handlers_interbroker`, `handlers_producer_ids`, `handlers_client_quotas`, and the group coordinator's `odradek.coordinator.group.handlers` and
 `handlers_offsets`); each is
 `handle(services, context, request) -> response | awaitable`, where `context` is the request's
 own `RequestContext` (header, client address, principal): per-request state travels with the
@@ -14,6 +14,9 @@ request, never on this shared object.
 A request for an unknown API or an unsupported version closes the connection (as Kafka does), except
 ApiVersions, which is answered with UNSUPPORTED_VERSION and the supported list in a v0 response
 (KIP-511), so that a newer client can retry with an older version.
+
+With `request_percentage` quotas configured, every client API but Produce and Fetch (which
+account for their own) runs under `odradek.server.quota.throttling.throttle_request`.
 
 Concurrency: called on the broker's event loop thread by the socket server, in request order.
 """
@@ -64,6 +67,7 @@ from odradek.server import (
     handlers_txn,
 )
 from odradek.server.authorization_groups import authorized_group_handlers
+from odradek.server.quota.throttling import request_quota_applies, throttle_request
 from odradek.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
@@ -221,7 +225,13 @@ class KafkaApis:
                 f"unsupported version {header.api_version} of api {ApiKey(header.api_key).name}"
             )
         request = decode_request_body(header, frame)
-        return self.handlers[header.api_key](self.services, context, request)
+        handler = self.handlers[header.api_key]
+        quotas = self.services.quotas.client
+        if request_quota_applies(quotas, header.api_key):  # client quotas: request_percentage
+            return throttle_request(
+                quotas, context, lambda: handler(self.services, context, request)
+            )
+        return handler(self.services, context, request)
 
 
 def answer_api_versions(header: RequestHeader, frame: bytes) -> Any:

@@ -51,7 +51,9 @@ SOURCE_DYNAMIC_TOPIC = 1
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-CONFIG_TYPES = {"int": 3, "long": 5, "bool": 1, "enum": 2, "string": 2, "list": 7, "double": 6}
+CONFIG_TYPES = {
+    "int": 3, "long": 5, "bool": 1, "enum": 2, "string": 2, "list": 7, "double": 6, "replicas": 7
+}  # fmt: skip
 
 
 def _text(value: Any) -> str | None:

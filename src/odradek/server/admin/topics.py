@@ -23,6 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from odradek.cluster.replication_quota import (
+    FOLLOWER_THROTTLED_REPLICAS,
+    LEADER_THROTTLED_REPLICAS,
+    InvalidThrottledReplicasError,
+    validate_throttled_replicas,
+)
 from odradek.errors import InvalidConfigurationError, InvalidTopicError
 from odradek.log.config import COMPRESSION_TYPES, LogConfig
 
@@ -54,6 +60,7 @@ def collides(name: str, existing: str) -> bool:
 class TopicConfigDef:
     name: str
     kind: str  # int | long | bool | enum | list (comma-separated items, each one of `allowed`)
+    #            | replicas (a throttled replica list)
     broker_default: Callable[[KafkaConfig], Any]
     allowed: tuple[str, ...] = ()
     minimum: int | None = None
@@ -139,6 +146,9 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
             lambda c: c["compression.type"],
             allowed=COMPRESSION_TYPES,
         ),
+        # Replication throttles (KIP-73, odradek.cluster.replication_quota): `*` or p:b,...
+        TopicConfigDef(LEADER_THROTTLED_REPLICAS, "replicas", lambda c: ""),
+        TopicConfigDef(FOLLOWER_THROTTLED_REPLICAS, "replicas", lambda c: ""),
     ]
 }
 
@@ -183,6 +193,12 @@ def parse_topic_config_value(name: str, raw: str | None) -> Any:
                 f"invalid value {raw!r} for {name}: must be between {low} and {high}"
             )
         return number
+    if definition.kind == "replicas":
+        try:
+            validate_throttled_replicas(name, text)
+        except InvalidThrottledReplicasError as e:
+            raise InvalidConfigurationError(f"invalid value {raw!r} for {name}: {e}") from None
+        return text
     if definition.kind == "bool":
         if text.lower() not in ("true", "false"):
             raise InvalidConfigurationError(

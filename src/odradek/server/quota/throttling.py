@@ -13,6 +13,9 @@ bound, the response goes out *without records* (the fetched bytes are taken back
 carrying the throttle time, and the connection is muted: the consumer fetches the same offsets
 again after the throttle.
 
+Every other client API (not the inter-broker ones) runs under the request quota alone
+(`throttle_request`): its handler time is recorded, and the response's throttle time set.
+
 Follower fetches instead feed the leader replication throttle (KIP-73): the bytes sent for
 throttled replicas are recorded (`record_leader_replication`).
 
@@ -21,7 +24,11 @@ Nothing here runs when `ClientQuotas.enabled` is False (or the throttle has no r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import datetime
+import inspect
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from odradek.server.quota.manager import ClientQuotas, request_time_percent
@@ -98,3 +105,52 @@ def record_leader_replication(
     )
     if size:
         leader.record(size)
+
+
+# Answered without request quotas, as Kafka's `sendResponseExemptThrottle`: the inter-broker
+# requests, and Produce and Fetch, which record their request time themselves (above).
+EXEMPT_APIS = frozenset({0, 1, 4, 5, 6, 7, 27})
+
+
+def request_quota_applies(quotas: ClientQuotas, api_key: int) -> bool:
+    """The quick check before `throttle_request`: request quotas exist and the API is subject."""
+    return quotas.request.enabled and api_key not in EXEMPT_APIS
+
+
+def throttle_request(
+    quotas: ClientQuotas,
+    context: RequestContext,
+    handle: Callable[[], Any],
+) -> Any:
+    """Run a handler under the client's request quota (Kafka's `sendResponseMaybeThrottle`):
+    its synchronous time is recorded as a percentage of a thread; when that is over the
+    `request_percentage` bound, the response's `throttle_time_ms` says for how long (at most one
+    window) and the connection is muted that long."""
+    started = time.perf_counter_ns()
+    result = handle()
+    handler_ns = time.perf_counter_ns() - started
+    principal, client_id = _who(context)
+    throttle_ms = quotas.request.record_and_get_throttle_ms(
+        principal, client_id, request_time_percent(handler_ns)
+    )
+    if throttle_ms <= 0:
+        return result
+    _throttle(context, throttle_ms)
+    if inspect.isawaitable(result):
+
+        async def throttled() -> Any:
+            return _with_throttle_time(await result, throttle_ms)
+
+        return throttled()
+    return _with_throttle_time(result, throttle_ms)
+
+
+def _with_throttle_time(response: Any, throttle_ms: int) -> Any:
+    """The response with its throttle time field set (when its version has one)."""
+    if dataclasses.is_dataclass(response) and not isinstance(response, type):
+        names = {f.name for f in dataclasses.fields(response)}
+        if "throttle_time" in names:
+            return dataclasses.replace(
+                response, throttle_time=datetime.timedelta(milliseconds=throttle_ms)
+            )
+    return response
