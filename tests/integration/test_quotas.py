@@ -26,7 +26,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from odradek.network.client import BrokerConnection
@@ -35,10 +43,14 @@ from odradek.protocol.codec import request_class
 from odradek.security.api_acls import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from odradek.testing import LocalCluster
 from odradek.testing.secure import ADMIN
+from odradek.zk.client import ZkClient
+from odradek.zk.znodes import BrokerConfigZNode, ConfigChangeNotificationSequenceZNode
 from tests.fixtures.cluster import wait_until
 from tests.fixtures.secure import SecureEnv
 from tests.integration._clients import create_topic, unique_topic
+from tests.integration._controller import zk_call
 from tests.integration._kafka import kafka_available, kafka_libs
+from tests.integration._replication import zk_partition_state
 from tests.integration._secure_clients import create_topic as create_secure_topic
 from tests.integration._secure_clients import librdkafka_config
 from tests.integration._tools import odradek
@@ -377,3 +389,95 @@ def test_kafka_config_command_alters_and_describes_quotas(cluster3: LocalCluster
         f"Quota configs for user-principal '{user}', client-id '{client}' are "
         "consumer_byte_rate=2097152.0, producer_byte_rate=1048576.0\n"
     ), kafkas.stderr
+
+
+def _set_broker_configs(cluster: LocalCluster, configs: dict[int, dict[str, str]]) -> None:
+    """Dynamic broker configs straight into `/config/brokers/<id>`, announced as
+    kafka-configs.sh does (the BROKER resource of AlterConfigs is another component's)."""
+
+    async def write(zk: ZkClient) -> None:
+        for broker_id, config in configs.items():
+            path = BrokerConfigZNode.path(broker_id)
+            data = BrokerConfigZNode.encode(config)
+            if await zk.exists(path) is None:
+                await zk.create(path, data, makepath=True)
+            else:
+                await zk.set(path, data)
+            await zk.create(
+                ConfigChangeNotificationSequenceZNode.path(),
+                ConfigChangeNotificationSequenceZNode.encode("brokers", str(broker_id)),
+                sequence=True,
+            )
+
+    zk_call(cluster, write)
+
+
+def test_replication_throttle_bounds_a_reassignment(cluster3: LocalCluster) -> None:
+    """KIP-73: a new replica copies a 2 MB partition at the throttled 200 KiB/s — about five
+    seconds once the first 1 MB fetch (replica.fetch.max.bytes) is in — where the unthrottled
+    copy takes well under one."""
+    bootstrap = cluster3.bootstrap_servers
+    topic = unique_topic("quota-move")
+    create_topic(bootstrap, topic, partitions=1, replication_factor=1)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 20})
+    size = 2 * 1024 * 1024
+    for _ in range(size // len(VALUE)):
+        while True:
+            try:
+                producer.produce(topic, VALUE)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+    source = _leader(bootstrap, topic)
+    target = next(b.id for b in cluster3.brokers if b.id != source)
+    # What `kafka-reassign-partitions.sh --throttle` writes: the replicas, then the rates.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+            for name, value in (
+                ("leader.replication.throttled.replicas", f"0:{source}"),
+                ("follower.replication.throttled.replicas", f"0:{target}"),
+            )
+        ],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    rate = 200 * 1024
+    throttles = {
+        "leader.replication.throttled.rate": str(rate),
+        "follower.replication.throttled.rate": str(rate),
+    }
+    marks = {b.id: _log_mark(b.log) for b in cluster3.brokers}
+    _set_broker_configs(cluster3, {source: throttles, target: throttles})
+    try:
+        for broker_id in (source, target):
+            broker = cluster3.broker(broker_id)
+            wait_until(
+                lambda b=broker: _logged_since(
+                    b.log, marks[b.id], f"replication throttles: leader {float(rate)}"
+                ),
+                timeout=30,
+                message=f"broker {broker_id} applied the replication throttle",
+            )
+        started = time.monotonic()
+        moves = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        try:
+            errors = moves.alter_partition_reassignments(
+                {KafkaTopicPartition(topic, 0): [source, target]}
+            )
+        finally:
+            moves.close()
+        assert all(error is None for error in errors.values()), errors
+        wait_until(
+            lambda: target in zk_partition_state(cluster3, topic, 0).isr,
+            timeout=90,
+            message="the new replica joined the ISR",
+        )
+        elapsed = time.monotonic() - started
+        least = 0.8 * (size - 1024 * 1024) / rate
+        assert least <= elapsed <= 60, f"{elapsed:.1f} s for {size} bytes at {rate} B/s"
+    finally:
+        _set_broker_configs(cluster3, {source: {}, target: {}})
