@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 
 from odradek.cluster.replication_quota import (
     ALL_PARTITIONS,
@@ -14,6 +15,8 @@ from odradek.cluster.replication_quota import (
     ReplicationQuotaManager,
     throttled_replicas,
 )
+from odradek.errors import KafkaError
+from odradek.server.quota import admin
 from odradek.server.quota.entities import DEFAULT, QuotaEntity, resolve
 from odradek.server.quota.manager import ClientQuotaManager, ClientQuotas, QuotaType
 from odradek.server.quota.rate import Rate, RateConfig, SimpleRate, throttle_time_ms
@@ -281,3 +284,102 @@ def test_replication_quota_manager() -> None:
     assert not manager.is_quota_exceeded()  # 1001 bytes over 2 s
     configs["t"] = {"leader.replication.throttled.replicas": "*"}
     assert manager.is_throttled("t", 5)
+
+
+# -- DescribeClientQuotas / AlterClientQuotas ------------------------------------------------
+
+STORED = {
+    QuotaEntity(user="alice"): {"producer_byte_rate": "100", "SCRAM-SHA-256": "salt=..."},
+    QuotaEntity(user="bob"): {"SCRAM-SHA-256": "salt=..."},  # credentials only: not a quota
+    QuotaEntity(user="alice", client_id="c1"): {"consumer_byte_rate": "200"},
+    QuotaEntity(user=DEFAULT, client_id=DEFAULT): {"request_percentage": "12.5"},
+    QuotaEntity(client_id="c1"): {"producer_byte_rate": "300"},
+    QuotaEntity(client_id=DEFAULT): {"producer_byte_rate": "400"},
+}
+
+
+def _described(components: list[admin.Component], strict: bool) -> set[str]:
+    return {e.zk_entity_path() for e, _values in admin.describe(STORED, components, strict)}
+
+
+def test_describe_filters_as_kafka() -> None:
+    any_user = admin.Component("user", admin.MATCH_ANY, None)
+    any_client = admin.Component("client-id", admin.MATCH_ANY, None)
+    alice = admin.Component("user", admin.MATCH_EXACT, "alice")
+    default_user = admin.Component("user", admin.MATCH_DEFAULT, None)
+    assert _described([], False) == {e.zk_entity_path() for e in STORED} - {"users/bob"}
+    assert _described([], True) == set()
+    assert _described([alice], True) == {"users/alice"}
+    assert _described([alice], False) == {"users/alice", "users/alice/clients/c1"}
+    assert _described([any_user, any_client], True) == {
+        "users/alice/clients/c1",
+        "users/<default>/clients/<default>",
+    }
+    assert _described([default_user, any_client], True) == {"users/<default>/clients/<default>"}
+    assert _described([any_client], True) == {"clients/c1", "clients/<default>"}
+    values = dict(admin.describe(STORED, [alice], True))
+    assert values == {QuotaEntity(user="alice"): {"producer_byte_rate": 100.0}}
+
+
+@pytest.mark.parametrize(
+    ("components", "code", "message"),
+    [
+        ([("user", 2, None), ("user", 0, "a")], "invalid_request", "Duplicate user filter"),
+        ([("", 2, None)], "invalid_request", "Unexpected empty filter component entity type"),
+        ([("group", 2, None)], "unsupported_version", "Custom entity type 'group' not supported"),
+        ([("ip", 2, None), ("user", 2, None)], "invalid_request", "IP filter component"),
+        ([("user", 7, None)], "invalid_request", "Unexpected match type: 7"),
+        ([("user", 0, None)], "invalid_request", "needs a name"),
+    ],
+)
+def test_describe_refuses_bad_filters(
+    components: list[tuple[str, int, str | None]], code: str, message: str
+) -> None:
+    with pytest.raises(KafkaError) as raised:
+        admin.describe(STORED, [admin.Component(*c) for c in components], False)
+    assert raised.value.code == getattr(ErrorCode, code)
+    assert message in str(raised.value)
+
+
+def test_alter_entities_and_ops() -> None:
+    assert admin.parse_entity([("user", "CN=a,O=b"), ("client-id", None)]) == QuotaEntity(
+        "CN%3Da%2CO%3Db", DEFAULT
+    )
+    for parts, message in [
+        ([], "Invalid empty client quota entity"),
+        ([("user", "")], "Empty user not supported"),
+        ([("group", "g")], "Unhandled client quota entity type: group"),
+        ([("ip", "1.2.3.4"), ("user", "u")], "IP entity should not be used"),
+    ]:
+        with pytest.raises(KafkaError, match=message):
+            admin.parse_entity(parts)
+    config = {"SCRAM-SHA-512": "keep me", "request_percentage": "1.0"}
+    assert admin.apply_ops(
+        config,
+        [
+            ("producer_byte_rate", 1048576.0000001, False),
+            ("request_percentage", 0, True),
+            ("consumer_byte_rate", 2e7, False),
+            ("controller_mutation_rate", 1e7, False),
+            ("not_set", 0, True),
+        ],
+    ) == {
+        "SCRAM-SHA-512": "keep me",
+        "producer_byte_rate": "1048576",
+        "consumer_byte_rate": "20000000",
+        "controller_mutation_rate": "1.0E7",
+    }
+    for op, message in [
+        (("producer_byte_rate", 10.5, False), "must be a LONG value"),
+        (("SCRAM-SHA-256", 1, False), "Invalid configuration key SCRAM-SHA-256"),
+        (("consumer_byte_rate", float("inf"), False), "must be a LONG value"),
+    ]:
+        with pytest.raises(KafkaError, match=message):
+            admin.apply_ops({}, [op])
+
+
+def test_java_double_strings() -> None:
+    cases = {50.0: "50.0", 12.5: "12.5", 1e7: "1.0E7", 1e-4: "1.0E-4", 0.001: "0.001"}
+    cases |= {123456789.0: "1.23456789E8", -2e8: "-2.0E8", 9999999.0: "9999999.0"}
+    for value, text in cases.items():
+        assert admin.java_double_string(value) == text
