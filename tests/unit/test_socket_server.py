@@ -208,3 +208,44 @@ def test_failed_tls_handshakes_give_their_slot_back(tmp_path: Path) -> None:
             assert await _answered(*(await _open(server, trusting)))
 
     asyncio.run(run())
+
+
+def test_a_throttled_connection_is_muted_after_its_response() -> None:
+    """KIP-219: a handler that throttles its request is answered at once, then the connection
+    reads nothing more for the throttle time; other connections are not held."""
+
+    async def run() -> None:
+        throttle_ms = 400
+        sizes: list[int] = []
+
+        def throttling(context: RequestContext, frame: bytes) -> Any:
+            sizes.append(context.size)
+            if context.header.correlation_id == 1 and context.throttle is not None:
+                context.throttle(throttle_ms)
+            return _dispatch(context, frame)
+
+        async def round_trip(reader: Any, writer: Any, correlation_id: int) -> float:
+            started = asyncio.get_running_loop().time()
+            writer.write(_api_versions_frame(correlation_id))
+            await writer.drain()
+            async with asyncio.timeout(5):
+                size = struct.unpack(">i", await reader.readexactly(4))[0]
+                await reader.readexactly(size)
+            return asyncio.get_running_loop().time() - started
+
+        server = SocketServer("127.0.0.1", 0, throttling, 10 << 20)
+        await server.start()
+        try:
+            reader, writer = await _open(server)
+            other_reader, other_writer = await _open(server)
+            assert await round_trip(reader, writer, 1) < throttle_ms / 1000  # answered at once
+            assert await round_trip(other_reader, other_writer, 2) < throttle_ms / 1000
+            waited = await round_trip(reader, writer, 3)  # read only once the mute is over
+            assert waited >= 0.8 * throttle_ms / 1000
+            assert sizes[0] == len(_api_versions_frame(1)) - 4
+            writer.close()
+            other_writer.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(run())
