@@ -4,6 +4,12 @@ rate, the fetch cap, the request-time bound, and the replication throttle's repl
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+import time
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,7 +22,9 @@ from odradek.cluster.replication_quota import (
     throttled_replicas,
 )
 from odradek.errors import KafkaError
-from odradek.server.quota import admin
+from odradek.network.request_context import RequestContext
+from odradek.protocol.build import build_response
+from odradek.server.quota import admin, throttling
 from odradek.server.quota.entities import DEFAULT, QuotaEntity, resolve
 from odradek.server.quota.manager import ClientQuotaManager, ClientQuotas, QuotaType
 from odradek.server.quota.rate import Rate, RateConfig, SimpleRate, throttle_time_ms
@@ -383,3 +391,65 @@ def test_java_double_strings() -> None:
     cases |= {123456789.0: "1.23456789E8", -2e8: "-2.0E8", 9999999.0: "9999999.0"}
     for value, text in cases.items():
         assert admin.java_double_string(value) == text
+
+
+# -- throttling helpers (what the handlers call) ---------------------------------------------
+
+
+def _context(client_id: str, muted: list[int], size: int = 0) -> RequestContext:
+    header = SimpleNamespace(api_key=3, api_version=12, correlation_id=1, client_id=client_id)
+    return RequestContext(
+        header,  # type: ignore[arg-type]
+        "127.0.0.1:1",
+        "127.0.0.1",
+        "User:alice",
+        size=size,
+        throttle=muted.append,
+    )
+
+
+def test_request_quota_sets_the_response_throttle_and_mutes() -> None:
+    clock = Clock()
+    quotas = ClientQuotas(RateConfig(11, 1000), clock)
+    assert not throttling.request_quota_applies(quotas, 3)  # no quota: the quick check says no
+    quotas.update_entity(QuotaEntity(user="alice"), {"request_percentage": "0.001"})
+    assert throttling.request_quota_applies(quotas, 3)
+    assert not throttling.request_quota_applies(quotas, 4)  # LeaderAndIsr is exempt
+    muted: list[int] = []
+
+    def handler() -> Any:
+        time.sleep(0.002)  # 2 ms of handler time: 0.2% of a thread-second, over 0.001%
+        return build_response(
+            SimpleNamespace(api_key=18, api_version=3),  # type: ignore[arg-type]
+            {"error_code": 0, "api_keys": [], "throttle_time": 0},
+        )
+
+    response = throttling.throttle_request(quotas, _context("c", muted), handler)
+    assert muted == [1000]  # bounded by one window
+    assert response.throttle_time == datetime.timedelta(milliseconds=1000)
+
+    async def later() -> Any:
+        return handler()
+
+    async def run() -> Any:
+        return await throttling.throttle_request(quotas, _context("c", muted), later)
+
+    assert asyncio.run(run()).throttle_time == datetime.timedelta(milliseconds=1000)
+
+
+def test_produce_and_fetch_throttles() -> None:
+    clock = Clock()
+    quotas = ClientQuotas(RateConfig(11, 1000), clock)
+    muted: list[int] = []
+    assert throttling.produce_throttle_ms(quotas, _context("p", muted, 10**9), 1, 0) == 0
+    quotas.update_entity(QuotaEntity(client_id="p"), {"producer_byte_rate": "1000"})
+    quotas.update_entity(QuotaEntity(client_id="f"), {"consumer_byte_rate": "1000"})
+    assert throttling.produce_throttle_ms(quotas, _context("p", muted, 10_000), 1, 0) == 0
+    assert throttling.produce_throttle_ms(quotas, _context("p", muted, 1_000), 0, 0) == 1000
+    assert muted == [1000]
+    assert throttling.fetch_max_bytes(quotas, _context("f", muted), 10**9) == 10_000
+    assert throttling.fetch_max_bytes(quotas, _context("x", muted), 10**9) == 10**9
+    assert throttling.fetch_throttle_ms(quotas, _context("f", muted), 10_000, 0) == 0
+    assert throttling.fetch_throttle_ms(quotas, _context("f", muted), 5_000, 0) == 5000
+    # The throttled fetch's bytes were taken back: the client is exactly at its quota.
+    assert quotas.fetch.rate("User:alice", "f") == pytest.approx(1000)
