@@ -12,7 +12,7 @@ One broker (a local cluster), a topic of `--partitions` partitions, confluent-ka
    can for `--seconds`: the bytes the broker acknowledged per second, against the quota; and the
    same for a consumer with a `consumer_byte_rate` of `--rate` reading a full partition.
 
-    .venv/bin/python bench/quotas.py --records 300000 --rounds 3 --rate 204800 --seconds 10
+    .venv/bin/python bench/quotas.py --records 300000 --rounds 3 --rate 204800 --seconds 11
 """
 
 from __future__ import annotations
@@ -39,13 +39,16 @@ from odradek.testing import LocalCluster
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def produce(bootstrap: str, topic: str, records: int, client_id: str) -> float:
+def produce(
+    bootstrap: str, topic: str, records: int, client_id: str, batch_size: int = 1_000_000
+) -> float:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
             "client.id": client_id,
             "acks": "1",
             "linger.ms": 5,
+            "batch.size": batch_size,
             "queue.buffering.max.messages": 2_000_000,
             "queue.buffering.max.kbytes": 2_000_000,
         }
@@ -86,7 +89,7 @@ def throttled_produce(bootstrap: str, topic: str, client_id: str, seconds: float
 
     producer = Producer(
         {"bootstrap.servers": bootstrap, "client.id": client_id, "acks": "1",
-         "linger.ms": 5, "batch.size": 16384}
+         "linger.ms": 5, "batch.size": 4096}
     )  # fmt: skip
     sent = 0
     started = time.monotonic()
@@ -108,8 +111,8 @@ def throttled_produce(bootstrap: str, topic: str, client_id: str, seconds: float
 def throttled_consume(bootstrap: str, topic: str, client_id: str, seconds: float) -> float:
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": client_id, "client.id": client_id,
-         "enable.auto.commit": False, "max.partition.fetch.bytes": 65536,
-         "fetch.max.bytes": 65536}
+         "enable.auto.commit": False, "max.partition.fetch.bytes": 8192,
+         "fetch.max.bytes": 8192}
     )  # fmt: skip
     consumer.assign([TopicPartition(topic, 0, 0)])
     received = 0
@@ -128,7 +131,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=10)
     parser.add_argument("--rate", type=int, default=200 * 1024)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=11.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="odradek-quotas-") as directory:
         cluster = LocalCluster.up(Path(directory), 1)
@@ -142,7 +145,8 @@ def main() -> None:
                 future.result(60)
             del admin
             produce(bootstrap, "cost", 20_000, "bench")  # warm-up
-            produce(bootstrap, "held", 30_000, "bench")  # 3 MB for the held consumer
+            # 3 MB in small batches for the held consumer (a fetch returns whole batches).
+            produce(bootstrap, "held", 30_000, "bench", batch_size=4096)
             results: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
             for mode in ("off", "on"):
                 if mode == "on":

@@ -56,7 +56,10 @@ from tests.integration._secure_clients import librdkafka_config
 from tests.integration._tools import odradek
 
 RATE = 200 * 1024  # bytes/s
-MEASURE_S = 10.0
+MEASURE_S = 11.0
+"""One whole quota window (11 samples of 1 s): Kafka's rate lets a client send ten windows' worth at
+once, then holds it until that burst ages out of the window, so it is over a whole window that
+the quota holds (over the first 10 s alone the same client shows ~1.1x its quota)."""
 VALUE = b"q" * 1000
 
 
@@ -85,9 +88,9 @@ class Throughput:
             {
                 "acks": "1",
                 "linger.ms": 5,
-                # Small requests: the quota is counted per request, so a 1 MB batch would make
-                # the measurement as coarse as 5 s of quota.
-                "batch.size": 16384,
+                # Small requests: the quota is counted per request, and each throttle lets one
+                # more request through, so large batches would make the measurement coarse.
+                "batch.size": 4096,
                 "statistics.interval.ms": 500,
                 "stats_cb": self._stats,
                 **config,
@@ -167,7 +170,9 @@ def test_consumer_byte_rate_throttles_a_consumer(cluster3: LocalCluster) -> None
     bootstrap = cluster3.bootstrap_servers
     topic = unique_topic("quota-fetch")
     create_topic(bootstrap, topic, partitions=1, replication_factor=1)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 20})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 20, "batch.size": 4096}
+    )
     count = (12 * RATE) // len(VALUE) * 2  # more than the consumer can take in the window
     for _ in range(count):
         while True:
@@ -206,8 +211,8 @@ def test_consumer_byte_rate_throttles_a_consumer(cluster3: LocalCluster) -> None
             "statistics.interval.ms": 500,
             "stats_cb": on_stats,
             # Small fetches, for a fine-grained measurement (see Throughput's batch.size).
-            "max.partition.fetch.bytes": 65536,
-            "fetch.max.bytes": 65536,
+            "max.partition.fetch.bytes": 8192,
+            "fetch.max.bytes": 8192,
         }
     )
     try:
@@ -234,7 +239,7 @@ def test_a_user_quota_over_sasl(secure_cluster: SecureEnv) -> None:
         "confluent-kafka", env.identity("admin"), topic, partitions=1, replication=1
     )
     bob = env.identity("sasl_plain")
-    rate = 64 * 1024
+    rate = 128 * 1024
     _configs(
         admin_bootstrap, "--alter", "--add-config", f"producer_byte_rate={rate}",
         "--entity-type", "users", "--entity-name", bob.username or "",
