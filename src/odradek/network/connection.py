@@ -100,6 +100,7 @@ class ClientConnection(asyncio.Protocol):
         self._socket_fd = -1  # the socket for sendfile; -1 on TLS connections (copying path)
         self._throttled_until = 0.0  # monotonic time until which a quota mutes the connection
         self._unmute: asyncio.TimerHandle | None = None
+        self._held: deque[tuple[bytes, int]] = deque()  # frames read while throttled, and sizes
 
     # asyncio.Protocol callbacks
 
@@ -161,6 +162,11 @@ class ClientConnection(asyncio.Protocol):
                 # A whole frame in one read: counted if there is memory, never refused (its bytes
                 # are already here; refusing would only lose them).
                 size = len(item) if not pool.unlimited and pool.try_reserve(len(item)) else 0
+            if self._unmute is not None or self._held:
+                # Throttled by a quota: the frames read with the throttled one wait, as the
+                # unread ones do, until the throttle ends (Kafka reads one request at a time).
+                self._held.append((item, size))
+                continue
             self._handle(item, size, final=index == len(frames) - 1)
         if self.state is ConnectionState.OPEN:
             self._reserve_partial_frame()
@@ -209,8 +215,10 @@ class ClientConnection(asyncio.Protocol):
         pool = self._server.memory_pool
         pool.forget(id(self))
         released = self._reserved + sum(size for _h, _r, size in self._pending)
+        released += sum(size for _frame, size in self._held)
         self._reserved = 0
         self._pending.clear()
+        self._held.clear()
         pool.release(released)
 
     # request handling
@@ -474,6 +482,9 @@ class ClientConnection(asyncio.Protocol):
     def _end_throttle(self) -> None:
         self._unmute = None
         self._throttled_until = 0.0
+        while self._held and self._unmute is None and self.state is ConnectionState.OPEN:
+            frame, size = self._held.popleft()
+            self._handle(frame, size, final=not self._held)
         self._update_reading()
 
     @property
@@ -498,7 +509,7 @@ class ClientConnection(asyncio.Protocol):
 
     @property
     def idle(self) -> bool:
-        return not self._pending and not self._sending_file
+        return not self._pending and not self._sending_file and not self._held
 
     def _set_state(self, state: ConnectionState) -> None:
         self.state = state
