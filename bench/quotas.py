@@ -112,7 +112,7 @@ def throttled_consume(bootstrap: str, topic: str, client_id: str, seconds: float
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": client_id, "client.id": client_id,
          "enable.auto.commit": False, "max.partition.fetch.bytes": 8192,
-         "fetch.max.bytes": 8192}
+         "fetch.max.bytes": 8192, "message.max.bytes": 8192}
     )  # fmt: skip
     consumer.assign([TopicPartition(topic, 0, 0)])
     received = 0

@@ -213,6 +213,7 @@ def test_consumer_byte_rate_throttles_a_consumer(cluster3: LocalCluster) -> None
             # Small fetches, for a fine-grained measurement (see Throughput's batch.size).
             "max.partition.fetch.bytes": 8192,
             "fetch.max.bytes": 8192,
+            "message.max.bytes": 8192,  # librdkafka wants fetch.max.bytes >= it
         }
     )
     try:
