@@ -113,8 +113,7 @@ class ClientQuotaManager:
         now = self._clock_ms() if now_ms is None else now_ms
         rate = self._rate(key, now)
         rate.record(value, now)
-        window_ms = rate.window_size_ms(now)
-        observed = rate.measure(now)
+        observed, window_ms = rate.measure_with_window(now)
         throttle = throttle_time_ms(observed, bound, window_ms)
         if self._max_throttle_ms is not None:
             throttle = min(throttle, self._max_throttle_ms)

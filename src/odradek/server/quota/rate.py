@@ -69,9 +69,15 @@ class Rate:
 
     def measure(self, now_ms: int) -> float:
         """The rate per second at `now_ms`."""
+        return self.measure_with_window(now_ms)[0]
+
+    def measure_with_window(self, now_ms: int) -> tuple[float, int]:
+        """(the rate per second, the window in ms it is measured over) at `now_ms`."""
         window_ms = self.window_size_ms(now_ms)  # purges obsolete samples first
-        total = sum(s.value for s in self._samples)
-        return total / (window_ms / 1000.0)
+        total = 0.0
+        for sample in self._samples:
+            total += sample.value
+        return total / (window_ms / 1000.0), window_ms
 
     def window_size_ms(self, now_ms: int) -> int:
         self._purge(now_ms)
