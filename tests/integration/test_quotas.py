@@ -126,6 +126,7 @@ class Throughput:
         elapsed = now - start
         self.producer.purge()
         self.producer.flush(5)
+        del self.producer  # destroyed now, not after the cluster is gone
         assert not self.errors, self.errors[:3]
         return acked / elapsed
 
@@ -158,6 +159,7 @@ def test_producer_byte_rate_throttles_one_client_id(cluster3: LocalCluster) -> N
     assert unlimited.max_throttle_ms == 0
     client = Throughput({"bootstrap.servers": bootstrap, "client.id": throttled}, topic)
     rate = client.run(MEASURE_S)
+    print(f"producer held to {rate / RATE:.3f} of its quota over {MEASURE_S} s")
     assert 0.8 * RATE <= rate <= 1.2 * RATE, f"{rate / 1024:.0f} KiB/s against {RATE // 1024}"
     assert client.max_throttle_ms > 0  # the broker told the client (throttle_time_ms)
     _configs(
@@ -225,6 +227,7 @@ def test_consumer_byte_rate_throttles_a_consumer(cluster3: LocalCluster) -> None
             if message is not None and message.error() is None:
                 received += len(message.value())
         rate = received / MEASURE_S
+        print(f"consumer held to {rate / RATE:.3f} of its quota over {MEASURE_S} s")
     finally:
         consumer.close()
     assert 0.8 * RATE <= rate <= 1.2 * RATE, f"{rate / 1024:.0f} KiB/s against {RATE // 1024}"
@@ -265,6 +268,7 @@ def test_a_user_quota_over_sasl(secure_cluster: SecureEnv) -> None:
         # bob may send ten windows of his quota at once (Kafka's padded window), then is held.
         client = Throughput(librdkafka_config(bob), topic)
         sent = client.run(4.0) * 4.0
+        print(f"bob sent {sent / rate:.2f} s of his quota in 4 s")
         assert 8 * rate <= sent <= 13 * rate, f"{sent / 1024:.0f} KiB in 4 s at {rate // 1024}"
         assert client.max_throttle_ms > 0
         other = Throughput(librdkafka_config(env.identity("sasl_ssl")), topic)
@@ -483,6 +487,7 @@ def test_replication_throttle_bounds_a_reassignment(cluster3: LocalCluster) -> N
             message="the new replica joined the ISR",
         )
         elapsed = time.monotonic() - started
+        print(f"throttled reassignment of {size} bytes at {rate} B/s: {elapsed:.1f} s")
         least = 0.8 * (size - 1024 * 1024) / rate
         assert least <= elapsed <= 60, f"{elapsed:.1f} s for {size} bytes at {rate} B/s"
     finally:
