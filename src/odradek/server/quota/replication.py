@@ -71,7 +71,12 @@ class ReplicationThrottleFollower:
 
     async def start(self) -> None:
         async with self._lock:
-            await self.zk.get_children(ConfigChangeNotificationZNode.path(), watch=self._on_change)
+            children = await self.zk.get_children(
+                ConfigChangeNotificationZNode.path(), watch=self._on_change
+            )
+            # The full load below covers every change announced so far: skip those.
+            for child in self._tracker.new_children(children):
+                self._tracker.processed(child)
             await self._reload()
         await self.process_notifications()
 

@@ -15,10 +15,11 @@ with `/config/changes/config_change_<seq>` holding `{"version":2,"entity_path":"
 clients/<client-id>"}` (or `users/<user>`, `clients/<client-id>`).
 
 Following (`start`), as Kafka's DynamicConfigManager does:
-1. set the child watch on `/config/changes`;
+1. set the child watch on `/config/changes`, and take the notifications present then as done
+   (unlike Kafka, which re-reads each named entity: the full load covers them);
 2. read every user, user+client and client znode and apply its quotas (`ClientQuotas.
    update_entity`);
-3. process the notifications present; afterwards each fired watch processes the new ones: a
+3. process the notifications that came since; afterwards each fired watch processes the new ones: a
    notification naming a quota entity re-reads that entity's znode (gone: no quotas). Other entity
    types (topics, brokers) belong to other components and are skipped.
 Like the other followers of `/config/changes`, this one never deletes notifications.
@@ -87,7 +88,12 @@ class ClientQuotaStore:
 
     async def start(self) -> None:
         async with self._lock:
-            await self.zk.get_children(ConfigChangeNotificationZNode.path(), watch=self._on_change)
+            children = await self.zk.get_children(
+                ConfigChangeNotificationZNode.path(), watch=self._on_change
+            )
+            # The full load below covers every change announced so far: skip those.
+            for child in self._tracker.new_children(children):
+                self._tracker.processed(child)
             for entity, config in (await self.all_configs()).items():
                 self.quotas.update_entity(entity, config)
         await self.process_notifications()
