@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import math
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -85,27 +86,47 @@ def test_the_first_burst_is_ten_windows_of_quota() -> None:
 
 
 @given(
-    st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 3000)), min_size=1, max_size=60),
-    st.integers(100, 20_000),
+    st.integers(100, 100_000),
+    st.lists(st.tuples(st.floats(0.01, 1.0), st.floats(1.0, 3.0)), min_size=1, max_size=80),
 )
-def test_a_client_that_waits_its_throttle_stays_near_its_quota(
-    sends: list[tuple[int, int]], bound: int
+def test_a_client_within_its_quota_is_never_throttled(
+    bound: int, sends: list[tuple[float, float]]
 ) -> None:
-    """A client that always waits out its throttle time never gets more than its quota over
-    the window plus one request and the initial burst."""
+    """Requests of at most one second's quota, each followed by at least the time it takes to
+    send it at 90% of the quota: never throttled, whatever the sizes and gaps."""
     clock = Clock()
     manager = _manager(clock)
     manager.update_quota(QuotaEntity(client_id="c"), float(bound))
-    start = clock.now_ms
-    sent = 0
+    for fraction, slack in sends:
+        size = max(1, int(bound * fraction))
+        assert manager.record_and_get_throttle_ms("User:u", "c", size) == 0
+        clock.sleep(math.ceil(size / (0.9 * bound) * 1000 * slack))
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 3000)), min_size=1, max_size=60),
+    st.integers(100, 20_000),
+)
+def test_the_throttle_brings_the_rate_back_to_the_bound(
+    sends: list[tuple[int, int]], bound: int
+) -> None:
+    """After every request, of any size and at any time: no throttle when the measured rate is
+    within the bound, else the delay X with rate x W / (W + X) = bound (to the millisecond)."""
+    clock = Clock()
+    manager = _manager(clock)
+    manager.update_quota(QuotaEntity(client_id="c"), float(bound))
     for size, pause in sends:
         throttle = manager.record_and_get_throttle_ms("User:u", "c", size)
-        sent += size
-        assert throttle >= 0
+        rate = manager._rates[("", "c")]
+        observed, window_ms = rate.measure_with_window(clock.now_ms)
+        if observed <= bound:
+            assert throttle == 0
+        else:
+            assert throttle > 0
+            assert abs(observed * window_ms / (window_ms + throttle) - bound) <= (
+                bound * 1.0 / window_ms + 1e-9 * bound
+            ) * max(1.0, observed / bound)
         clock.sleep(throttle + pause)
-    elapsed_s = (clock.now_ms - start) / 1000
-    largest = max(size for size, _ in sends)
-    assert sent <= bound * (elapsed_s + 11) + largest
 
 
 def test_throttle_time_formula() -> None:
