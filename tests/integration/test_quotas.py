@@ -492,3 +492,61 @@ def test_replication_throttle_bounds_a_reassignment(cluster3: LocalCluster) -> N
         assert least <= elapsed <= 60, f"{elapsed:.1f} s for {size} bytes at {rate} B/s"
     finally:
         _set_broker_configs(cluster3, {source: {}, target: {}})
+
+
+def test_kafka_python_alters_and_describes_quotas(cluster3: LocalCluster) -> None:
+    """kafka-python's own encoding of AlterClientQuotas and DescribeClientQuotas (it has the
+    messages but no admin method for them: they are sent the way its admin methods send theirs)."""
+    from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+    admin = KafkaAdminClient(bootstrap_servers=cluster3.bootstrap_servers)
+    user, client = unique_topic("kp-user"), unique_topic("kp-client")
+
+    async def send(request: Any) -> Any:
+        return await admin._manager.send(request)
+
+    try:
+        altered = admin._manager.run(
+            send,
+            AlterClientQuotasRequest(
+                entries=[
+                    (
+                        [("user", user), ("client-id", client)],
+                        [
+                            ("producer_byte_rate", 4096.0, False),
+                            ("request_percentage", 25.0, False),
+                        ],
+                    ),
+                    ([("client-id", client)], [("consumer_byte_rate", 1.5, False)]),
+                ],
+                validate_only=False,
+            ),
+        )
+        assert [(e.error_code, e.error_message) for e in altered.entries] == [
+            (0, None),
+            (
+                ErrorCode.invalid_request.value,
+                "Configuration consumer_byte_rate must be a LONG value",
+            ),
+        ]
+        described = admin._manager.run(
+            send,
+            DescribeClientQuotasRequest(
+                components=[("user", 0, user), ("client-id", 2, None)], strict=True
+            ),
+        )
+        assert described.error_code == 0
+        assert [
+            (
+                sorted((e.entity_type, e.entity_name) for e in entry.entity),
+                sorted((v.key, v.value) for v in entry.values),
+            )
+            for entry in described.entries
+        ] == [
+            (
+                [("client-id", client), ("user", user)],
+                [("producer_byte_rate", 4096.0), ("request_percentage", 25.0)],
+            )
+        ]
+    finally:
+        admin.close()
