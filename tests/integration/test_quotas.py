@@ -42,7 +42,7 @@ from odradek.protocol.build import build
 from odradek.protocol.codec import request_class
 from odradek.security.api_acls import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from odradek.testing import LocalCluster
-from odradek.testing.secure import ADMIN
+from odradek.testing.secure import ADMIN, CLIENT
 from odradek.zk.client import ZkClient
 from odradek.zk.znodes import BrokerConfigZNode, ConfigChangeNotificationSequenceZNode
 from tests.fixtures.cluster import wait_until
@@ -53,7 +53,7 @@ from tests.integration._kafka import kafka_available, kafka_libs
 from tests.integration._replication import zk_partition_state
 from tests.integration._secure_clients import create_topic as create_secure_topic
 from tests.integration._secure_clients import librdkafka_config
-from tests.integration._tools import odradek
+from tests.integration._tools import assert_one_line_error, odradek
 
 RATE = 200 * 1024  # bytes/s
 MEASURE_S = 11.0
@@ -250,6 +250,13 @@ def test_a_user_quota_over_sasl(secure_cluster: SecureEnv) -> None:
         command_config=admin_properties,
     )  # fmt: skip
     try:
+        # Only who may ALTER_CONFIGS / DESCRIBE_CONFIGS the cluster: user `client` may not.
+        refused = odradek(
+            "configs", "--bootstrap-server", admin_bootstrap,
+            "--command-config", str(env.setup.client_properties_file(CLIENT)),
+            "--describe", "--entity-type", "users", "--entity-name", bob.username or "",
+        )  # fmt: skip
+        assert_one_line_error(refused, "CLUSTER_AUTHORIZATION_FAILED")
         # Every broker has it (bob's partition may be led by any): described through each.
         for broker in env.cluster.brokers:
             described = _configs(
