@@ -64,8 +64,16 @@ VALUE = b"q" * 1000
 
 
 def _leader(bootstrap: str, topic: str) -> int:
-    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
-    return int(metadata.topics[topic].partitions[0].leader)
+    """Partition 0's leader, once the metadata the client gets names one (a broker may not
+    have heard of a new topic yet)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+
+    def leader() -> int | None:
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        found = partitions.get(0)
+        return found.leader if found is not None and found.leader >= 0 else None
+
+    return int(wait_until(leader, timeout=30, message=f"a leader for {topic}-0"))
 
 
 def _configs(bootstrap: str, *args: str, command_config: Path | None = None) -> str:
@@ -290,8 +298,13 @@ def test_a_user_quota_over_sasl(secure_cluster: SecureEnv) -> None:
 
 def _leader_secure(env: SecureEnv, topic: str) -> int:
     admin = env.admin()
-    metadata = admin.list_topics(topic, timeout=10)
-    return int(metadata.topics[topic].partitions[0].leader)
+
+    def leader() -> int | None:
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        found = partitions.get(0)
+        return found.leader if found is not None and found.leader >= 0 else None
+
+    return int(wait_until(leader, timeout=30, message=f"a leader for {topic}-0"))
 
 
 def _alter(bootstrap: str, entries: list[dict[str, Any]], validate_only: bool) -> list[Any]:
