@@ -195,8 +195,12 @@ def main() -> None:
                     console_cpu_before = cpu_seconds(console.process.pid) if console else 0.0
                     rate = produce(cluster.bootstrap_servers, args.records)
                     per_million = (
-                        sum(cpu_seconds(pid) for pid in brokers) - cpu  # type: ignore[arg-type]
-                    ) / args.records * 1e6
+                        (
+                            sum(cpu_seconds(pid) for pid in brokers) - cpu  # type: ignore[arg-type]
+                        )
+                        / args.records
+                        * 1e6
+                    )
                     if poller is not None and console is not None:
                         poller.stopped.set()
                         poller.join(60)

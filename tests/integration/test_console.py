@@ -59,7 +59,9 @@ def fresh(client: TestClient, url: str, contains: str, **kwargs: object) -> str:
     return found["text"]
 
 
-def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]], partition: int) -> None:
+def produce(
+    bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]], partition: int
+) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "log_level": 0})
     for key, value in records:
         producer.produce(topic, value, key, partition=partition, headers=[("h", b"v")])
@@ -187,7 +189,9 @@ def test_consumer_group_page_shows_members_and_lag(
     try:
         consumer.subscribe([topic])
         wait_until(lambda: consumer.poll(0.5) is not None or consumer.assignment(), TIMEOUT_S)
-        consumer.commit(offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 4)], asynchronous=False)
+        consumer.commit(
+            offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 4)], asynchronous=False
+        )
         text = fresh(console, f"/groups/{group}", 'id="group-lag">7<')
         assert 'id="group-state">Stable<' in text
         assert "console-test-client" in text
@@ -212,7 +216,12 @@ def test_actions_need_confirmation_and_do_what_they_say(
     console: TestClient, cluster3: LocalCluster, admin: AdminClient
 ) -> None:
     topic = unique_topic("console-action")
-    form = {"topic": topic, "partitions": "2", "replication_factor": "2", "configs": "retention.ms=60000"}
+    form = {
+        "topic": topic,
+        "partitions": "2",
+        "replication_factor": "2",
+        "configs": "retention.ms=60000",
+    }
     confirm = console.post("/actions/create-topic", data=form)
     assert confirm.status_code == 200
     assert f"Create topic {topic} with 2 partition(s), replication factor 2." in confirm.text
@@ -226,15 +235,25 @@ def test_actions_need_confirmation_and_do_what_they_say(
     assert len(metadata.partitions) == 2
     assert all(len(p.replicas) == 2 for p in metadata.partitions.values())
 
-    bad = console.post("/actions/create-topic", data={**form, "topic": "no spaces", "confirmed": "yes"})
+    bad = console.post(
+        "/actions/create-topic", data={**form, "topic": "no spaces", "confirmed": "yes"}
+    )
     assert bad.status_code == 400 and "Invalid topic name" in bad.text
     again = console.post("/actions/create-topic", data={**form, "confirmed": "yes"})
     assert again.status_code == 400 and "already exists" in again.text
 
     console.post("/actions/add-partitions", data={"topic": topic, "total": "4", "confirmed": "yes"})
-    wait_until(lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 4, TIMEOUT_S)
+    wait_until(
+        lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 4, TIMEOUT_S
+    )
 
-    alter = {"topic": topic, "name": "retention.ms", "operation": "set", "value": "120000", "confirmed": "yes"}
+    alter = {
+        "topic": topic,
+        "name": "retention.ms",
+        "operation": "set",
+        "value": "120000",
+        "confirmed": "yes",
+    }
     assert console.post("/actions/alter-config", data=alter).status_code == 200
     resource = ConfigResource(ResourceType.TOPIC, topic)
     configs = admin.describe_configs([resource])[resource].result(10)
@@ -261,11 +280,21 @@ def test_command_line_mistakes_are_one_line() -> None:
         timeout=60,
     )
     assert result.returncode == 1
-    assert result.stderr.strip() == "odradek: error: --bootstrap-server is required (or --cluster-dir)"
+    assert (
+        result.stderr.strip() == "odradek: error: --bootstrap-server is required (or --cluster-dir)"
+    )
     result = subprocess.run(
         [
-            sys.executable, "-m", "odradek.cli.main", "console", "--bootstrap-server", "127.0.0.1:1",
-            "--zookeeper", "127.0.0.1:1", "--metrics", "one=http://x",
+            sys.executable,
+            "-m",
+            "odradek.cli.main",
+            "console",
+            "--bootstrap-server",
+            "127.0.0.1:1",
+            "--zookeeper",
+            "127.0.0.1:1",
+            "--metrics",
+            "one=http://x",
         ],
         capture_output=True,
         text=True,

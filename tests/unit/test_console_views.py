@@ -59,7 +59,12 @@ def test_health_follows_kafkas_definitions() -> None:
     assert topic.status == "offline"
     assert snapshot.totals == topic.counts
     # Broker 4 is named by assignments but not registered: listed, dead.
-    assert [(b.id, b.alive) for b in snapshot.brokers] == [(1, True), (2, True), (3, True), (4, False)]
+    assert [(b.id, b.alive) for b in snapshot.brokers] == [
+        (1, True),
+        (2, True),
+        (3, True),
+        (4, False),
+    ]
     assert snapshot.alive_brokers == 3
 
 
@@ -134,7 +139,9 @@ def test_filter_topics_by_name_status_and_internal() -> None:
 def test_filter_topics_stays_fast_at_ten_thousand_topics() -> None:
     import time
 
-    snapshot = snapshot_of({f"topic-{i:05d}": [raw(0, [1, 2, 3], 1, [1, 2, 3])] for i in range(10_000)})
+    snapshot = snapshot_of(
+        {f"topic-{i:05d}": [raw(0, [1, 2, 3], 1, [1, 2, 3])] for i in range(10_000)}
+    )
     started = time.perf_counter()
     page = views.paginate(views.filter_topics(snapshot.topics.values(), "topic-09"), 2, 50)
     elapsed = time.perf_counter() - started
@@ -274,7 +281,9 @@ def test_topic_names_and_configs_are_validated() -> None:
 def test_action_plans_refuse_what_the_cluster_would() -> None:
     snapshot = snapshot_of({"t": [raw(0, [1, 2], 1, [1, 2]), raw(1, [2, 1], 1, [1, 2])]})
     create = actions.ACTIONS["create-topic"].plan
-    plan = create({"topic": "new", "partitions": "6", "replication_factor": "3", "configs": "a=b"}, snapshot)
+    plan = create(
+        {"topic": "new", "partitions": "6", "replication_factor": "3", "configs": "a=b"}, snapshot
+    )
     assert plan.params == {"name": "new", "partitions": 6, "rf": 3, "configs": {"a": "b"}}
     assert "6 partition(s), replication factor 3" in plan.summary[0]
     with pytest.raises(ValueError, match="already exists"):
@@ -297,6 +306,9 @@ def test_action_plans_refuse_what_the_cluster_would() -> None:
     with pytest.raises(ValueError, match="Unknown reset target"):
         reset({"group": "g", "topic": "t", "to": "sideways"}, snapshot)
     alter = actions.ACTIONS["alter-config"].plan
-    assert alter({"topic": "t", "name": "retention.ms", "operation": "delete"}, snapshot).params[
-        "value"
-    ] is None
+    assert (
+        alter({"topic": "t", "name": "retention.ms", "operation": "delete"}, snapshot).params[
+            "value"
+        ]
+        is None
+    )

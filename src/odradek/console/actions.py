@@ -129,7 +129,9 @@ def _plan_create(form: Mapping[str, str], snapshot: Any) -> Plan:
         f"Create topic {name} with {partitions} partition(s), replication factor {replication}."
     ]
     summary += [f"Config {k}={v}" for k, v in configs.items()]
-    return Plan({"name": name, "partitions": partitions, "rf": replication, "configs": configs}, summary)
+    return Plan(
+        {"name": name, "partitions": partitions, "rf": replication, "configs": configs}, summary
+    )
 
 
 async def _run_create(state: Any, p: dict[str, Any]) -> tuple[str, str]:
@@ -256,7 +258,12 @@ def _plan_reset(form: Mapping[str, str], snapshot: Any) -> Plan:
 
 async def _run_reset(state: Any, p: dict[str, Any]) -> tuple[str, str]:
     targets = await state.kafka_call(
-        state.kafka.reset_group_offsets, p["group"], p["topic"], p["partitions"], p["to"], p["offset"]
+        state.kafka.reset_group_offsets,
+        p["group"],
+        p["topic"],
+        p["partitions"],
+        p["to"],
+        p["offset"],
     )
     done = ", ".join(f"{p['topic']}-{n}: {o}" for n, o in sorted(targets.items()))
     return f"Committed offsets for {p['group']}: {done}.", f"/groups/{quote(p['group'])}"
@@ -301,7 +308,10 @@ ACTIONS: dict[str, Action] = {
         Action(
             "elect-preferred",
             "Preferred-leader election",
-            (TOPIC_FIELD, Field("partitions", "Partitions", placeholder="all or 0,2,5", required=False)),
+            (
+                TOPIC_FIELD,
+                Field("partitions", "Partitions", placeholder="all or 0,2,5", required=False),
+            ),
             _plan_elect,
             _run_elect,
         ),

@@ -385,9 +385,7 @@ class KafkaAccess:
             group_id, [TopicPartition(topic, p, o) for p, o in targets.items()]
         )
         answer = self._result(
-            self.admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)[
-                group_id
-            ]
+            self.admin.alter_consumer_group_offsets([request], request_timeout=TIMEOUT_S)[group_id]
         )
         for tp in answer.topic_partitions or []:
             if tp.error is not None:

@@ -26,7 +26,9 @@ def _state(request: Request) -> Any:
 
 
 def _is_fragment(request: Request, target: str) -> bool:
-    return request.headers.get("HX-Request") == "true" and request.headers.get("HX-Target") == target
+    return (
+        request.headers.get("HX-Request") == "true" and request.headers.get("HX-Target") == target
+    )
 
 
 async def _scrapes(request: Request) -> tuple[dict[int, BrokerScrape], str | None]:
@@ -303,8 +305,12 @@ def reassignment_progress(
         if leader_log and replica_log and leader_log.size:
             percent = min(100.0, 100.0 * (replica_log.size or 0) / leader_log.size)
         elif leader_log and replica_log and leader_log.log_end_offset is not None:
-            percent = 100.0 if not leader_log.log_end_offset else min(
-                100.0, 100.0 * (replica_log.log_end_offset or 0) / leader_log.log_end_offset
+            percent = (
+                100.0
+                if not leader_log.log_end_offset
+                else min(
+                    100.0, 100.0 * (replica_log.log_end_offset or 0) / leader_log.log_end_offset
+                )
             )
         rows.append(
             {"broker": broker_id, "log": replica_log, "leader_log": leader_log, "percent": percent}

@@ -74,16 +74,22 @@ async def read_snapshot(
 ) -> ClusterSnapshot:
     """Everything the pages show from ZooKeeper, read now (see the module docstring)."""
     started = time.perf_counter()
-    broker_ids, controller, epoch, topic_names, deleting, isr_changes, cluster = (
-        await asyncio.gather(
-            _children(zk, BrokerIdsZNode.path()),
-            _get_or_none(zk, ControllerZNode.path()),
-            _get_or_none(zk, ControllerEpochZNode.path()),
-            _children(zk, TopicsZNode.path()),
-            _children(zk, DeleteTopicsZNode.path()),
-            _children(zk, IsrChangeNotificationZNode.path()),
-            _get_or_none(zk, ClusterIdZNode.path()),
-        )
+    (
+        broker_ids,
+        controller,
+        epoch,
+        topic_names,
+        deleting,
+        isr_changes,
+        cluster,
+    ) = await asyncio.gather(
+        _children(zk, BrokerIdsZNode.path()),
+        _get_or_none(zk, ControllerZNode.path()),
+        _get_or_none(zk, ControllerEpochZNode.path()),
+        _children(zk, TopicsZNode.path()),
+        _children(zk, DeleteTopicsZNode.path()),
+        _children(zk, IsrChangeNotificationZNode.path()),
+        _get_or_none(zk, ClusterIdZNode.path()),
     )
     ids = sorted(int(c) for c in broker_ids if c.isdigit())
     topic_names = sorted(topic_names)
