@@ -271,49 +271,60 @@ class KafkaAccess:
             }
         )
         try:
-            try:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=TIMEOUT_S
-                )
-            except KafkaException as e:
-                raise ConsoleError(_describe(e)) from None
-            if from_timestamp_ms is not None:
-                found = consumer.offsets_for_times(
-                    [TopicPartition(topic, partition, from_timestamp_ms)], timeout=TIMEOUT_S
-                )[0]
-                start = found.offset if found.offset >= 0 else high
-            elif from_offset is not None:
-                start = min(max(low, from_offset), high)
-            else:
-                start = max(low, high - count)
-            if start >= high:
-                return [], low, high
-            consumer.assign([TopicPartition(topic, partition, start)])
-            records: list[Record] = []
-            deadline = time.monotonic() + BROWSE_TIMEOUT_S
-            while len(records) < count and time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-                if message is None:
-                    continue
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        break
-                    raise ConsoleError(_describe(error))
-                kind, ts = message.timestamp()
-                records.append(
-                    Record(
-                        offset=message.offset(),
-                        timestamp_ms=ts if kind else None,
-                        timestamp_type={1: "CreateTime", 2: "LogAppendTime"}.get(kind, "-"),
-                        key=message.key(),
-                        value=message.value(),
-                        headers=tuple(message.headers() or ()),
-                    )
-                )
-            return records, low, high
+            return self._browse(consumer, topic, partition, count, from_offset, from_timestamp_ms)
+        except KafkaException as e:
+            raise ConsoleError(_describe(e)) from None
         finally:
             consumer.close()
+
+    def _browse(
+        self,
+        consumer: Consumer,
+        topic: str,
+        partition: int,
+        count: int,
+        from_offset: int | None,
+        from_timestamp_ms: int | None,
+    ) -> tuple[list[Record], int, int]:
+        """`browse`'s reading, on a consumer it closes."""
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=TIMEOUT_S
+        )
+        if from_timestamp_ms is not None:
+            found = consumer.offsets_for_times(
+                [TopicPartition(topic, partition, from_timestamp_ms)], timeout=TIMEOUT_S
+            )[0]
+            start = found.offset if found.offset >= 0 else high
+        elif from_offset is not None:
+            start = min(max(low, from_offset), high)
+        else:
+            start = max(low, high - count)
+        if start >= high:
+            return [], low, high
+        consumer.assign([TopicPartition(topic, partition, start)])
+        records: list[Record] = []
+        deadline = time.monotonic() + BROWSE_TIMEOUT_S
+        while len(records) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    break
+                raise ConsoleError(_describe(error))
+            kind, ts = message.timestamp()
+            records.append(
+                Record(
+                    offset=message.offset(),
+                    timestamp_ms=ts if kind else None,
+                    timestamp_type={1: "CreateTime", 2: "LogAppendTime"}.get(kind, "-"),
+                    key=message.key(),
+                    value=message.value(),
+                    headers=tuple(message.headers() or ()),
+                )
+            )
+        return records, low, high
 
     # -- operator actions -------------------------------------------------------------------
 
