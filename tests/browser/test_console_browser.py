@@ -143,12 +143,17 @@ def test_an_operator_walks_the_console(
     shows(driver, "#configs", "min.insync.replicas 2")
     browser.save_screenshot(str(DOCS / "console-topic.png"))  # type: ignore[attr-defined]
 
-    # The record browser: the latest records of partition 0, as JSON.
+    # The record browser: the latest records of partition 0, then from offset 0 as JSON.
     find(By.LINK_TEXT, "Browse records").click()
-    shows(driver, "#records", "customer-0")
+    shows(driver, "#records", '{"order": 399}')  # the last record produced to partition 0
+    find(By.CSS_SELECTOR, "select[name=mode] option[value=offset]").click()
+    offset = find(By.CSS_SELECTOR, "input[name=offset]")
+    offset.clear()
+    offset.send_keys("0")
     find(By.CSS_SELECTOR, "select[name=format] option[value=json]").click()
     find(By.CSS_SELECTOR, "#record-browser button").click()
-    shows(driver, "#records", '"order":')
+    shows(driver, '#records tr[data-offset="0"]', "customer-0")
+    shows(driver, '#records tr[data-offset="0"]', '"order": 0')
 
     # Consumer groups: the group committed 5 on each partition.
     find(By.LINK_TEXT, "Consumer groups").click()

@@ -286,7 +286,7 @@ class KafkaAccess:
         from_offset: int | None,
         from_timestamp_ms: int | None,
     ) -> tuple[list[Record], int, int]:
-        """`browse`'s reading, on a consumer it closes."""
+        """`browse`'s reading, on the consumer it made (and closes)."""
         low, high = consumer.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=TIMEOUT_S
         )
