@@ -312,3 +312,41 @@ def test_action_plans_refuse_what_the_cluster_would() -> None:
         ]
         is None
     )
+
+
+# -- history ----------------------------------------------------------------------------------
+
+
+def test_diff_snapshots_reports_elections_isr_changes_and_topics() -> None:
+    from odradek.console.snapshot import diff_snapshots
+
+    before = snapshot_of(
+        {
+            "t": [raw(0, [1, 2, 3], 1, [1, 2, 3]), raw(1, [2, 3, 1], 2, [2, 3, 1])],
+            "gone": [raw(0, [1], 1, [1])],
+        }
+    )
+    after = snapshot_of(
+        {
+            "t": [
+                RawPartition(0, (1, 2, 3), (), (), 2, 4, (2, 3)),  # broker 1 died: new leader
+                raw(1, [2, 3, 1], 2, [2, 3]),  # ISR shrank, same leader and epoch
+                raw(2, [3, 1, 2], 3, [3, 1, 2]),  # partition added
+            ],
+            "new": [raw(p, [1], 1, [1]) for p in range(500)],
+        }
+    )
+    changes = diff_snapshots(before, after)
+    assert [(c.topic, c.partition, c.kind) for c in changes] == [
+        ("gone", -1, "topic-deleted"),
+        ("new", -1, "topic-created"),
+        ("t", 0, "leader"),
+        ("t", 1, "isr"),
+        ("t", 2, "created"),
+    ]
+    assert changes[1].description == "topic created with 500 partition(s)"
+    assert changes[2].description == "leader 1 -> 2 (epoch 4); ISR shrank [1, 2, 3] -> [2, 3]"
+    assert changes[3].description == "ISR shrank [2, 3, 1] -> [2, 3]"
+    back = diff_snapshots(after, before)
+    assert [c.description for c in back if c.topic == "t"][1] == "ISR expanded [2, 3] -> [2, 3, 1]"
+    assert diff_snapshots(after, after) == []

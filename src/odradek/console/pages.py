@@ -60,6 +60,7 @@ async def _overview_context(request: Request) -> dict[str, Any]:
         "rates": history[-1] if history else None,
         "history": history,
         "unhealthy_topics": [t for t in snapshot.topics.values() if t.status != "healthy"][:20],
+        "changes": state.zk.recent_changes(limit=15),
     }
 
 
@@ -135,6 +136,7 @@ async def _partition_rows(
         "high_watermarks": high_watermarks,
         "replica_logs": replicas,
         "metrics_enabled": state.metrics.enabled,
+        "changes": state.zk.recent_changes(summary.name, limit=30),
         "offsets_error": error,
         "metrics_error": metrics_error,
     }

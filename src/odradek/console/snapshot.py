@@ -236,3 +236,90 @@ def _int_or(text: str | None, default: int) -> int:
         return int(text) if text is not None else default
     except ValueError:
         return default
+
+
+# -- what changed between two snapshots -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChange:
+    """A partition's leader, leader epoch or ISR as it changed between two snapshots the console
+    read: what a watcher of the controller's work sees (elections, ISR shrinks and expansions,
+    partitions appearing and going)."""
+
+    at: float
+    topic: str
+    partition: int
+    kind: str  # "leader", "isr", "created", "deleted", "topic-created", "topic-deleted"
+    leader_before: int | None
+    leader_after: int | None
+    leader_epoch: int | None
+    isr_before: tuple[int, ...]
+    isr_after: tuple[int, ...]
+    partitions: int | None = None  # how many, for topic-created / topic-deleted
+
+    @property
+    def description(self) -> str:
+        if self.kind == "topic-created":
+            return f"topic created with {self.partitions} partition(s)"
+        if self.kind == "topic-deleted":
+            return "topic deleted"
+        if self.kind == "created":
+            return f"created: leader {self.leader_after}, ISR {list(self.isr_after)}"
+        if self.kind == "deleted":
+            return "deleted"
+        parts = []
+        if self.leader_before != self.leader_after:
+            before = "none" if self.leader_before in (None, -1) else self.leader_before
+            after = "none" if self.leader_after in (None, -1) else self.leader_after
+            parts.append(f"leader {before} -> {after} (epoch {self.leader_epoch})")
+        if self.isr_before != self.isr_after:
+            verb = "shrank" if len(self.isr_after) < len(self.isr_before) else "changed"
+            verb = "expanded" if len(self.isr_after) > len(self.isr_before) else verb
+            parts.append(f"ISR {verb} {list(self.isr_before)} -> {list(self.isr_after)}")
+        if not parts:
+            parts.append(f"leader epoch {self.leader_epoch}")
+        return "; ".join(parts)
+
+
+def diff_snapshots(before: ClusterSnapshot, after: ClusterSnapshot) -> list[PartitionChange]:
+    """Every partition whose leader, leader epoch or ISR differs between two snapshots, plus
+    partitions created and deleted, in topic and partition order."""
+    changes: list[PartitionChange] = []
+    at = after.taken_at
+    for name in sorted(set(before.topics) | set(after.topics)):
+        old_topic, new_topic = before.topics.get(name), after.topics.get(name)
+        old = {p.partition: p for p in old_topic.partitions} if old_topic else {}
+        new = {p.partition: p for p in new_topic.partitions} if new_topic else {}
+        if old_topic is None or new_topic is None:
+            # A whole topic came or went: one event, not one per partition.
+            kind = "topic-created" if old_topic is None else "topic-deleted"
+            count = len(new if new_topic else old)
+            changes.append(PartitionChange(at, name, -1, kind, None, None, None, (), (), count))
+            continue
+        for index in sorted(set(old) | set(new)):
+            o, n = old.get(index), new.get(index)
+            if o is None and n is not None:
+                changes.append(
+                    PartitionChange(
+                        at, name, index, "created", None, n.leader, n.leader_epoch, (), n.isr
+                    )
+                )
+            elif n is None and o is not None:
+                changes.append(
+                    PartitionChange(at, name, index, "deleted", o.leader, None, None, o.isr, ())
+                )
+            elif (
+                o is not None
+                and n is not None
+                and (o.leader != n.leader or o.leader_epoch != n.leader_epoch or o.isr != n.isr)
+            ):
+                kind = (
+                    "leader" if o.leader != n.leader or o.leader_epoch != n.leader_epoch else "isr"
+                )
+                changes.append(
+                    PartitionChange(
+                        at, name, index, kind, o.leader, n.leader, n.leader_epoch, o.isr, n.isr
+                    )
+                )
+    return changes

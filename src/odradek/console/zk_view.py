@@ -22,10 +22,18 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from odradek.console.snapshot import BrokerRow, ClusterSnapshot, RawPartition, build_snapshot
+from odradek.console.snapshot import (
+    BrokerRow,
+    ClusterSnapshot,
+    PartitionChange,
+    RawPartition,
+    build_snapshot,
+    diff_snapshots,
+)
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import InvalidZNodeDataError, NoNodeError, ZkError
 from odradek.zk.znodes import (
@@ -45,6 +53,7 @@ from odradek.zk.znodes import (
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_AGE_S = 2.0
+CHANGES_KEPT = 1000
 
 
 async def _get_or_none(zk: ZkClient, path: str) -> tuple[bytes, Any] | None:
@@ -206,6 +215,9 @@ class ZkView:
             connect, session_timeout_s=session_timeout_s, connection_loss_retry_s=5.0
         )
         self._snapshot: ClusterSnapshot | None = None
+        # Leader, epoch and ISR changes seen between consecutive snapshots, oldest first: the
+        # history a watcher sees while the console is open (elections, ISR shrinks and growth).
+        self.changes: deque[PartitionChange] = deque(maxlen=CHANGES_KEPT)
         self._refreshing: asyncio.Task[ClusterSnapshot] | None = None
 
     async def start(self, timeout: float = 15.0) -> None:
@@ -251,5 +263,17 @@ class ZkView:
                 raise
             return self._snapshot
         self.last_error = None
+        if self._snapshot is not None:
+            self.changes.extend(diff_snapshots(self._snapshot, snapshot))
         self._snapshot = snapshot
         return snapshot
+
+    def recent_changes(self, topic: str | None = None, limit: int = 20) -> list[PartitionChange]:
+        """The latest changes seen (of one topic, or all), newest first."""
+        found = []
+        for change in reversed(self.changes):
+            if topic is None or change.topic == topic:
+                found.append(change)
+                if len(found) >= limit:
+                    break
+        return found
