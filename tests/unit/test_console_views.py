@@ -236,6 +236,7 @@ def test_parse_scrape_keeps_totals_and_replica_logs() -> None:
     assert scrape.counters == {"messages_in": 1000.0, "bytes_in": 64000.0, "bytes_out": 32000.0}
     assert scrape.logs[("t", 0)] == ReplicaLog(size=4096, log_end_offset=57, log_start_offset=0)
     assert scrape.logs[('we"ird', 3)] == ReplicaLog(size=1)
+    assert scrape.gauges == {"active_controller": 1.0}
 
 
 def test_cluster_rates_sum_brokers_and_survive_restarts() -> None:

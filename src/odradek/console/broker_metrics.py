@@ -11,6 +11,8 @@ From each scrape it keeps:
 * the all-topics BrokerTopicMetrics counters (`kafka_server_brokertopicmetrics_*_count{topic=""}`:
   messages in, bytes in, bytes out); two scrapes give a rate, and the cluster's rates over the last
   `HISTORY` samples are what the overview charts;
+* a few gauges per broker: partitions and leaders hosted, under-replicated partitions, and on the
+  controller its ControllerState and event queue size (the controller's live work);
 * every hosted replica's `kafka_log_log_{size,logendoffset,logstartoffset}_value{topic,partition}`:
   a replica's log end offset and size for the topic page.
 
@@ -39,6 +41,36 @@ LOG_SIZE = "kafka_log_log_size_value"
 LOG_END_OFFSET = "kafka_log_log_logendoffset_value"
 LOG_START_OFFSET = "kafka_log_log_logstartoffset_value"
 _COUNTERS = {MESSAGES_IN: "messages_in", BYTES_IN: "bytes_in", BYTES_OUT: "bytes_out"}
+# Unlabelled gauges shown per broker on the overview.
+_GAUGES = {
+    "kafka_server_replicamanager_partitioncount_value": "partitions",
+    "kafka_server_replicamanager_leadercount_value": "leaders",
+    "kafka_server_replicamanager_underreplicatedpartitions_value": "under_replicated",
+    "kafka_controller_kafkacontroller_activecontrollercount_value": "active_controller",
+    "kafka_controller_kafkacontroller_controllerstate_value": "controller_state",
+    "kafka_controller_controllereventmanager_eventqueuesize_value": "event_queue_size",
+}
+# Kafka's ControllerState numbers (kafka.controller.ControllerState) and their names.
+CONTROLLER_STATES = {
+    0: "Idle",
+    1: "ControllerChange",
+    2: "BrokerChange",
+    3: "TopicChange",
+    4: "TopicDeletion",
+    5: "AlterPartitionReassignment",
+    6: "AutoLeaderBalance",
+    7: "ManualLeaderBalance",
+    8: "ControlledShutdown",
+    9: "IsrChange",
+    10: "LeaderAndIsrResponseReceived",
+    11: "LogDirChange",
+    12: "ControllerShutdown",
+    13: "UncleanLeaderElectionEnable",
+    14: "TopicUncleanLeaderElectionEnable",
+    15: "ListPartitionReassignment",
+    16: "UpdateMetadataResponseReceived",
+    17: "UpdateFeatures",
+}
 _LOG = {LOG_SIZE: "size", LOG_END_OFFSET: "log_end_offset", LOG_START_OFFSET: "log_start_offset"}
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -57,6 +89,7 @@ class BrokerScrape:
     broker_id: int
     at: float
     counters: dict[str, float] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)
     logs: dict[tuple[str, int], ReplicaLog] = field(default_factory=dict)
     error: str | None = None
 
@@ -86,7 +119,8 @@ def parse_scrape(broker_id: int, text: str, at: float) -> BrokerScrape:
         name = line[:brace] if brace >= 0 else line.split(" ", 1)[0]
         counter = _COUNTERS.get(name)
         log_field = _LOG.get(name) if counter is None else None
-        if counter is None and log_field is None:
+        gauge = _GAUGES.get(name) if counter is None and log_field is None else None
+        if counter is None and log_field is None and gauge is None:
             continue
         close = line.rfind("}")
         labels = parse_labels(line[brace + 1 : close]) if brace >= 0 else {}
@@ -94,7 +128,9 @@ def parse_scrape(broker_id: int, text: str, at: float) -> BrokerScrape:
             value = float(line[(close + 1 if brace >= 0 else len(name)) :].split()[0])
         except (ValueError, IndexError):
             continue
-        if counter is not None:
+        if gauge is not None:
+            scrape.gauges[gauge] = value
+        elif counter is not None:
             if labels.get("topic", "") == "":
                 scrape.counters[counter] = value
         elif "topic" in labels and labels.get("partition", "").isdigit():
@@ -186,7 +222,7 @@ class MetricsSampler:
             if scrape.error is not None and broker_id in self.latest:
                 kept = self.latest[broker_id]
                 latest[broker_id] = BrokerScrape(
-                    broker_id, kept.at, kept.counters, kept.logs, scrape.error
+                    broker_id, kept.at, kept.counters, kept.gauges, kept.logs, scrape.error
                 )
         self.latest = latest
         self.scrapes += len(results)

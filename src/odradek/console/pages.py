@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from odradek.console import views
-from odradek.console.broker_metrics import BrokerScrape
+from odradek.console.broker_metrics import CONTROLLER_STATES, BrokerScrape
 from odradek.console.kafka_client import ConsoleError
 from odradek.console.snapshot import ClusterSnapshot, PartitionRow, TopicSummary
 
@@ -61,6 +61,7 @@ async def _overview_context(request: Request) -> dict[str, Any]:
         "history": history,
         "unhealthy_topics": [t for t in snapshot.topics.values() if t.status != "healthy"][:20],
         "changes": state.zk.recent_changes(limit=15),
+        "controller_states": CONTROLLER_STATES,
     }
 
 
