@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -76,6 +77,18 @@ def partition_cells(text: str, partition: int) -> list[str]:
         " ".join(re.sub(r"<[^>]+>", "", cell).split())
         for cell in re.findall(r"<td[^>]*>(.*?)</td>", row.group(1), re.S)
     ]
+
+
+def confirmed(client: TestClient, slug: str, form: dict[str, str]) -> Any:
+    """Post an action's form, then confirm it with the token of the confirmation page, as a
+    browser does; the final answer."""
+    review = client.post(f"/actions/{slug}", data=form)
+    assert review.status_code == 200, review.text[:2000]
+    token = re.search(r'name="token" value="([^"]+)"', review.text)
+    assert token is not None, review.text[:2000]
+    return client.post(
+        f"/actions/{slug}", data={**form, "confirmed": "yes", "token": token.group(1)}
+    )
 
 
 def test_overview_shows_brokers_controller_and_partition_health(
@@ -206,7 +219,7 @@ def test_consumer_group_page_shows_members_and_lag(
     form = {"group": group, "topic": topic, "partitions": "0", "to": "latest", "offset": ""}
     confirm = console.post("/actions/reset-offsets", data=form)
     assert confirm.status_code == 200 and "Commit the latest offset for group" in confirm.text
-    done = console.post("/actions/reset-offsets", data={**form, "confirmed": "yes"})
+    done = confirmed(console, "reset-offsets", form)
     assert done.status_code == 200, done.text
     assert f"{topic}-0: 10" in done.text
     fresh(console, f"/groups/{group}", 'id="group-lag">0<')
@@ -226,7 +239,10 @@ def test_actions_need_confirmation_and_do_what_they_say(
     assert confirm.status_code == 200
     assert f"Create topic {topic} with 2 partition(s), replication factor 2." in confirm.text
     assert topic not in admin.list_topics(timeout=10).topics  # nothing done before confirming
-    done = console.post("/actions/create-topic", data={**form, "confirmed": "yes"})
+    forged = console.post("/actions/create-topic", data={**form, "confirmed": "yes"})
+    assert forged.status_code == 403 and "did not come from this console" in forged.text
+    assert topic not in admin.list_topics(timeout=10).topics
+    done = confirmed(console, "create-topic", form)
     assert done.status_code == 200 and f"Created topic {topic}." in done.text
     metadata = wait_until(
         lambda: (m := admin.list_topics(topic, timeout=10).topics[topic]).error is None and m,
@@ -235,38 +251,30 @@ def test_actions_need_confirmation_and_do_what_they_say(
     assert len(metadata.partitions) == 2
     assert all(len(p.replicas) == 2 for p in metadata.partitions.values())
 
-    bad = console.post(
-        "/actions/create-topic", data={**form, "topic": "no spaces", "confirmed": "yes"}
-    )
+    bad = console.post("/actions/create-topic", data={**form, "topic": "no spaces"})
     assert bad.status_code == 400 and "Invalid topic name" in bad.text
-    again = console.post("/actions/create-topic", data={**form, "confirmed": "yes"})
+    again = console.post("/actions/create-topic", data=form)
     assert again.status_code == 400 and "already exists" in again.text
 
-    console.post("/actions/add-partitions", data={"topic": topic, "total": "4", "confirmed": "yes"})
+    added = confirmed(console, "add-partitions", {"topic": topic, "total": "4"})
+    assert added.status_code == 200 and f"{topic} now has 4 partitions." in added.text
     wait_until(
         lambda: len(admin.list_topics(topic, timeout=10).topics[topic].partitions) == 4, TIMEOUT_S
     )
 
-    alter = {
-        "topic": topic,
-        "name": "retention.ms",
-        "operation": "set",
-        "value": "120000",
-        "confirmed": "yes",
-    }
-    assert console.post("/actions/alter-config", data=alter).status_code == 200
+    alter = {"topic": topic, "name": "retention.ms", "operation": "set", "value": "120000"}
+    assert confirmed(console, "alter-config", alter).status_code == 200
     resource = ConfigResource(ResourceType.TOPIC, topic)
     configs = admin.describe_configs([resource])[resource].result(10)
     assert configs["retention.ms"].value == "120000"
 
-    elect = console.post(
-        "/actions/elect-preferred", data={"topic": topic, "partitions": "all", "confirmed": "yes"}
-    )
+    elect = confirmed(console, "elect-preferred", {"topic": topic, "partitions": "all"})
     assert elect.status_code == 200 and "Elected the preferred leader" in elect.text
 
     confirm_delete = console.post("/actions/delete-topic", data={"topic": topic})
     assert "every record in it is lost" in confirm_delete.text
-    console.post("/actions/delete-topic", data={"topic": topic, "confirmed": "yes"})
+    deleted = confirmed(console, "delete-topic", {"topic": topic})
+    assert deleted.status_code == 200 and "Deletion of topic" in deleted.text
     wait_until(lambda: topic not in admin.list_topics(timeout=10).topics, TIMEOUT_S)
     assert console.get("/actions/create-topic").status_code == 200
     assert console.get("/actions/no-such-action").status_code == 404

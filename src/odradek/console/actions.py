@@ -7,12 +7,15 @@ the Kafka protocol as Kafka's own tools do: CreateTopics, DeleteTopics, CreatePa
 IncrementalAlterConfigs, ElectLeaders (preferred), OffsetCommit through AlterConsumerGroupOffsets
 (an inactive group only; the coordinator refuses an active one). The form is validated before the
 confirmation (one line per mistake, nothing sent); what the brokers refuse is shown with Kafka's
-error name. Nothing is ever done by a GET.
+error name. Nothing is ever done by a GET, and the confirmation carries the console process's
+random token: a page of another site that posts to the console (cross-site request forgery)
+cannot know it, so it cannot act.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -361,7 +364,18 @@ async def action_post(request: Request) -> Response:
             request, "action_form.html", 400, action=action, values=values, error=str(e)
         )
     if form.get("confirmed") != "yes":
-        return state.render(request, "confirm.html", action=action, values=values, plan=plan)
+        return state.render(
+            request, "confirm.html", action=action, values=values, plan=plan, token=state.token
+        )
+    if not secrets.compare_digest(str(form.get("token", "")), state.token):
+        return state.render(
+            request,
+            "action_form.html",
+            403,
+            action=action,
+            values=values,
+            error="This confirmation did not come from this console's own page: review again.",
+        )
     try:
         message, link = await action.run(state, plan.params)
     except ConsoleError as e:

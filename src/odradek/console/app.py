@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ class ConsoleState:
         self.metrics = MetricsSampler(settings.metrics, settings.metrics_interval_s)
         self.kafka = KafkaAccess(settings.bootstrap_servers, settings.client_config)
         self.vendor = vendor_directory()
+        self.token = secrets.token_urlsafe(24)  # the actions' confirmation token (CSRF)
         self.templates = Environment(
             loader=FileSystemLoader(TEMPLATES),
             autoescape=select_autoescape(["html"]),
