@@ -310,3 +310,27 @@ def test_command_line_mistakes_are_one_line() -> None:
     )
     assert result.returncode == 1 and "--metrics must be ID=" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_broker_failure_as_the_console_shows_it(make_cluster: Any) -> None:
+    """SIGKILL the leader of a partition: the overview shows the broker dead, the partition
+    under-replicated and the leader's move; after a restart the ISR grows back, and the console's
+    history of changes has both (what the demo's user watches)."""
+    cluster = make_cluster(3, replica_lag_time_max_ms=2000, zookeeper_session_timeout_ms=4000)
+    topic = unique_topic("console-failover")
+    create_topic(cluster, topic, [[2, 1, 3]])
+    settings = ConsoleSettings(
+        bootstrap_servers=cluster.bootstrap_servers, zookeeper=cluster.zookeeper_connect
+    )
+    app = create_app(settings)
+    app.state.console.zk.max_age_s = 0.2
+    with TestClient(app) as client:
+        fresh(client, f"/topics/{topic}", "No leader or ISR change seen")
+        cluster.kill(2)
+        text = fresh(client, "/", 'id="brokers-alive">2 / 3<')
+        assert re.search(r'<tr data-broker="2">.*?dead', text, re.S)
+        history = fresh(client, f"/topics/{topic}", "leader 2 -&gt; ")
+        assert "ISR shrank [2, 1, 3] -&gt; " in history
+        cluster.start_broker(2)
+        fresh(client, f"/topics/{topic}", "ISR expanded [1, 3] -&gt; ")
+        fresh(client, "/", 'id="partitions-under-replicated">0<')
