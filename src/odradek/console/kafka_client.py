@@ -31,6 +31,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
     OffsetSpec,
@@ -107,6 +108,14 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...]
 
 
+def _source_name(source: Any) -> str:
+    """Kafka's name of a config's source (DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG, ...)."""
+    try:
+        return ConfigSource(source).name
+    except ValueError:
+        return str(source)
+
+
 def _state_name(state: Any) -> str:
     name = getattr(state, "name", None) or str(state)
     return name.replace("_", " ").title().replace(" ", "") if name.isupper() else name
@@ -166,7 +175,7 @@ class KafkaAccess:
                 ConfigRow(
                     e.name,
                     e.value,
-                    getattr(e.source, "name", str(e.source)),
+                    _source_name(e.source),
                     bool(e.is_default),
                     bool(e.is_sensitive),
                     bool(e.is_read_only),
@@ -364,10 +373,10 @@ class KafkaAccess:
         """Preferred-leader election of `partitions`: partition name -> "elected" or the error
         (ELECTION_NOT_NEEDED when the preferred replica already leads)."""
         answer = self._result(
+            # No request_timeout: confluent-kafka 2.16's elect_leaders fails on any keyword
+            # argument (SystemError from its C binding); `_result` bounds the wait.
             self.admin.elect_leaders(
-                ElectionType.PREFERRED,
-                [TopicPartition(t, p) for t, p in partitions],
-                request_timeout=TIMEOUT_S,
+                ElectionType.PREFERRED, [TopicPartition(t, p) for t, p in partitions]
             )
         )
         return {
