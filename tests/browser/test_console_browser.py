@@ -94,6 +94,7 @@ def shows(driver: object, css: str, expected: str) -> None:
 def test_an_operator_walks_the_console(
     console: str, browser: object, cluster3: LocalCluster
 ) -> None:
+    from selenium.common.exceptions import NoSuchElementException
     from selenium.webdriver.common.by import By
 
     driver: object = browser
@@ -121,10 +122,18 @@ def test_an_operator_walks_the_console(
     shows(driver, "#brokers-alive", "3 / 3")
     shows(driver, "#controller", str(cluster3.controller_id()))
     shows(driver, "#partitions-offline", "0")
-    for i in range(60, 400):  # some traffic for the throughput charts
-        producer.produce(topic, b'{"order": %d}' % i, partition=i % 3)
-    producer.flush(30)
-    shows(driver, "#throughput", "messages in /s")
+
+    # Some traffic, for a few seconds, so the throughput charts have something to draw.
+    def charted() -> bool:
+        for i in range(60, 400):
+            producer.produce(topic, b'{"order": %d}' % i, partition=i % 3)
+        producer.flush(30)
+        try:
+            return "(last 6 samples)" in text_of(driver, "#throughput")
+        except NoSuchElementException:
+            return False
+
+    wait_until(charted, TIMEOUT_S, "six samples of throughput", interval=0.5)
     browser.save_screenshot(str(DOCS / "console-overview.png"))  # type: ignore[attr-defined]
 
     # Topics: the filter narrows the table on the server, live as one types.

@@ -182,7 +182,7 @@ class KafkaAccess:
                 )
                 for e in entries.values()
             ),
-            key=lambda row: row.name,
+            key=lambda row: (row.is_default, row.name),  # the topic's overrides first
         )
 
     def broker_config(self, broker_id: int, name: str) -> str | None:
