@@ -259,7 +259,11 @@ def latency(args: argparse.Namespace) -> None:
         cluster = LocalCluster.up(
             Path(directory),
             1,
-            overrides={"log.cleaner.backoff.ms": "200", "num.partitions": "1"},
+            overrides={
+                "log.cleaner.backoff.ms": "200",
+                "num.partitions": "1",
+                **dict(item.split("=", 1) for item in args.set),
+            },
         )
         try:
             bootstrap = cluster.bootstrap_servers
@@ -342,7 +346,17 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--rate", type=float, default=2000)
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker property for the latency part (repeatable), e.g. log.cleaner.nice=19",
+    )
     args = parser.parse_args()
+    if args.only in (None, "latency") and args.records * (KEY_BYTES + VALUE_BYTES) <= SEGMENT_BYTES:
+        # Only sealed segments are cleaned: the log must outgrow its first 64 MB segment.
+        parser.error(f"--records must be over {SEGMENT_BYTES // (KEY_BYTES + VALUE_BYTES)}")
     if args.only in (None, "throughput"):
         throughput(args)
     if args.only in (None, "latency"):
