@@ -4,7 +4,10 @@ Each broker serves `/metrics` (`metrics.listener`; `odradek cluster up` records 
 broker as `metrics` in cluster.json). The console scrapes them only when a page needs them and the
 last scrape is older than `interval_s` (`MetricsSampler.sample`), never in the background: an idle
 console costs the brokers nothing, a watched one a scrape per broker every few seconds, which the
-broker answers off its request path (see `odradek.server.metrics.exporter`).
+broker answers off its request path (see `odradek.server.metrics.exporter`). Each scrape names
+the samples it wants (`name[]`), so the overview's rounds cost a broker hosting 10,000 replicas
+nothing measurable; only a topic's page (or the reassignments page) asks for the per-replica
+gauges, which the broker builds per hosted replica.
 
 From each scrape it keeps:
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import urllib.parse
 import urllib.request
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -178,18 +182,33 @@ def _scrape(broker_id: int, url: str) -> BrokerScrape:
     return parse_scrape(broker_id, text, at)
 
 
+def scrape_url(endpoint: str, names: Iterable[str]) -> str:
+    """`endpoint` asked for only `names` (Prometheus' `name[]` parameters): the broker then
+    builds and sends only those samples (see `odradek.server.metrics.snapshot.collect`)."""
+    query = "&".join("name[]=" + urllib.parse.quote(n) for n in names)
+    return f"{endpoint}{'&' if '?' in endpoint else '?'}{query}"
+
+
+TOTALS = (*_COUNTERS, *_GAUGES)
+WITH_LOGS = (*TOTALS, *_LOG)
+
+
 class MetricsSampler:
     """Scrapes of every broker's endpoint, at most one round per `interval_s` (see the module
-    docstring). Loop-thread only; the scrapes run in threads."""
+    docstring). A round asks only for the totals and gauges (cheap for the broker at any
+    partition count) unless a page needs the per-replica logs (`replica_logs`), which the broker
+    builds per hosted replica. Loop-thread only; the scrapes run in threads."""
 
     def __init__(self, endpoints: Mapping[int, str], interval_s: float = 5.0) -> None:
         self.endpoints = dict(endpoints)
         self.interval_s = interval_s
         self.latest: dict[int, BrokerScrape] = {}
+        self.logs: dict[int, dict[tuple[str, int], ReplicaLog]] = {}
         self.history: deque[Rates] = deque(maxlen=HISTORY)
         self.scrapes = 0
         self._round: asyncio.Task[None] | None = None
         self._last_round = 0.0
+        self._last_logs_round = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -200,16 +219,34 @@ class MetricsSampler:
         round is older than `max_age_s` (default `interval_s`)."""
         if not self.endpoints:
             return {}
-        age = time.time() - self._last_round
-        if age >= (self.interval_s if max_age_s is None else max_age_s):
-            if self._round is None or self._round.done():
-                self._round = asyncio.create_task(self._scrape_all())
-            await asyncio.shield(self._round)
+        limit = self.interval_s if max_age_s is None else max_age_s
+        if time.time() - self._last_round >= limit:
+            await self._round_done(logs=False)
         return self.latest
 
-    async def _scrape_all(self) -> None:
+    async def replica_logs(self) -> dict[int, dict[tuple[str, int], ReplicaLog]]:
+        """Each broker's hosted replicas' log end offsets and sizes, at most `interval_s` old."""
+        if not self.endpoints:
+            return {}
+        if time.time() - self._last_logs_round >= self.interval_s:
+            await self._round_done(logs=True)
+        return self.logs
+
+    async def _round_done(self, logs: bool) -> None:
+        if self._round is not None and not self._round.done():
+            await asyncio.shield(self._round)  # join the round under way
+            if not logs or time.time() - self._last_logs_round < self.interval_s:
+                return
+        self._round = asyncio.create_task(self._scrape_all(logs))
+        await asyncio.shield(self._round)
+
+    async def _scrape_all(self, logs: bool) -> None:
+        names = WITH_LOGS if logs else TOTALS
         results = await asyncio.gather(
-            *(asyncio.to_thread(_scrape, b, url) for b, url in sorted(self.endpoints.items()))
+            *(
+                asyncio.to_thread(_scrape, b, scrape_url(url, names))
+                for b, url in sorted(self.endpoints.items())
+            )
         )
         previous = list(self.latest.values())
         latest = {r.broker_id: r for r in results}
@@ -222,8 +259,11 @@ class MetricsSampler:
             if scrape.error is not None and broker_id in self.latest:
                 kept = self.latest[broker_id]
                 latest[broker_id] = BrokerScrape(
-                    broker_id, kept.at, kept.counters, kept.gauges, kept.logs, scrape.error
+                    broker_id, kept.at, kept.counters, kept.gauges, {}, scrape.error
                 )
         self.latest = latest
         self.scrapes += len(results)
         self._last_round = time.time()
+        if logs:
+            self.logs = {r.broker_id: r.logs for r in results if r.error is None}
+            self._last_logs_round = self._last_round

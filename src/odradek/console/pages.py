@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from odradek.console import views
-from odradek.console.broker_metrics import CONTROLLER_STATES, BrokerScrape
+from odradek.console.broker_metrics import CONTROLLER_STATES, BrokerScrape, ReplicaLog
 from odradek.console.kafka_client import ConsoleError
 from odradek.console.snapshot import ClusterSnapshot, PartitionRow, TopicSummary
 
@@ -38,6 +38,15 @@ async def _scrapes(request: Request) -> tuple[dict[int, BrokerScrape], str | Non
     scrapes = await state.metrics.sample()
     errors = [s.error for s in scrapes.values() if s.error]
     return scrapes, ("; ".join(errors) if errors else None)
+
+
+async def _replica_logs(request: Request) -> tuple[dict[int, Any], str | None]:
+    state = _state(request)
+    if not state.metrics.enabled:
+        return {}, None
+    logs = await state.metrics.replica_logs()
+    errors = [s.error for s in state.metrics.latest.values() if s.error]
+    return logs, ("; ".join(errors) if errors else None)
 
 
 def _not_found(request: Request, what: str) -> Response:
@@ -123,13 +132,13 @@ async def _partition_rows(
         )
     except ConsoleError as e:
         high_watermarks, error = {}, str(e)
-    scrapes, metrics_error = await _scrapes(request)
+    logs, metrics_error = await _replica_logs(request)
     replicas: dict[tuple[int, int], Any] = {}
     for p in page.items:
         for broker_id in p.replicas:
-            scrape = scrapes.get(broker_id)
-            if scrape is not None:
-                replicas[(p.partition, broker_id)] = scrape.logs.get((p.topic, p.partition))
+            hosted = logs.get(broker_id)
+            if hosted is not None:
+                replicas[(p.partition, broker_id)] = hosted.get((p.topic, p.partition))
     return {
         "partitions": page,
         "which": which,
@@ -294,16 +303,14 @@ async def group(request: Request) -> Response:
 
 
 def reassignment_progress(
-    p: PartitionRow, scrapes: dict[int, BrokerScrape]
+    p: PartitionRow, logs: dict[int, dict[tuple[str, int], ReplicaLog]]
 ) -> list[dict[str, Any]]:
     """For each replica being added: its log end offset and the leader's, and the share caught
     up (bytes too when the metrics give sizes)."""
-    leader_scrape = scrapes.get(p.leader)
-    leader_log = leader_scrape.logs.get((p.topic, p.partition)) if leader_scrape else None
+    leader_log = logs.get(p.leader, {}).get((p.topic, p.partition))
     rows = []
     for broker_id in p.adding_replicas:
-        scrape = scrapes.get(broker_id)
-        replica_log = scrape.logs.get((p.topic, p.partition)) if scrape else None
+        replica_log = logs.get(broker_id, {}).get((p.topic, p.partition))
         percent = None
         if leader_log and replica_log and leader_log.size:
             percent = min(100.0, 100.0 * (replica_log.size or 0) / leader_log.size)
@@ -324,10 +331,9 @@ def reassignment_progress(
 async def reassignments(request: Request) -> Response:
     state = _state(request)
     snapshot: ClusterSnapshot = await state.zk.current()
-    scrapes, metrics_error = await _scrapes(request)
+    logs, metrics_error = await _replica_logs(request) if snapshot.reassignments else ({}, None)
     moving = [
-        {"partition": p, "progress": reassignment_progress(p, scrapes)}
-        for p in snapshot.reassignments
+        {"partition": p, "progress": reassignment_progress(p, logs)} for p in snapshot.reassignments
     ]
     return state.render(
         request,

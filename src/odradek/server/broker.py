@@ -308,7 +308,7 @@ class Broker(BrokerZk):
         if config["metrics.listener"]:
             host, port = parse_metrics_listener(config["metrics.listener"])
             self.metrics_exporter = MetricsExporter(
-                host, port, lambda: collect_metrics(self, self.request_metrics)
+                host, port, lambda names: collect_metrics(self, self.request_metrics, names)
             )
             self.metrics_exporter.start()
         self.started = True
