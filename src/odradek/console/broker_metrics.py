@@ -224,12 +224,21 @@ class MetricsSampler:
             await self._round_done(logs=False)
         return self.latest
 
-    async def replica_logs(self) -> dict[int, dict[tuple[str, int], ReplicaLog]]:
-        """Each broker's hosted replicas' log end offsets and sizes, at most `interval_s` old."""
+    async def replica_logs(
+        self, wait_s: float | None = None
+    ) -> dict[int, dict[tuple[str, int], ReplicaLog]]:
+        """Each broker's hosted replicas' log end offsets and sizes, scraped again when older
+        than `interval_s`. With `wait_s`, waits at most that long for the new round and returns
+        what it has (the round goes on, for the page's next refresh): a broker hosting 10,000
+        replicas takes a while to build their gauges, and a page must not wait on it."""
         if not self.endpoints:
             return {}
         if time.time() - self._last_logs_round >= self.interval_s:
-            await self._round_done(logs=True)
+            pending = asyncio.ensure_future(self._round_done(logs=True))
+            try:
+                await asyncio.wait_for(asyncio.shield(pending), wait_s)
+            except TimeoutError:
+                pass
         return self.logs
 
     async def _round_done(self, logs: bool) -> None:

@@ -18,6 +18,9 @@ from odradek.console.kafka_client import ConsoleError
 from odradek.console.snapshot import ClusterSnapshot, PartitionRow, TopicSummary
 
 PARTITIONS_PAGE_SIZE = 100
+# How long a topic page waits for the brokers' per-replica metrics before rendering without the
+# newest ones (they arrive for the page's next live refresh).
+REPLICA_LOGS_WAIT_S = 0.3
 DEFAULT_RECORDS = 20
 
 
@@ -44,7 +47,7 @@ async def _replica_logs(request: Request) -> tuple[dict[int, Any], str | None]:
     state = _state(request)
     if not state.metrics.enabled:
         return {}, None
-    logs = await state.metrics.replica_logs()
+    logs = await state.metrics.replica_logs(wait_s=REPLICA_LOGS_WAIT_S)
     errors = [s.error for s in state.metrics.latest.values() if s.error]
     return logs, ("; ".join(errors) if errors else None)
 
