@@ -133,6 +133,12 @@ class DynamicConfigManager:
             except ZkError as e:
                 log.debug("config change %s unreadable: %s", child, e)
                 continue
+            log.debug(
+                "config change notification %s: %s/%s",
+                child,
+                notification.entity_type,
+                notification.entity_name,
+            )
             if notification.entity_type != "brokers" or notification.entity_name not in ours:
                 continue
             entity = notification.entity_name

@@ -1,0 +1,295 @@
+"""Dynamic broker configs (KIP-226) and broker loggers (KIP-412) on a running 3-broker cluster of
+its own (module scope: the tests change broker configs and restart a broker, which the shared
+`cluster3` must not see).
+
+A topic `sized` has one partition led by each broker (replicas [1], [2], [3]), so a produce to
+partition i asks broker i+1 whether a record fits its `message.max.bytes`: the cluster default
+set with `odradek configs --entity-default` reaches all three without a restart and survives one;
+a per-broker value reaches that broker only; a static config is refused; describe output is what
+Kafka 3.9.1's own kafka-configs tool prints; confluent-kafka's incremental_alter_configs works on
+BROKER; a logger's level set at run time shows in that broker's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
+
+from odradek.protocol.codec import ApiKey
+from odradek.testing import LocalCluster
+from tests.fixtures.cluster import wait_until
+from tests.integration._kafka import kafka_available, kafka_libs
+from tests.integration._tools import assert_one_line_error, odradek_in_process
+
+TOPIC = "sized"
+BIG, SMALL, LIMIT = 3000, 1000, 2000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper: Any) -> Iterator[LocalCluster]:
+    zookeeper.ensure_running()
+    cluster = LocalCluster.up(
+        tmp_path_factory.mktemp("dynconfig"),
+        3,
+        zookeeper=f"{zookeeper.connect_string}/dynconfig-{uuid.uuid4().hex}",
+        timeout=120,
+    )
+    try:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+        futures = admin.create_topics(
+            [NewTopic(TOPIC, replica_assignment=[[1], [2], [3]])], operation_timeout=30
+        )
+        futures[TOPIC].result(timeout=60)
+        yield cluster
+    finally:
+        cluster.down(timeout=30)
+        cluster.kill_all()
+
+
+def produce(bootstrap: str, partition: int, size: int) -> int | None:
+    """One record of `size` bytes to `sized`-`partition`; the error code, None if written."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "message.max.bytes": 10_000_000,
+            "delivery.timeout.ms": 20_000,
+            "linger.ms": 0,
+        }
+    )
+    outcome: list[KafkaError | None] = []
+    producer.produce(TOPIC, b"x" * size, partition=partition, on_delivery=lambda e, m: outcome.append(e))
+    producer.flush(30)
+    assert outcome, "no delivery report"
+    return None if outcome[0] is None else outcome[0].code()
+
+
+def accepts(cluster: LocalCluster, sizes: dict[int, bool]) -> bool:
+    """Does each partition take (True) or refuse as too large (False) a BIG record?"""
+    for partition, fits in sizes.items():
+        code = produce(cluster.bootstrap_servers, partition, BIG)
+        if fits and code is not None:
+            return False
+        if not fits and code != KafkaError.MSG_SIZE_TOO_LARGE:
+            return False
+    return True
+
+
+def tool(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    return odradek_in_process(capsys, *args)
+
+
+def configs(cluster: LocalCluster) -> tuple[str, ...]:
+    return ("configs", "--bootstrap-server", cluster.bootstrap_servers)
+
+
+def test_the_cluster_default_reaches_every_broker_and_survives_a_restart(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert accepts(cluster, {0: True, 1: True, 2: True})
+    result = tool(
+        capsys, *configs(cluster), "--entity-type", "brokers", "--entity-default", "--alter",
+        "--add-config", f"message.max.bytes={LIMIT}",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Completed updating default config for brokers in the cluster.\n"
+    # Every broker applies it on the notification, without a restart.
+    wait_until(
+        lambda: accepts(cluster, {0: False, 1: False, 2: False}), 30, "all three to refuse"
+    )
+    assert all(produce(cluster.bootstrap_servers, p, SMALL) is None for p in range(3))
+    result = tool(capsys, *configs(cluster), "--entity-type", "brokers", "--entity-default", "--describe")
+    assert result.stdout.splitlines() == [
+        "Default configs for brokers in the cluster are:",
+        f"  message.max.bytes={LIMIT} sensitive=false "
+        f"synonyms={{DYNAMIC_DEFAULT_BROKER_CONFIG:message.max.bytes={LIMIT}}}",
+    ]
+    # Stored in ZooKeeper: a restarted broker starts with it.
+    cluster.restart(2, timeout=60)
+    wait_until(
+        lambda: produce(cluster.bootstrap_servers, 1, SMALL) is None, 60, "broker 2 to lead again"
+    )
+    assert produce(cluster.bootstrap_servers, 1, BIG) == KafkaError.MSG_SIZE_TOO_LARGE
+    result = tool(
+        capsys, *configs(cluster), "--broker-defaults", "--alter", "--delete-config", "message.max.bytes"
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    wait_until(lambda: accepts(cluster, {0: True, 1: True, 2: True}), 30, "the limit to go")
+
+
+def test_a_per_broker_value_reaches_that_broker_only(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = tool(
+        capsys, *configs(cluster), "--broker", "1", "--alter", "--add-config", f"message.max.bytes={LIMIT}"
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Completed updating config for broker 1.\n"
+    try:
+        wait_until(lambda: accepts(cluster, {0: False, 1: True, 2: True}), 30, "broker 1 only")
+        result = tool(capsys, *configs(cluster), "--broker", "1", "--describe")
+        assert result.stdout.splitlines() == [
+            "Dynamic configs for broker 1 are:",
+            f"  message.max.bytes={LIMIT} sensitive=false synonyms={{DYNAMIC_BROKER_CONFIG:"
+            f"message.max.bytes={LIMIT}, DEFAULT_CONFIG:message.max.bytes=1048588}}",
+        ]
+        assert tool(capsys, *configs(cluster), "--broker", "2", "--describe").stdout == (
+            "Dynamic configs for broker 2 are:\n"
+        )
+        # A per-broker change goes to that broker: another refuses it, as Kafka does.
+        assert _alter_on_the_wrong_broker(cluster) == (
+            42,  # INVALID_REQUEST
+            "Unexpected broker id, expected 1, but received 3",
+        )
+    finally:
+        result = tool(
+            capsys, *configs(cluster), "--broker", "1", "--alter", "--delete-config", "message.max.bytes"
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    wait_until(lambda: accepts(cluster, {0: True}), 30, "broker 1's limit to go")
+
+
+def _alter_on_the_wrong_broker(cluster: LocalCluster) -> tuple[int, str]:
+    from odradek.cli.topics import AdminClient as OdradekAdmin
+
+    async def send() -> tuple[int, str]:
+        host, port = cluster.broker(1).host, cluster.broker(1).port
+        client = await OdradekAdmin.connect([(host, port)], 30.0)
+        try:
+            response = await client._send(
+                client.bootstrap,
+                ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                1,
+                {
+                    "resources": [
+                        {
+                            "resource_type": 4,
+                            "resource_name": "3",
+                            "configs": [
+                                {"name": "message.max.bytes", "config_operation": 0, "value": "9"}
+                            ],
+                        }
+                    ],
+                    "validate_only": False,
+                },
+            )
+        finally:
+            client.close()
+        result = response.responses[0]
+        return int(result.error_code), result.error_message
+
+    return asyncio.run(send())
+
+
+def test_static_configs_and_bad_values_are_refused(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = tool(capsys, *configs(cluster), "--broker", "1", "--alter", "--add-config", "broker.id=7")
+    assert_one_line_error(result, "Cannot update these configs dynamically: Set(broker.id)")
+    result = tool(
+        capsys, *configs(cluster), "--broker-defaults", "--alter", "--add-config", "log.cleaner.threads=5"
+    )  # fmt: skip
+    assert_one_line_error(result, "more than double the current value 1")
+    result = tool(
+        capsys, *configs(cluster), "--broker-defaults", "--alter", "--add-config", "message.max.bytes=lots"
+    )  # fmt: skip
+    assert_one_line_error(result, "INVALID_REQUEST")
+    assert tool(capsys, *configs(cluster), "--broker-defaults", "--describe").stdout == (
+        "Default configs for brokers in the cluster are:\n"
+    )
+
+
+def test_confluent_incremental_alter_configs_on_a_broker(cluster: LocalCluster) -> None:
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+
+    def alter(operation: AlterConfigOpType, value: str | None, validate_only: bool = False) -> None:
+        entry = ConfigEntry("log.cleaner.backoff.ms", value, incremental_operation=operation)
+        resource = ConfigResource(ResourceType.BROKER, "2", incremental_configs=[entry])
+        futures = admin.incremental_alter_configs([resource], validate_only=validate_only)
+        futures[resource].result(timeout=30)
+
+    def described() -> Any:
+        resource = ConfigResource(ResourceType.BROKER, "2")
+        return admin.describe_configs([resource])[resource].result(timeout=30)[
+            "log.cleaner.backoff.ms"
+        ]
+
+    alter(AlterConfigOpType.SET, "5000", validate_only=True)
+    assert described().value == "15000"
+    alter(AlterConfigOpType.SET, "5000")
+    entry = wait_until(lambda: (e := described()).value == "5000" and e, 30, "the new value")
+    assert entry.source.name == "DYNAMIC_BROKER_CONFIG"
+    assert not entry.is_read_only
+    alter(AlterConfigOpType.DELETE, None)
+    wait_until(lambda: described().value == "15000", 30, "the default again")
+
+
+def test_kafka_configs_tool_prints_the_same(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    if not kafka_available():
+        pytest.skip("Kafka's jars are not installed (./dev kafka)")
+    args = ("--entity-type", "brokers", "--entity-name", "3")
+    result = tool(capsys, *configs(cluster), "--broker", "3", "--alter", "--add-config", "num.replica.fetchers=2")
+    assert result.returncode == 0, result.stderr
+    try:
+        ours = tool(capsys, *configs(cluster), *args, "--describe", "--all").stdout
+        kafka = subprocess.run(
+            [
+                "java", "-Xmx256m", "-cp", f"{kafka_libs()}/*", "kafka.admin.ConfigCommand",
+                "--bootstrap-server", cluster.bootstrap_servers, *args, "--describe", "--all",
+            ],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert kafka.returncode == 0, kafka.stderr
+        assert kafka.stdout.splitlines() == ours.splitlines()
+        assert (
+            "  num.replica.fetchers=2 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:"
+            "num.replica.fetchers=2, DEFAULT_CONFIG:num.replica.fetchers=1}"
+        ) in kafka.stdout.splitlines()
+        assert any(line.startswith("  broker.id=3 sensitive=false synonyms={STATIC_BROKER_CONFIG:broker.id=3")
+                   for line in kafka.stdout.splitlines())  # fmt: skip
+    finally:
+        tool(capsys, *configs(cluster), "--broker", "3", "--alter", "--delete-config", "num.replica.fetchers")
+
+
+def test_a_logger_level_set_at_run_time_shows_in_the_broker_log(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logger = "odradek.server.dynamic_config_manager"
+    result = tool(capsys, *configs(cluster), "--broker-logger", "1", "--describe")
+    assert f"  {logger}=INFO sensitive=false synonyms={{}}" in result.stdout.splitlines()
+    result = tool(
+        capsys, *configs(cluster), "--broker-logger", "1", "--alter", "--add-config", f"{logger}=DEBUG"
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Completed updating config for broker-logger 1.\n"
+    result = tool(capsys, *configs(cluster), "--broker-logger", "1", "--describe")
+    assert f"  {logger}=DEBUG sensitive=false synonyms={{}}" in result.stdout.splitlines()
+    # Any config change now makes broker 1 (only) log its notification at DEBUG.
+    tool(capsys, *configs(cluster), "--topic", TOPIC, "--alter", "--add-config", "retention.ms=86400000")
+    line = f"DEBUG {logger}: config change notification"
+    wait_until(lambda: line in cluster.broker(1).log.read_text(), 30, "the DEBUG line")
+    assert line not in cluster.broker(2).log.read_text()
+    result = tool(
+        capsys, *configs(cluster), "--broker-logger", "1", "--alter", "--delete-config", logger
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    result = tool(
+        capsys, *configs(cluster), "--broker-logger", "1", "--alter", "--add-config", "no.such.logger=DEBUG"
+    )  # fmt: skip
+    assert_one_line_error(result, "Invalid broker logger(s): no.such.logger")
