@@ -7,12 +7,14 @@ partition i asks broker i+1 whether a record fits its `message.max.bytes`: the c
 set with `odradek configs --entity-default` reaches all three without a restart and survives one;
 a per-broker value reaches that broker only; a static config is refused; describe output is what
 Kafka 3.9.1's own kafka-configs tool prints; confluent-kafka's incremental_alter_configs works on
-BROKER; a logger's level set at run time shows in that broker's log.
+BROKER; a logger's level set at run time shows in that broker's log; turning the unclean
+election default on makes the controller elect a leader for an offline partition.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -29,6 +31,7 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
+from kazoo.client import KazooClient
 
 from odradek.protocol.codec import ApiKey
 from odradek.testing import LocalCluster
@@ -72,7 +75,9 @@ def produce(bootstrap: str, partition: int, size: int) -> int | None:
         }
     )
     outcome: list[KafkaError | None] = []
-    producer.produce(TOPIC, b"x" * size, partition=partition, on_delivery=lambda e, m: outcome.append(e))
+    producer.produce(
+        TOPIC, b"x" * size, partition=partition, on_delivery=lambda e, m: outcome.append(e)
+    )
     producer.flush(30)
     assert outcome, "no delivery report"
     return None if outcome[0] is None else outcome[0].code()
@@ -108,11 +113,11 @@ def test_the_cluster_default_reaches_every_broker_and_survives_a_restart(
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Completed updating default config for brokers in the cluster.\n"
     # Every broker applies it on the notification, without a restart.
-    wait_until(
-        lambda: accepts(cluster, {0: False, 1: False, 2: False}), 30, "all three to refuse"
-    )
+    wait_until(lambda: accepts(cluster, {0: False, 1: False, 2: False}), 30, "all three to refuse")
     assert all(produce(cluster.bootstrap_servers, p, SMALL) is None for p in range(3))
-    result = tool(capsys, *configs(cluster), "--entity-type", "brokers", "--entity-default", "--describe")
+    result = tool(
+        capsys, *configs(cluster), "--entity-type", "brokers", "--entity-default", "--describe"
+    )
     assert result.stdout.splitlines() == [
         "Default configs for brokers in the cluster are:",
         f"  message.max.bytes={LIMIT} sensitive=false "
@@ -198,7 +203,9 @@ def _alter_on_the_wrong_broker(cluster: LocalCluster) -> tuple[int, str]:
 def test_static_configs_and_bad_values_are_refused(
     cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    result = tool(capsys, *configs(cluster), "--broker", "1", "--alter", "--add-config", "broker.id=7")
+    result = tool(
+        capsys, *configs(cluster), "--broker", "1", "--alter", "--add-config", "broker.id=7"
+    )
     assert_one_line_error(result, "Cannot update these configs dynamically: Set(broker.id)")
     result = tool(
         capsys, *configs(cluster), "--broker-defaults", "--alter", "--add-config", "log.cleaner.threads=5"
@@ -244,7 +251,15 @@ def test_kafka_configs_tool_prints_the_same(
     if not kafka_available():
         pytest.skip("Kafka's jars are not installed (./dev kafka)")
     args = ("--entity-type", "brokers", "--entity-name", "3")
-    result = tool(capsys, *configs(cluster), "--broker", "3", "--alter", "--add-config", "num.replica.fetchers=2")
+    result = tool(
+        capsys,
+        *configs(cluster),
+        "--broker",
+        "3",
+        "--alter",
+        "--add-config",
+        "num.replica.fetchers=2",
+    )
     assert result.returncode == 0, result.stderr
     try:
         ours = tool(capsys, *configs(cluster), *args, "--describe", "--all").stdout
@@ -264,7 +279,15 @@ def test_kafka_configs_tool_prints_the_same(
         assert any(line.startswith("  broker.id=3 sensitive=false synonyms={STATIC_BROKER_CONFIG:broker.id=3")
                    for line in kafka.stdout.splitlines())  # fmt: skip
     finally:
-        tool(capsys, *configs(cluster), "--broker", "3", "--alter", "--delete-config", "num.replica.fetchers")
+        tool(
+            capsys,
+            *configs(cluster),
+            "--broker",
+            "3",
+            "--alter",
+            "--delete-config",
+            "num.replica.fetchers",
+        )
 
 
 def test_a_logger_level_set_at_run_time_shows_in_the_broker_log(
@@ -281,7 +304,15 @@ def test_a_logger_level_set_at_run_time_shows_in_the_broker_log(
     result = tool(capsys, *configs(cluster), "--broker-logger", "1", "--describe")
     assert f"  {logger}=DEBUG sensitive=false synonyms={{}}" in result.stdout.splitlines()
     # Any config change now makes broker 1 (only) log its notification at DEBUG.
-    tool(capsys, *configs(cluster), "--topic", TOPIC, "--alter", "--add-config", "retention.ms=86400000")
+    tool(
+        capsys,
+        *configs(cluster),
+        "--topic",
+        TOPIC,
+        "--alter",
+        "--add-config",
+        "retention.ms=86400000",
+    )
     line = f"DEBUG {logger}: config change notification"
     wait_until(lambda: line in cluster.broker(1).log.read_text(), 30, "the DEBUG line")
     assert line not in cluster.broker(2).log.read_text()
@@ -293,3 +324,46 @@ def test_a_logger_level_set_at_run_time_shows_in_the_broker_log(
         capsys, *configs(cluster), "--broker-logger", "1", "--alter", "--add-config", "no.such.logger=DEBUG"
     )  # fmt: skip
     assert_one_line_error(result, "Invalid broker logger(s): no.such.logger")
+
+
+def test_the_unclean_election_default_turned_on_elects_an_offline_partition(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Broker 3 leads `unclean`-0 alone in the ISR, with broker 2 a follower outside it; broker 3
+    dies, so the partition has no eligible leader. Setting unclean.leader.election.enable=true as
+    the cluster default makes the controller elect broker 2 at once (Kafka's
+    UncleanLeaderElectionEnable), an election it logs as unclean."""
+    topic = "unclean"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(topic, replica_assignment=[[3, 2]])])[topic].result(timeout=60)
+    zk = KazooClient(hosts=cluster.zookeeper_connect)
+    zk.start(timeout=15)
+    path = f"/brokers/topics/{topic}/partitions/0/state"
+    warning = "unclean leader election: 2 becomes leader though it was not in ISR [3]"
+    try:
+        state = wait_until(
+            lambda: zk.exists(path) and json.loads(zk.get(path)[0]), 30, "the partition state"
+        )
+        assert state["leader"] == 3
+        # The follower leaves the ISR, as a lagging one would.
+        data, stat = zk.get(path)
+        zk.set(path, json.dumps({**json.loads(data), "isr": [3]}).encode(), version=stat.version)
+        cluster.kill(3)
+        wait_until(lambda: not zk.exists("/brokers/ids/3"), 30, "broker 3's session to end")
+        assert not any(warning in cluster.broker(b).log.read_text() for b in (1, 2))
+        result = tool(
+            capsys, *configs(cluster), "--broker-defaults", "--alter",
+            "--add-config", "unclean.leader.election.enable=true",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        wait_until(lambda: json.loads(zk.get(path)[0])["leader"] == 2, 30, "broker 2 to be elected")
+        assert json.loads(zk.get(path)[0])["isr"] == [2]
+        assert any(warning in cluster.broker(b).log.read_text() for b in (1, 2))
+    finally:
+        tool(
+            capsys, *configs(cluster), "--broker-defaults", "--alter",
+            "--delete-config", "unclean.leader.election.enable",
+        )  # fmt: skip
+        zk.stop()
+        zk.close()
+        cluster.start_broker(3, timeout=60)

@@ -163,7 +163,9 @@ def test_incremental_operations_on_one_level() -> None:
     subtract = [SimpleNamespace(name="log.cleanup.policy", value="delete", config_operation=3)]
     assert apply_operations(result, subtract)["log.cleanup.policy"] == "compact"
     with pytest.raises(InvalidConfigurationError, match="append is not allowed"):
-        apply_operations({}, [SimpleNamespace(name="max.connections", value="1", config_operation=2)])
+        apply_operations(
+            {}, [SimpleNamespace(name="max.connections", value="1", config_operation=2)]
+        )
 
 
 def test_describe_a_broker_with_sources_read_only_and_sensitive_values() -> None:
@@ -227,7 +229,7 @@ def test_broker_logger_levels() -> None:
         assert logger.level == logging.NOTSET
     finally:
         logger.setLevel(logging.NOTSET)
-    with pytest.raises(InvalidConfigurationError, match="Logger no.such does not exist!"):
+    with pytest.raises(InvalidConfigurationError, match=r"Logger no\.such does not exist!"):
         broker_loggers.validate([SimpleNamespace(name="no.such", value="INFO", config_operation=0)])
     with pytest.raises(InvalidConfigurationError, match="Valid log levels are DEBUG, ERROR"):
         broker_loggers.validate([SimpleNamespace(name=name, value="LOUD", config_operation=0)])

@@ -508,7 +508,10 @@ class ReplicaFetcherManager:
                     fetcher.remove(key)
                     moving.append((fetcher, state.partition))
         for old, partition in moving:
-            fetcher_key = (old.leader_id, self._fetcher_index((partition.topic, partition.partition)))
+            fetcher_key = (
+                old.leader_id,
+                self._fetcher_index((partition.topic, partition.partition)),
+            )
             target = self.fetchers.get(fetcher_key)
             if target is None:
                 target = ReplicaFetcher(self, old.leader_id, old.address, fetcher_key[1])

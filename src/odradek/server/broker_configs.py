@@ -109,9 +109,7 @@ def _entry(name: str, value: str | None, synonyms: Sequence[Any], with_synonyms:
         "read_only": not is_dynamic(name),
         "config_source": synonyms[0].source if synonyms else DEFAULT_CONFIG,
         "is_sensitive": is_sensitive(name),
-        "synonyms": [
-            {"name": s.name, "value": s.value, "source": s.source} for s in synonyms
-        ]
+        "synonyms": [{"name": s.name, "value": s.value, "source": s.source} for s in synonyms]
         if with_synonyms
         else [],
         "config_type": _config_type(name),
@@ -165,9 +163,7 @@ def describe_loggers(broker_id: int, name: str, keys: Sequence[str] | None) -> l
     except ValueError:
         raise InvalidRequestError(f"Broker id must be an integer, but it is: {name}") from None
     if requested != broker_id:
-        raise InvalidRequestError(
-            f"Unexpected broker id, expected {broker_id} but received {name}"
-        )
+        raise InvalidRequestError(f"Unexpected broker id, expected {broker_id} but received {name}")
     wanted = set(keys) if keys else None
     return [
         {
@@ -274,9 +270,7 @@ def alter_loggers(broker_id: int, name: str, entries: Sequence[Any], validate_on
     except ValueError:
         raise InvalidRequestError(f"Node id must be an integer, but it is: {name}") from None
     if requested != broker_id:
-        raise InvalidRequestError(
-            f"Unexpected node id. Expected {broker_id}, but received {name}"
-        )
+        raise InvalidRequestError(f"Unexpected node id. Expected {broker_id}, but received {name}")
     broker_loggers.validate(entries)
     if not validate_only:
         broker_loggers.apply(entries)

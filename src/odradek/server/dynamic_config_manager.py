@@ -31,7 +31,6 @@ from odradek.server.admin.topics import log_config_for
 from odradek.server.broker_configs import read_broker_config
 from odradek.server.dynamic_config import (
     CLEANER_CONFIGS,
-    CONNECTION_CONFIGS,
     DEFAULT_ENTITY,
     FETCHER_CONFIGS,
     LOG_CONFIGS,
@@ -117,9 +116,7 @@ class DynamicConfigManager:
     async def _process_once(self) -> None:
         zk = self._zk
         try:
-            children = set(
-                await zk.get_children(ConfigChangeNotificationZNode.path(), self._watch)
-            )
+            children = set(await zk.get_children(ConfigChangeNotificationZNode.path(), self._watch))
         except ZkError as e:
             log.warning("cannot read config change notifications: %s", e)
             return
