@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import ssl
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -31,9 +33,11 @@ from confluent_kafka.admin import (
     NewTopic,
     ResourceType,
 )
+from cryptography import x509
 from kazoo.client import KazooClient
 
 from odradek.protocol.codec import ApiKey
+from odradek.security.certificates import LocalPki, create_local_pki
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._kafka import kafka_available, kafka_libs
@@ -44,13 +48,27 @@ BIG, SMALL, LIMIT = 3000, 1000, 2000
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper: Any) -> Iterator[LocalCluster]:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> LocalPki:
+    return create_local_pki(tmp_path_factory.mktemp("pki"), [1, 2, 3])
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, zookeeper: Any, pki: LocalPki
+) -> Iterator[LocalCluster]:
+    """Three brokers with a PLAINTEXT listener (clients, brokers) and an SSL one."""
     zookeeper.ensure_running()
     cluster = LocalCluster.up(
         tmp_path_factory.mktemp("dynconfig"),
         3,
         zookeeper=f"{zookeeper.connect_string}/dynconfig-{uuid.uuid4().hex}",
         timeout=120,
+        listeners={"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"},
+        inter_broker_listener="PLAINTEXT",
+        overrides={"ssl.keystore.type": "PEM"},
+        per_broker_overrides={
+            i: {"ssl.keystore.location": str(pki.brokers[i].keystore)} for i in (1, 2, 3)
+        },
     )
     try:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
@@ -367,3 +385,65 @@ def test_the_unclean_election_default_turned_on_elects_an_offline_partition(
         zk.stop()
         zk.close()
         cluster.start_broker(3, timeout=60)
+
+
+def _served_serial(cluster: LocalCluster, broker_id: int) -> int:
+    """The serial number of the certificate the broker's SSL listener presents now."""
+    broker = cluster.broker(broker_id)
+    pem = ssl.get_server_certificate((broker.host, broker.listeners["SSL"]), timeout=10)
+    return x509.load_pem_x509_certificate(pem.encode()).serial_number
+
+
+def _serial(files: Any) -> int:
+    return x509.load_pem_x509_certificates(files.certificate.read_bytes())[0].serial_number
+
+
+def test_a_listener_keystore_is_reloaded_without_a_restart(
+    cluster: LocalCluster, pki: LocalPki, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert _served_serial(cluster, 1) == _serial(pki.brokers[1])
+    first = create_local_pki(tmp_path / "first", [1]).brokers[1]
+    second = create_local_pki(tmp_path / "second", [1]).brokers[1]
+    keystore = tmp_path / "rotating-keystore.pem"
+    shutil.copy(first.keystore, keystore)
+    setting = f"listener.name.ssl.ssl.keystore.location={keystore}"
+    try:
+        result = tool(
+            capsys, *configs(cluster), "--broker", "1", "--alter", "--add-config", setting
+        )
+        assert result.returncode == 0, result.stderr
+        wait_until(lambda: _served_serial(cluster, 1) == _serial(first), 30, "the new certificate")
+        assert _served_serial(cluster, 2) == _serial(pki.brokers[2])
+        # The file replaced in place is read again when the same location is sent again.
+        shutil.copy(second.keystore, keystore)
+        result = tool(
+            capsys, *configs(cluster), "--broker", "1", "--alter", "--add-config", setting
+        )
+        assert result.returncode == 0, result.stderr
+        wait_until(
+            lambda: _served_serial(cluster, 1) == _serial(second), 30, "the replaced keystore"
+        )
+        # A keystore that does not load is refused; one for every broker makes no sense.
+        missing = f"listener.name.ssl.ssl.keystore.location={tmp_path / 'missing.pem'}"
+        result = tool(
+            capsys, *configs(cluster), "--broker", "1", "--alter", "--add-config", missing
+        )
+        assert_one_line_error(result, "cannot read ssl.keystore.location")
+        result = tool(
+            capsys, *configs(cluster), "--broker-defaults", "--alter", "--add-config", setting
+        )
+        assert_one_line_error(result, "broker id must be specified")
+        result = tool(
+            capsys, *configs(cluster), "--broker", "1", "--alter",
+            "--add-config", "listener.name.ssl.ssl.keystore.password=secret",
+        )  # fmt: skip
+        assert_one_line_error(result, "Password encoder secret not configured")
+        assert _served_serial(cluster, 1) == _serial(second)
+    finally:
+        tool(
+            capsys, *configs(cluster), "--broker", "1", "--alter",
+            "--delete-config", "listener.name.ssl.ssl.keystore.location",
+        )  # fmt: skip
+    wait_until(
+        lambda: _served_serial(cluster, 1) == _serial(pki.brokers[1]), 30, "the static keystore"
+    )

@@ -244,7 +244,7 @@ class Broker(BrokerZk):
             )
             self.socket_servers.append(server)
             await server.start()
-        self.dynamic_config_manager.reconfigure_connection_limits()
+        self.dynamic_config_manager.reconfigure_listeners()
         # 4. components
         self.topic_configs = TopicConfigs(self.zk, self._on_topic_config_change)
         await self.topic_configs.start()

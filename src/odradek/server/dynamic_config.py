@@ -24,12 +24,15 @@ does it on every broker when the change notification arrives):
 | `log.cleaner.threads`, `.dedupe.buffer.size`, `.io.buffer.size`, `.io.buffer.load.factor`, `.io.max.bytes.per.second`, `.backoff.ms` | the log cleaner restarts its threads with them (cleanings in progress resume later from their checkpoints) |
 | `num.replica.fetchers` | followers' partitions move to the fetchers of the new count |
 | `max.connections`, `max.connections.per.ip`, `max.connections.per.ip.overrides`, `listener.name.<l>.max.connections` | the limits new connections are checked against (connections already open stay) |
+| per broker only: `listener.name.<l>.ssl.keystore.location`/`.type`, `.ssl.truststore.location`/`.type` | the TLS listener's context, for new connections (validated by building it) |
 
 Anything else is refused with INVALID_REQUEST, as Kafka 3.9 refuses a broker config it cannot
 change (its ConfigAdminManager turns every validation failure of a BROKER resource into
 INVALID_REQUEST, KAFKA-13609): `Cannot update these configs dynamically: Set(broker.id)`. Unlike
 Kafka, which stores unknown names as custom configs, Odradek refuses names it does not implement,
-so that nobody believes a setting took effect. Thread counts follow Kafka's rule: at least 1, at
+so that nobody believes a setting took effect; and TLS passwords (Kafka keeps them encrypted with
+`password.encoder.secret`, which Odradek does not implement: `Password encoder secret not
+configured`). Thread counts follow Kafka's rule: at least 1, at
 least half and at most double the current value.
 
 Concurrency: the broker's event loop only.
@@ -48,6 +51,8 @@ from typing import Any
 from odradek.errors import ConfigError, InvalidRequestError, InvariantError, KafkaError
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.network.quotas import parse_overrides
+from odradek.security.errors import SecurityConfigError
+from odradek.security.ssl_config import listener_ssl_config, server_context
 from odradek.server.admin.topics import log_config_for
 from odradek.server.config import DEFINITIONS, KafkaConfig, convert_value, derive_values
 
@@ -110,8 +115,29 @@ CONNECTION_CONFIGS = frozenset(
 DYNAMIC_CONFIGS = LOG_CONFIGS | CLEANER_CONFIGS | FETCHER_CONFIGS | CONNECTION_CONFIGS
 
 _LISTENER_CONFIG = re.compile(r"listener\.name\.([^.]*)\.(.*)")
-DYNAMIC_LISTENER_CONFIGS = frozenset({"max.connections"})
-"""Base names a `listener.name.<l>.` prefix may carry dynamically (cluster-wide, as in Kafka)."""
+CLUSTER_LISTENER_CONFIGS = frozenset({"max.connections"})
+"""Base names a `listener.name.<l>.` prefix may carry dynamically, cluster-wide too."""
+SSL_FILE_CONFIGS = frozenset(
+    {
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+    }
+)
+"""Keystore and truststore files of a TLS listener: per broker, with the listener prefix."""
+SSL_PASSWORD_CONFIGS = frozenset(
+    {
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.truststore.password",
+        "ssl.keystore.key",
+        "ssl.keystore.certificate.chain",
+        "ssl.truststore.certificates",
+    }
+)
+"""Kafka's other reconfigurable SSL configs: passwords (PASSWORD type), which Kafka stores
+encrypted with `password.encoder.secret`; Odradek has no password encoder and refuses them."""
 
 _UNLIMITED = 2147483647
 _THREAD_COUNTS = ("log.cleaner.threads", "num.replica.fetchers")
@@ -147,8 +173,15 @@ def is_sensitive(name: str) -> bool:
 def is_dynamic(name: str) -> bool:
     match = _LISTENER_CONFIG.fullmatch(name)
     if match:
-        return match.group(2) in DYNAMIC_LISTENER_CONFIGS
+        return match.group(2) in CLUSTER_LISTENER_CONFIGS | SSL_FILE_CONFIGS
     return name in DYNAMIC_CONFIGS
+
+
+def listener_ssl_names(names: Iterable[str]) -> set[str]:
+    """The per-broker listener SSL configs among `names`."""
+    return {
+        n for n in names if (m := _LISTENER_CONFIG.fullmatch(n)) and m.group(2) in SSL_FILE_CONFIGS
+    }
 
 
 def is_list_config(name: str) -> bool:
@@ -240,9 +273,14 @@ class DynamicBrokerConfig:
         `per_broker`, else of `/config/brokers/<default>`). InvalidRequestError with Kafka's
         wording when a config is not dynamic or a value is invalid."""
         check_names(proposed)
+        if not per_broker and listener_ssl_names(proposed):
+            raise InvalidRequestError(
+                "Cannot update these configs at default cluster level, broker id must be "
+                f"specified: {_scala_set(listener_ssl_names(proposed))}"
+            )
         for name, value in proposed.items():
             try:
-                convert_value(_base_name(name), value)
+                _check_value(name, value)
             except ConfigError as e:
                 raise InvalidRequestError(str(e)) from None
         if per_broker:
@@ -251,7 +289,7 @@ class DynamicBrokerConfig:
             properties = self.effective_properties(cluster_default=proposed)
         try:
             self._check_reconfiguration(properties)
-        except (ConfigError, KafkaError, InvariantError) as e:
+        except (ConfigError, KafkaError, InvariantError, SecurityConfigError) as e:
             raise InvalidRequestError(f"Invalid dynamic configuration: {e}") from None
 
     def _check_reconfiguration(self, properties: Mapping[str, str]) -> None:
@@ -279,6 +317,11 @@ class DynamicBrokerConfig:
         shadow = self.shadow(properties)
         CleanerConfig.from_broker_config(shadow.__getitem__)
         log_config_for(shadow, {})
+        for endpoint in self.config.listeners:
+            if endpoint.uses_tls:
+                server_context(
+                    listener_ssl_config(properties, endpoint.listener, endpoint.security_protocol)
+                )
 
     def shadow(self, properties: Mapping[str, str]) -> KafkaConfig:
         """A copy of the broker's config with the values `properties` give (for validation)."""
@@ -342,9 +385,21 @@ def check_names(proposed: Iterable[str]) -> None:
         for n in names
         if _base_name(n) not in DEFINITIONS and not _base_name(n).startswith(("ssl.", "sasl."))
     }
-    static = names - unknown - {n for n in names if is_dynamic(n)}
+    ssl_without_prefix = names & (SSL_FILE_CONFIGS | SSL_PASSWORD_CONFIGS)
+    passwords = {n for n in names - ssl_without_prefix if _base_name(n) in SSL_PASSWORD_CONFIGS}
+    static = names - unknown - ssl_without_prefix - passwords - {n for n in names if is_dynamic(n)}
     if static:
         raise InvalidRequestError(f"Cannot update these configs dynamically: {_scala_set(static)}")
+    if ssl_without_prefix:
+        raise InvalidRequestError(
+            "These security configs can be dynamically updated only per-listener using the "
+            f"listener prefix: {_scala_set(ssl_without_prefix)}"
+        )
+    if passwords:
+        raise InvalidRequestError(
+            "Password encoder secret not configured (Odradek stores no passwords in "
+            f"ZooKeeper; keep them static): {_scala_set(passwords)}"
+        )
     if unknown:
         raise InvalidRequestError(
             f"Unknown or unsupported broker configs (Odradek does not implement them): "
@@ -359,12 +414,20 @@ def usable_configs(stored: Mapping[str, str], entity: str) -> dict[str, str]:
     for name, value in stored.items():
         try:
             check_names([name])
-            convert_value(_base_name(name), value)
+            _check_value(name, value)
         except (KafkaError, ConfigError) as e:
             log.error("dynamic config %s=%s of %s is ignored: %s", name, value, entity, e)
             continue
         usable[name] = value
     return usable
+
+
+def _check_value(name: str, value: str) -> None:
+    """ConfigError if `value` is not one of the declared config's (listener TLS files are
+    checked by building the listener's TLS context)."""
+    base = _base_name(name)
+    if base in DEFINITIONS:
+        convert_value(base, value)
 
 
 def _default_text(value: Any) -> str:

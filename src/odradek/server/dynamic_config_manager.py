@@ -21,12 +21,15 @@ are applied one notification at a time, in sequence order.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.network.quotas import parse_overrides
+from odradek.security.errors import SecurityConfigError
+from odradek.security.ssl_config import listener_ssl_config, server_context
 from odradek.server.admin.topics import log_config_for
 from odradek.server.broker_configs import read_broker_config
 from odradek.server.dynamic_config import (
@@ -35,6 +38,7 @@ from odradek.server.dynamic_config import (
     FETCHER_CONFIGS,
     LOG_CONFIGS,
     DynamicBrokerConfig,
+    listener_ssl_names,
 )
 from odradek.zk.client import WatchEvent, ZkClient
 from odradek.zk.errors import NoNodeError, ZkError
@@ -53,6 +57,7 @@ class DynamicConfigManager:
         self._seen: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._pending = False
+        self._tls_settings: dict[str, dict[str, str]] = {}
 
     @property
     def _zk(self) -> ZkClient:
@@ -151,6 +156,8 @@ class DynamicConfigManager:
                 sorted(changed) or "nothing new",
             )
             await self._reconfigure(changed)
+            if entity != DEFAULT_ENTITY:
+                self.reload_listener_tls()
 
     async def _reconfigure(self, changed: Mapping[str, tuple[Any, Any]]) -> None:
         """Hand the new values to the components that own them (Kafka's BrokerReconfigurables)."""
@@ -164,7 +171,7 @@ class DynamicConfigManager:
             )
         if names & FETCHER_CONFIGS and broker.replica_manager is not None:
             broker.replica_manager.fetcher_manager.resize()
-        self.reconfigure_connection_limits()
+        self.reconfigure_listeners()
         if names & CLEANER_CONFIGS and broker.log_cleaner is not None:
             await broker.log_cleaner.reconfigure(
                 CleanerConfig.from_broker_config(broker.config.__getitem__)
@@ -181,6 +188,41 @@ class DynamicConfigManager:
         log_manager.update_default_config(log_config_for(broker.config, {}))
         for topic in {log.topic for log in log_manager.all_logs()}:
             log_manager.update_config(topic, broker.log_config_for(topic))
+
+    def reconfigure_listeners(self) -> None:
+        """Connection limits and TLS contexts as the dynamic configs say (also at start-up,
+        once the listeners exist: they were built from the static properties)."""
+        self.reconfigure_connection_limits()
+        self.reload_listener_tls()
+
+    def reload_listener_tls(self) -> None:
+        """Listener keystores and truststores (`listener.name.<l>.ssl.keystore.location` and
+        friends, per broker): a TLS listener whose settings changed, or whose per-broker level
+        names them at all, gets a new context for new connections (open ones keep theirs) — so
+        re-sending the same location reloads a keystore file replaced in place, as Kafka's
+        reloadUpdatedFilesWithoutConfigChange does."""
+        properties = self.dynamic.effective_properties()
+        configured = listener_ssl_names(self.dynamic.per_broker)
+        for server in self.broker.socket_servers:
+            security = server.security
+            if security.ssl_context is None:
+                continue
+            listener = security.listener
+            prefix = f"listener.name.{listener.lower()}."
+            settings = listener_ssl_config(properties, listener, security.security_protocol)
+            previous = self._tls_settings.get(listener)
+            named = any(name.startswith(prefix) for name in configured)
+            if not named and (previous is None or settings == previous):
+                self._tls_settings[listener] = settings  # as built from the static properties
+                continue
+            try:
+                context = server_context(settings)
+            except SecurityConfigError as e:
+                log.error("listener %s keeps its TLS context: %s", listener, e)
+                continue
+            server.security = dataclasses.replace(security, ssl_context=context)
+            self._tls_settings[listener] = settings
+            log.info("listener %s: TLS context reloaded for new connections", listener)
 
     def reconfigure_connection_limits(self) -> None:
         """`max.connections*` for new connections (SocketServer's reconfigure in Kafka)."""
