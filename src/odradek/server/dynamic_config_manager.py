@@ -99,6 +99,7 @@ class DynamicConfigManager:
             default = await read_broker_config(zk, DEFAULT_ENTITY)
             own = await read_broker_config(zk, str(self.broker.broker_id))
             await self._reconfigure(self.dynamic.load(per_broker=own, cluster_default=default))
+            self.reload_listener_tls()
         except Exception:
             log.exception("dynamic broker configs could not be re-read after a new session")
 
@@ -171,7 +172,7 @@ class DynamicConfigManager:
             )
         if names & FETCHER_CONFIGS and broker.replica_manager is not None:
             broker.replica_manager.fetcher_manager.resize()
-        self.reconfigure_listeners()
+        self.reconfigure_connection_limits()
         if names & CLEANER_CONFIGS and broker.log_cleaner is not None:
             await broker.log_cleaner.reconfigure(
                 CleanerConfig.from_broker_config(broker.config.__getitem__)
