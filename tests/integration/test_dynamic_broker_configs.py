@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -40,7 +41,8 @@ from odradek.protocol.codec import ApiKey
 from odradek.security.certificates import LocalPki, create_local_pki
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
-from tests.integration._kafka import kafka_available, kafka_libs
+from tests.integration import _wire
+from tests.integration._kafka import KafkaBroker, kafka_available, kafka_libs
 from tests.integration._tools import assert_one_line_error, odradek_in_process
 
 TOPIC = "sized"
@@ -447,3 +449,135 @@ def test_a_listener_keystore_is_reloaded_without_a_restart(
     wait_until(
         lambda: _served_serial(cluster, 1) == _serial(pki.brokers[1]), 30, "the static keystore"
     )
+
+
+# -- against a real Kafka 3.9.1 broker ------------------------------------------------------------
+
+BROKER, BROKER_LOGGER = 4, 8
+SET, DELETE, APPEND = 0, 1, 2
+
+# (what, incremental?, resource type, resource name, configs): each answered with the same error
+# code by Odradek's broker 1 and Kafka's broker 1 (validate_only, so neither stores anything).
+REFUSALS = [
+    ("a static config", True, BROKER, "1", [("broker.id", SET, "5")]),
+    ("a bad value", True, BROKER, "1", [("message.max.bytes", SET, "lots")]),
+    ("a thread count more than doubled", True, BROKER, "", [("log.cleaner.threads", SET, "5")]),
+    ("another broker's id", True, BROKER, "2", [("message.max.bytes", SET, "2000")]),
+    ("a broker id that is no number", True, BROKER, "one", [("message.max.bytes", SET, "2000")]),
+    ("APPEND to a config that is no list", True, BROKER, "1", [("message.max.bytes", APPEND, "1")]),
+    ("duplicate keys", True, BROKER, "1", [("num.replica.fetchers", SET, "2")] * 2),
+    ("a TLS file without the listener prefix", True, BROKER, "1",
+     [("ssl.keystore.location", SET, "/k.pem")]),
+    ("a valid change", True, BROKER, "", [("message.max.bytes", SET, "2000")]),
+    ("a valid legacy change", False, BROKER, "1", [("num.replica.fetchers", SET, "2")]),
+    ("a legacy static config", False, BROKER, "1", [("zookeeper.connect", SET, "x:1")]),
+    ("a null value", False, BROKER, "1", [("num.replica.fetchers", SET, None)]),
+    ("loggers through legacy AlterConfigs", False, BROKER_LOGGER, "1", [("root", SET, "INFO")]),
+    ("an unknown logger", True, BROKER_LOGGER, "1", [("no.such.logger", SET, "INFO")]),
+    ("an unknown level", True, BROKER_LOGGER, "1", [("root", SET, "LOUD")]),
+    ("unsetting the root logger", True, BROKER_LOGGER, "1", [("root", DELETE, "")]),
+    ("APPEND to a logger", True, BROKER_LOGGER, "1", [("root", APPEND, "INFO")]),
+    ("another broker's loggers", True, BROKER_LOGGER, "2", [("root", SET, "INFO")]),
+    ("a valid logger change", True, BROKER_LOGGER, "1", [("root", SET, "INFO")]),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kafka(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if not kafka_available():
+        message = f"Kafka's jars are not in {kafka_libs()}: run ./dev kafka"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    zookeeper.ensure_running()
+    broker = KafkaBroker(
+        tmp_path_factory.mktemp("kafka-dynconfig"),
+        f"{zookeeper.connect_string}/kafka-{uuid.uuid4().hex}",
+    )
+    try:
+        broker.start()
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+def _alter(bootstrap: str, incremental: bool, resource_type: int, name: str, entries: Any) -> str:
+    if incremental:
+        api, version = ApiKey.INCREMENTAL_ALTER_CONFIGS, 1
+        configs = [{"name": n, "config_operation": op, "value": v} for n, op, v in entries]
+    else:
+        api, version = ApiKey.ALTER_CONFIGS, 1
+        configs = [{"name": n, "value": v} for n, _, v in entries]
+    body = {
+        "resources": [{"resource_type": resource_type, "resource_name": name, "configs": configs}],
+        "validate_only": True,
+    }
+    with _wire.WireConnection.to(bootstrap, timeout=10) as connection:
+        response = connection.request(api, version, body)
+    return response.responses[0].error_code.name
+
+
+def _describe(bootstrap: str, names: list[str]) -> dict[str, Any]:
+    body = {
+        "resources": [{"resource_type": BROKER, "resource_name": "1", "configuration_keys": names}],
+        "include_synonyms": True,
+        "include_documentation": False,
+    }
+    with _wire.WireConnection.to(bootstrap, timeout=10) as connection:
+        response = connection.request(ApiKey.DESCRIBE_CONFIGS, 4, body)
+    return {
+        c.name: (
+            c.value,
+            c.read_only,
+            int(c.config_source),
+            [(s.name, s.value, int(s.source)) for s in c.synonyms],
+        )
+        for c in response.results[0].configs
+    }
+
+
+def test_answers_match_a_real_kafka_broker(
+    cluster: LocalCluster, kafka: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    odradek = f"{cluster.broker(1).host}:{cluster.broker(1).port}"
+    differences = []
+    for what, incremental, resource_type, name, entries in REFUSALS:
+        ours = _alter(odradek, incremental, resource_type, name, entries)
+        theirs = _alter(kafka, incremental, resource_type, name, entries)
+        if ours != theirs:
+            differences.append(f"{what}: Odradek {ours}, Kafka {theirs}")
+    assert not differences, differences
+    # The same dynamic default on both: the same values, sources and synonyms described.
+    change = [("message.max.bytes", SET, "2000000"), ("log.retention.hours", SET, "48")]
+    names = ["message.max.bytes", "log.retention.hours", "log.retention.ms", "broker.id"]
+    names += ["log.cleaner.threads", "num.replica.fetchers", "unclean.leader.election.enable"]
+    for bootstrap in (odradek, kafka):
+        body = {
+            "resources": [{"resource_type": BROKER, "resource_name": "", "configs": [
+                {"name": n, "config_operation": op, "value": v} for n, op, v in change
+            ]}],
+            "validate_only": False,
+        }  # fmt: skip
+        with _wire.WireConnection.to(bootstrap, timeout=10) as connection:
+            response = connection.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body)
+        assert response.responses[0].error_code.name == "none"
+    try:
+        for bootstrap in (odradek, kafka):
+            wait_until(
+                lambda b=bootstrap: (
+                    _describe(b, ["log.retention.hours"])["log.retention.hours"][0] == "48"
+                ),
+                30,
+                f"the default on {bootstrap}",
+            )
+        assert _describe(odradek, names) == _describe(kafka, names)
+    finally:
+        for bootstrap in (odradek, kafka):
+            body = {
+                "resources": [{"resource_type": BROKER, "resource_name": "", "configs": [
+                    {"name": n, "config_operation": DELETE, "value": None} for n, _, _ in change
+                ]}],
+                "validate_only": False,
+            }  # fmt: skip
+            with _wire.WireConnection.to(bootstrap, timeout=10) as connection:
+                connection.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body)
