@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import ssl
 import subprocess
 import uuid
@@ -449,6 +450,41 @@ def test_a_listener_keystore_is_reloaded_without_a_restart(
     wait_until(
         lambda: _served_serial(cluster, 1) == _serial(pki.brokers[1]), 30, "the static keystore"
     )
+
+
+def _second_connection_refused(cluster: LocalCluster, broker_id: int) -> bool:
+    """With one connection to the broker's SSL listener open, is a second one closed at once?"""
+    broker = cluster.broker(broker_id)
+    address = (broker.host, broker.listeners["SSL"])
+    with (
+        socket.create_connection(address, timeout=5),
+        socket.create_connection(address, timeout=5) as second,
+    ):
+        second.settimeout(3)
+        try:
+            return second.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
+
+def test_a_listener_connection_limit_applies_without_a_restart(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert not _second_connection_refused(cluster, 2)
+    limit = "listener.name.ssl.max.connections=1"
+    result = tool(capsys, *configs(cluster), "--broker", "2", "--alter", "--add-config", limit)
+    assert result.returncode == 0, result.stderr
+    try:
+        wait_until(lambda: _second_connection_refused(cluster, 2), 30, "the limit")
+        assert not _second_connection_refused(cluster, 1)
+    finally:
+        tool(
+            capsys, *configs(cluster), "--broker", "2", "--alter",
+            "--delete-config", "listener.name.ssl.max.connections",
+        )  # fmt: skip
+    wait_until(lambda: not _second_connection_refused(cluster, 2), 30, "the limit to go")
 
 
 # -- against a real Kafka 3.9.1 broker ------------------------------------------------------------
