@@ -137,6 +137,7 @@ class LogCleaner:
         self._tasks: list[asyncio.Task[None]] = []
         self._wakeup: asyncio.Event | None = None
         self._stopping = False
+        self._closed = False
         self._pending_deletes: dict[int, tuple[asyncio.TimerHandle, list[LogSegment]]] = {}
         self._next_delete_id = 0
 
@@ -177,13 +178,13 @@ class LogCleaner:
         are aborted, to be done again later from their checkpoints — and started again with the
         new count, offset maps and buffers."""
         self.throttler.bytes_per_second = config.io_max_bytes_per_second
-        if self._stopping:
-            self.config = config
+        self.config = config
+        if self._closed:
             return
         await self._stop_threads()
-        self.config = config
-        self._stopping = False
-        self._start_threads()
+        if not self._closed:  # a shutdown while the threads stopped wins
+            self._stopping = False
+            self._start_threads()
 
     async def _stop_threads(self) -> None:
         self._stopping = True
@@ -204,6 +205,7 @@ class LogCleaner:
 
     async def shutdown(self) -> None:
         """Abort cleanings in progress, wait for the threads, delete replaced segments now."""
+        self._closed = True
         await self._stop_threads()
         for handle, segments in self._pending_deletes.values():
             handle.cancel()
