@@ -239,3 +239,19 @@ def test_broker_logger_levels() -> None:
         broker_loggers.validate([SimpleNamespace(name=name, value="x", config_operation=2)])
     with pytest.raises(InvalidRequestError, match="Unexpected broker id"):
         describe_loggers(1, "2", None)
+
+
+def test_replication_throttles_are_broker_configs_for_the_quota_component() -> None:
+    d = dynamic()
+    d.validate({"leader.replication.throttled.rate": "1048576"}, per_broker=True)
+    with pytest.raises(InvalidRequestError, match="not a non-negative long"):
+        d.validate({"follower.replication.throttled.rate": "-1"}, per_broker=False)
+    d.load(per_broker={"leader.replication.throttled.rate": "1048576"})
+    entries = {e["name"]: e for e in describe_broker(d, 1, "1", None, True)}
+    throttle = entries["leader.replication.throttled.rate"]
+    assert (throttle["value"], throttle["config_source"], throttle["read_only"]) == (
+        "1048576",
+        DYNAMIC_BROKER_CONFIG,
+        False,
+    )
+    assert throttle["is_sensitive"] is False

@@ -35,6 +35,7 @@ from odradek.server.dynamic_config import (
     DEFAULT_ENTITY,
     DYNAMIC_BROKER_LOGGER_CONFIG,
     DYNAMIC_DEFAULT_BROKER_CONFIG,
+    THROTTLE_CONFIGS,
     DynamicBrokerConfig,
     is_dynamic,
     is_list_config,
@@ -97,6 +98,8 @@ def _config_type(name: str) -> int:
     definition = DEFINITIONS.get(name)
     if definition is not None:
         return _CONFIG_TYPES.get(definition.type, 2)
+    if name in THROTTLE_CONFIGS:
+        return _CONFIG_TYPES["long"]
     if is_sensitive(name):
         return _PASSWORD_TYPE if name.endswith("password") else _UNKNOWN_TYPE
     return 2

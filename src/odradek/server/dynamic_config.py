@@ -112,7 +112,15 @@ FETCHER_CONFIGS = frozenset({"num.replica.fetchers"})
 CONNECTION_CONFIGS = frozenset(
     {"max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides"}
 )
-DYNAMIC_CONFIGS = LOG_CONFIGS | CLEANER_CONFIGS | FETCHER_CONFIGS | CONNECTION_CONFIGS
+THROTTLE_CONFIGS = frozenset(
+    {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
+)
+"""Replication throttles (KIP-73; Kafka's QuotaConfigs.brokerQuotaConfigs): broker configs of
+these two levels only (no static or default value), validated here as non-negative longs and
+applied by the replication quota component, which follows the same znodes."""
+DYNAMIC_CONFIGS = (
+    LOG_CONFIGS | CLEANER_CONFIGS | FETCHER_CONFIGS | CONNECTION_CONFIGS | THROTTLE_CONFIGS
+)
 
 _LISTENER_CONFIG = re.compile(r"listener\.name\.([^.]*)\.(.*)")
 CLUSTER_LISTENER_CONFIGS = frozenset({"max.connections"})
@@ -167,7 +175,12 @@ def is_sensitive(name: str) -> bool:
     base = _base_name(name)
     if base.endswith(_SENSITIVE_SUFFIXES):
         return True
-    return base not in DEFINITIONS and not base.startswith(("ssl.", "sasl."))
+    return not is_declared(base)
+
+
+def is_declared(name: str) -> bool:
+    """Is `name` a broker config Odradek knows (whether or not it may change at run time)?"""
+    return name in DEFINITIONS or name in THROTTLE_CONFIGS or name.startswith(("ssl.", "sasl."))
 
 
 def is_dynamic(name: str) -> bool:
@@ -380,11 +393,7 @@ def topic_synonyms(
 def check_names(proposed: Iterable[str]) -> None:
     """InvalidRequestError naming the configs that cannot be changed at run time."""
     names = set(proposed)
-    unknown = {
-        n
-        for n in names
-        if _base_name(n) not in DEFINITIONS and not _base_name(n).startswith(("ssl.", "sasl."))
-    }
+    unknown = {n for n in names if not is_declared(_base_name(n))}
     ssl_without_prefix = names & (SSL_FILE_CONFIGS | SSL_PASSWORD_CONFIGS)
     passwords = {n for n in names - ssl_without_prefix if _base_name(n) in SSL_PASSWORD_CONFIGS}
     static = names - unknown - ssl_without_prefix - passwords - {n for n in names if is_dynamic(n)}
@@ -428,6 +437,13 @@ def _check_value(name: str, value: str) -> None:
     base = _base_name(name)
     if base in DEFINITIONS:
         convert_value(base, value)
+    elif base in THROTTLE_CONFIGS:
+        try:
+            valid = int(value.strip()) >= 0
+        except ValueError:
+            valid = False
+        if not valid:
+            raise ConfigError(f"invalid value {value!r} for {base}: not a non-negative long")
 
 
 def _default_text(value: Any) -> str:
