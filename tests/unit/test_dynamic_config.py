@@ -55,23 +55,24 @@ def test_per_broker_beats_the_cluster_default_beats_static_beats_kafka_default()
 
 
 def test_a_dynamic_synonym_removes_the_static_ones_below_it() -> None:
-    # log.retention.ms is the finest unit, yet a dynamic log.retention.hours wins over a static
-    # log.retention.ms: Kafka removes a dynamic config's synonyms from the levels below.
-    d = dynamic(log_retention_ms="1000")
-    assert d.config.log_retention_ms == 1000
-    changed = d.load(cluster_default={"log.retention.hours": "2"})
+    d = dynamic(log_retention_hours="2")
     assert d.config.log_retention_ms == 2 * 3600 * 1000
-    assert changed["log.retention.ms"] == (1000, None)
-    # The synonyms of the hours config start at its own name (Kafka's dropWhile).
+    changed = d.load(cluster_default={"log.retention.ms": "5000"})
+    assert d.config.log_retention_ms == 5000
+    assert changed == {"log.retention.ms": (None, 5000), "log.retention.hours": (2, 168)}
+    # The synonyms start at the config's own name (Kafka's dropWhile).
+    assert [(s.name, s.value, s.source) for s in d.synonyms("log.retention.ms")] == [
+        ("log.retention.ms", "5000", DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("log.retention.hours", "2", STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", DEFAULT_CONFIG),
+    ]
     assert [(s.name, s.source) for s in d.synonyms("log.retention.hours")] == [
-        ("log.retention.hours", DYNAMIC_DEFAULT_BROKER_CONFIG),
-        ("log.retention.ms", STATIC_BROKER_CONFIG),
+        ("log.retention.hours", STATIC_BROKER_CONFIG),
         ("log.retention.hours", DEFAULT_CONFIG),
     ]
-    assert [(s.name, s.source) for s in d.synonyms("log.retention.ms")] == [
-        ("log.retention.ms", STATIC_BROKER_CONFIG),
-        ("log.retention.hours", DEFAULT_CONFIG),
-    ]
+    # As in Kafka, only the first of the synonyms is dynamic.
+    with pytest.raises(InvalidRequestError, match=r"Set\(log.retention.hours\)"):
+        d.validate({"log.retention.hours": "1"}, per_broker=False)
 
 
 LEVELS = st.sampled_from([None, "2000", "3000", "4000"])

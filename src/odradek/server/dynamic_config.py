@@ -11,15 +11,14 @@ AlterConfigs with resource name = the broker id, sent to that broker) and `/conf
 4. DEFAULT_CONFIG: Kafka's default (`odradek.server.config.DEFINITIONS`).
 
 As in Kafka, a config set at a higher level removes its synonyms from the levels below it: a
-dynamic `log.retention.hours` wins over a static `log.retention.ms` although `.ms` is the finer
-unit. Topic overrides (`/config/topics/<topic>`) still win over all four for their topic.
+dynamic `log.retention.ms` replaces a static `log.retention.hours`. Topic overrides (`/config/topics/<topic>`) still win over all four for their topic.
 
 The configs Odradek applies at run time (`DYNAMIC_CONFIGS`; `odradek.server.dynamic_config_manager`
 does it on every broker when the change notification arrives):
 
 | configs | what changes |
 |---|---|
-| the broker defaults of topic configs (`LOG_CONFIGS`: `message.max.bytes`, `log.retention.*`, `log.segment.bytes`, `log.roll.*`, `log.cleanup.policy`, `min.insync.replicas`, `compression.type`, ...) and `producer.id.expiration.ms` | the config of every log of a topic without its own override |
+| the broker defaults of topic configs (`LOG_CONFIGS`: `message.max.bytes`, `log.retention.ms`, `log.retention.bytes`, `log.segment.bytes`, `log.roll.ms`, `log.cleanup.policy`, `min.insync.replicas`, `compression.type`, ...) and `producer.id.expiration.ms` | the config of every log of a topic without its own override |
 | `unclean.leader.election.enable` | the controller's default for topics without an override; turned on, it elects leaders for offline partitions at once |
 | `log.cleaner.threads`, `.dedupe.buffer.size`, `.io.buffer.size`, `.io.buffer.load.factor`, `.io.max.bytes.per.second`, `.backoff.ms` | the log cleaner restarts its threads with them (cleanings in progress resume later from their checkpoints) |
 | `num.replica.fetchers` | followers' partitions move to the fetchers of the new count |
@@ -92,11 +91,10 @@ TOPIC_CONFIG_SYNONYMS = {
 }
 """Each topic config's broker default (Kafka's ServerTopicConfigSynonyms, for what Odradek has)."""
 
-LOG_CONFIGS = frozenset(
-    {*TOPIC_CONFIG_SYNONYMS.values(), "log.roll.hours", "log.retention.minutes"}
-    | {"log.retention.hours", "producer.id.expiration.ms"}
-)
-"""Kafka's DynamicLogConfig (the broker names of topic configs) and producer.id.expiration.ms."""
+LOG_CONFIGS = frozenset({*TOPIC_CONFIG_SYNONYMS.values(), "producer.id.expiration.ms"})
+"""Kafka's DynamicLogConfig (the broker names of topic configs: only the first of each group of
+synonyms, so `log.retention.ms` is dynamic but `log.retention.hours` is not, as in Kafka) and
+producer.id.expiration.ms."""
 
 CLEANER_CONFIGS = frozenset(
     {
