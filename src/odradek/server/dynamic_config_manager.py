@@ -24,7 +24,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.log.log_cleaner import CleanerConfig
 from odradek.network.quotas import parse_overrides
@@ -45,13 +45,37 @@ from odradek.zk.errors import NoNodeError, ZkError
 from odradek.zk.znodes import ConfigChangeNotificationSequenceZNode, ConfigChangeNotificationZNode
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.cluster.replica_manager import ReplicaManager
+    from odradek.controller.controller import KafkaController
+    from odradek.log.config import LogConfig
+    from odradek.log.log_cleaner import LogCleaner
+    from odradek.log.log_manager import LogManager
+    from odradek.network.server import SocketServer
+    from odradek.server.config import KafkaConfig
 
 log = logging.getLogger(__name__)
 
 
+class ReconfigurableBroker(Protocol):
+    """What the manager reconfigures (`Broker` satisfies it; the components may still be None
+    while the broker starts)."""
+
+    broker_id: int
+    config: KafkaConfig
+    zk: ZkClient | None
+    log_manager: LogManager | None
+    log_cleaner: LogCleaner | None
+    controller: KafkaController
+    replica_manager: ReplicaManager
+    socket_servers: list[SocketServer]
+
+    def clear_log_configs(self) -> None: ...
+
+    def log_config_for(self, topic: str) -> LogConfig: ...
+
+
 class DynamicConfigManager:
-    def __init__(self, broker: Broker, dynamic: DynamicBrokerConfig) -> None:
+    def __init__(self, broker: ReconfigurableBroker, dynamic: DynamicBrokerConfig) -> None:
         self.broker = broker
         self.dynamic = dynamic
         self._seen: set[str] = set()
