@@ -176,9 +176,17 @@ class Probe:
         self.samples: list[tuple[float, float]] = []  # (sent at, latency s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        # Delivery reports are served by a thread of their own that waits in poll(): serving
+        # them between two sends would round every latency up to the sending interval.
+        self._poller = threading.Thread(target=self._poll, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.producer.poll(0.05)
 
     def _run(self) -> None:
         value = b"p" * 100
@@ -196,13 +204,14 @@ class Probe:
                     self.samples.append((sent, time.monotonic() - sent))
 
             self.producer.produce(self.topic, value=value, on_delivery=report)
-            self.producer.poll(0)
             i += 1
+        self._poller.join(5)
         self.producer.flush(30)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(60)
+        self._poller.join(5)
 
     def window(self, start: float, end: float) -> list[float]:
         return [latency * 1000 for sent, latency in list(self.samples) if start <= sent < end]
@@ -259,7 +268,11 @@ def latency(args: argparse.Namespace) -> None:
         cluster = LocalCluster.up(
             Path(directory),
             1,
-            overrides={"log.cleaner.backoff.ms": "200", "num.partitions": "1"},
+            overrides={
+                "log.cleaner.backoff.ms": "200",
+                "num.partitions": "1",
+                **dict(item.split("=", 1) for item in args.set),
+            },
         )
         try:
             bootstrap = cluster.bootstrap_servers
@@ -342,7 +355,17 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--rate", type=float, default=2000)
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker property for the latency part (repeatable), e.g. log.cleaner.nice=19",
+    )
     args = parser.parse_args()
+    if args.only in (None, "latency") and args.records * (KEY_BYTES + VALUE_BYTES) <= SEGMENT_BYTES:
+        # Only sealed segments are cleaned: the log must outgrow its first 64 MB segment.
+        parser.error(f"--records must be over {SEGMENT_BYTES // (KEY_BYTES + VALUE_BYTES)}")
     if args.only in (None, "throughput"):
         throughput(args)
     if args.only in (None, "latency"):

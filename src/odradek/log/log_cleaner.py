@@ -8,15 +8,16 @@ offset map gets its share), `log.cleaner.io.buffer.load.factor` (0.9, how full a
 `log.cleaner.io.max.bytes.per.second` (unlimited) and `log.cleaner.backoff.ms` (15 s between
 looks when no log is due). The per-topic settings are in `LogConfig`.
 
-Threading. Each of the `threads` cleaners is an asyncio task on the event loop and a `Cleaner` run
-on a thread of the cleaner's own pool:
+Threading. Each of the `threads` cleaners is an asyncio task on the event loop, a thread of the
+cleaner's own pool, and a process of its own (`cleaner_process`, niced by `log.cleaner.nice`,
+Odradek's setting, default 10, so that cleaning takes only the CPU the broker leaves):
 
 1. on the loop, the task asks the manager for the dirtiest due log
    (`LogCleanerManager.grab_filthiest_log`, cheap: segment sizes and a few index reads) and
    takes a snapshot of its segments;
-2. on a cleaner thread, `Cleaner.clean` maps and rewrites segments: all per-record work is
-   native with the GIL released (`odradek.protocol.compaction`), so the event loop keeps the GIL
-   nearly all the time; reads and writes go through the cleaner's own descriptors;
+2. in the cleaner process, `Cleaner.clean` maps and rewrites segments (all per-record work is
+   native), reading and writing through descriptors of its own; the cleaner thread waits for it,
+   relays its swaps and checks for an abort every 50 ms;
 3. each group's swap is handed back to the loop (`run_coroutine_threadsafe`, the thread waiting
    for the answer): `Log.replace_segments` runs there between two appends or reads of the log,
    so nothing else ever sees a half-swapped log; the replaced segments' files are deleted
@@ -46,19 +47,18 @@ from typing import Any
 
 from odradek.errors import InvariantError
 from odradek.log.cleaner import (
-    Cleaner,
     CleanerStats,
     CleaningAbortedError,
     LogToClean,
     SegmentToClean,
-    Throttler,
 )
 from odradek.log.cleaner_manager import LogCleanerManager
+from odradek.log.cleaner_process import CleanerProcess, CleanerProcessConfig
 from odradek.log.log import Log
 from odradek.log.log_manager import LogManager
 from odradek.log.segment import LogSegment
 from odradek.log.segment_swap import crash_point, delete_cleaned_files, delete_replaced_txn_index
-from odradek.protocol.compaction import SLOT_SIZE, OffsetMap
+from odradek.protocol.compaction import SLOT_SIZE
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ class CleanerConfig:
     io_buffer_size: int = 512 * 1024
     io_max_bytes_per_second: float = float("inf")
     backoff_ms: int = 15_000
+    nice: int = 10
 
     def __post_init__(self) -> None:
         if self.threads < 0:
@@ -109,6 +110,7 @@ class CleanerConfig:
             io_buffer_size=int(get("log.cleaner.io.buffer.size")),
             io_max_bytes_per_second=float(get("log.cleaner.io.max.bytes.per.second")),
             backoff_ms=int(get("log.cleaner.backoff.ms")),
+            nice=int(get("log.cleaner.nice")),
         )
 
 
@@ -128,13 +130,13 @@ class LogCleaner:
             lambda tp: log_manager.log_dir_of(*tp),
             stable_offset_of,
         )
-        self.throttler = Throttler(config.io_max_bytes_per_second)
         self.last_stats: CleanerStats | None = None
         self.cleanings = 0
         """Cleanings finished since start-up (tests and benchmarks wait on it)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._processes: list[CleanerProcess] = []
         self._wakeup: asyncio.Event | None = None
         self._stopping = False
         self._closed = False
@@ -159,16 +161,23 @@ class LogCleaner:
             max_workers=self.config.threads,
             thread_name_prefix="odradek-log-cleaner",
         )
+        process_config = CleanerProcessConfig(
+            map_memory=self.config.map_memory_per_thread,
+            load_factor=self.config.dedupe_buffer_load_factor,
+            io_buffer_size=self.config.io_buffer_per_thread,
+            # Kafka's throttler is shared by the threads; each process takes its share.
+            io_max_bytes_per_second=self.config.io_max_bytes_per_second / self.config.threads,
+            nice=self.config.nice,
+        )
         for i in range(self.config.threads):
-            cleaner = Cleaner(
-                OffsetMap(self.config.map_memory_per_thread, self.config.dedupe_buffer_load_factor),
-                self.config.io_buffer_per_thread,
-                self.throttler,
-            )
-            self._tasks.append(self._loop.create_task(self._run(cleaner), name=f"log-cleaner-{i}"))
+            process = CleanerProcess(process_config, f"log-cleaner-{i}")
+            self._processes.append(process)
+            self._tasks.append(self._loop.create_task(self._run(process), name=f"log-cleaner-{i}"))
         logger.info(
-            "log cleaner started: %d threads, %d MB offset map each",
+            "log cleaner started: %d threads, each cleaning in a process of its own (nice %+d) "
+            "with a %d MB offset map",
             self.config.threads,
+            self.config.nice,
             self.config.map_memory_per_thread // (1024 * 1024),
         )
 
@@ -198,6 +207,10 @@ class LogCleaner:
             except asyncio.CancelledError:
                 pass
         self._tasks.clear()
+        loop = asyncio.get_running_loop()
+        for process in self._processes:
+            await loop.run_in_executor(None, process.close)
+        self._processes.clear()
         if self._executor is not None:
             # Every task has returned, so no cleaning runs on the pool any more.
             self._executor.shutdown(wait=True)
@@ -234,8 +247,12 @@ class LogCleaner:
 
     # -- the cleaner threads -----------------------------------------------------------------------
 
-    async def _run(self, cleaner: Cleaner) -> None:
+    async def _run(self, cleaner: CleanerProcess) -> None:
         loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, cleaner.start)
+        except Exception:  # the first cleaning tries again
+            logger.exception("%s could not start", cleaner.name)
         while not self._stopping:
             try:
                 job = self.manager.grab_filthiest_log(_wall_clock_ms())

@@ -90,7 +90,18 @@ def crash_point(step: str) -> None:
         _die()
 
 
+_broker_pid: int | None = None
+"""Set in a cleaner process (`cleaner_process`): a crash point there kills the broker too."""
+
+
+def set_broker_pid(pid: int) -> None:
+    global _broker_pid
+    _broker_pid = pid
+
+
 def _die() -> None:
+    if _broker_pid is not None:
+        os.kill(_broker_pid, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -157,6 +157,8 @@ _DEFS = [
     ConfigDef("log.cleaner.io.buffer.load.factor", "double", 0.9, _ratio_between(0.0, 1.0)),
     ConfigDef("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308),
     ConfigDef("log.cleaner.backoff.ms", "long", 15000, _at_least(0)),
+    # Odradek's own: the CPU priority (nice increment, 0-19) of the cleaner processes.
+    ConfigDef("log.cleaner.nice", "int", 10, _between(0, 19)),
     ConfigDef("log.cleaner.min.cleanable.ratio", "double", 0.5, _ratio_between(0.0, 1.0)),
     ConfigDef("log.cleaner.delete.retention.ms", "long", 86400000, _at_least(0)),
     ConfigDef("log.cleaner.min.compaction.lag.ms", "long", 0, _at_least(0)),
