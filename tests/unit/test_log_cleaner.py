@@ -226,8 +226,8 @@ def test_a_crash_at_any_step_of_a_swap_leaves_a_consistent_log(
 
 
 def test_reconfigure_restarts_the_threads_with_the_new_settings(tmp_path: Path) -> None:
-    """Dynamic log.cleaner.* configs: the throttler takes the new rate at once, the threads are
-    replaced by as many as the new config says, and nothing restarts after a shutdown."""
+    """Dynamic log.cleaner.* configs: the threads (and their cleaner processes) are replaced by
+    as many as the new config says, and nothing restarts after a shutdown."""
     import asyncio
 
     from odradek.log.log_cleaner import CleanerConfig, LogCleaner
@@ -244,11 +244,11 @@ def test_reconfigure_restarts_the_threads_with_the_new_settings(tmp_path: Path) 
         await cleaner.reconfigure(CleanerConfig(threads=2, io_max_bytes_per_second=1000.0, **small))
         assert all(task.done() for task in first)
         assert len(cleaner._tasks) == 2 and not any(t.done() for t in cleaner._tasks)
-        assert cleaner.throttler.bytes_per_second == 1000.0
-        assert cleaner.config.threads == 2
+        assert len(cleaner._processes) == 2
+        assert cleaner.config.threads == 2 and cleaner.config.io_max_bytes_per_second == 1000.0
         await cleaner.shutdown()
         await cleaner.reconfigure(CleanerConfig(threads=1, **small))
-        assert cleaner._tasks == []
+        assert cleaner._tasks == [] and cleaner._processes == []
         manager.shutdown()
 
     asyncio.run(run())

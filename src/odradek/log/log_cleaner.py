@@ -183,10 +183,9 @@ class LogCleaner:
 
     async def reconfigure(self, config: CleanerConfig) -> None:
         """New log.cleaner.* settings (dynamic broker configs; Kafka's LogCleaner.reconfigure):
-        the throttler takes the new rate, and the threads are stopped — cleanings in progress
-        are aborted, to be done again later from their checkpoints — and started again with the
-        new count, offset maps and buffers."""
-        self.throttler.bytes_per_second = config.io_max_bytes_per_second
+        the threads and their processes are stopped — cleanings in progress are aborted, to be
+        done again later from their checkpoints — and started again with the new count, offset
+        maps, buffers and I/O rate."""
         self.config = config
         if self._closed:
             return

@@ -104,6 +104,7 @@ CLEANER_CONFIGS = frozenset(
         "log.cleaner.io.buffer.size",
         "log.cleaner.io.max.bytes.per.second",
         "log.cleaner.backoff.ms",
+        "log.cleaner.nice",  # Odradek's own: the cleaner processes' CPU priority
     }
 )
 FETCHER_CONFIGS = frozenset({"num.replica.fetchers"})
