@@ -312,6 +312,50 @@ def test_kafka_configs_tool_prints_the_same(
         )
 
 
+def test_num_replica_fetchers_moves_followed_partitions_to_new_fetchers(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Broker 2 follows four partitions led by broker 1; with num.replica.fetchers=2 they are
+    spread over two fetchers, and every record written afterwards still reaches broker 2."""
+    topic = "fetched"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=4, replica_assignment=[[1, 2]] * 4)]
+    )
+    futures[topic].result(timeout=60)
+    result = tool(
+        capsys, *configs(cluster), "--broker", "2", "--alter", "--add-config", "num.replica.fetchers=2"
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    try:
+        wait_until(
+            lambda: "2 replica fetchers per leader now" in cluster.broker(2).log.read_text(),
+            30,
+            "broker 2 to resize its fetchers",
+        )
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+        for partition in range(4):
+            producer.produce(topic, b"after the resize", partition=partition)
+        assert producer.flush(30) == 0
+
+        def replicated() -> bool:
+            sizes = [
+                [
+                    (cluster.broker(b).data_dir / f"{topic}-{p}" / f"{0:020d}.log").stat().st_size
+                    for b in (1, 2)
+                ]
+                for p in range(4)
+            ]
+            return all(leader == follower > 0 for leader, follower in sizes)
+
+        wait_until(replicated, 30, "broker 2 to copy every partition")
+    finally:
+        tool(
+            capsys, *configs(cluster), "--broker", "2", "--alter",
+            "--delete-config", "num.replica.fetchers",
+        )  # fmt: skip
+
+
 def test_a_logger_level_set_at_run_time_shows_in_the_broker_log(
     cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
