@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from odradek.log.log_cleaner import LogCleaner
     from odradek.log.log_manager import LogManager
     from odradek.network.server import SocketServer
+    from odradek.server.admin.topic_configs import TopicConfigs
     from odradek.server.config import KafkaConfig
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class ReconfigurableBroker(Protocol):
     controller: KafkaController
     replica_manager: ReplicaManager
     socket_servers: list[SocketServer]
+    topic_configs: TopicConfigs | None
 
     def clear_log_configs(self) -> None: ...
 
@@ -211,6 +213,8 @@ class DynamicConfigManager:
         if log_manager is None:
             return
         log_manager.update_default_config(log_config_for(broker.config, {}))
+        if broker.topic_configs is None:
+            return  # starting: topics' own configs come with LeaderAndIsr, after they are read
         for topic in {log.topic for log in log_manager.all_logs()}:
             log_manager.update_config(topic, broker.log_config_for(topic))
 
