@@ -6,6 +6,8 @@ Start-up (`Broker.startup`), in Kafka's order and for the same reasons:
   2. connect to ZooKeeper (a one-line error if it is unreachable), create the persistent paths, and
      read or create the cluster id; load SCRAM credentials and ACLs and start following their
      changes (`BrokerSecurity`), so that the first connection is checked against the real data;
+     read the dynamic broker configs (KIP-226, `dynamic_config_manager`), so that everything
+     built from here on sees their values;
   3. start listening on every listener (`listeners`, each secured as its protocol says:
      `odradek.server.listeners`; a one-line error if a port is taken or a TLS/SASL setting is
      wrong) — before registering, so that the controller can reach us as soon as it sees us;
