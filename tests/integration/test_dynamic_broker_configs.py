@@ -489,6 +489,9 @@ def test_a_listener_keystore_is_reloaded_without_a_restart(
         )  # fmt: skip
         assert_one_line_error(result, "Password encoder secret not configured")
         assert _served_serial(cluster, 1) == _serial(second)
+        # Stored in ZooKeeper: a restarted broker listens with it from the start.
+        cluster.restart(1, timeout=60)
+        assert _served_serial(cluster, 1) == _serial(second)
     finally:
         tool(
             capsys, *configs(cluster), "--broker", "1", "--alter",
