@@ -537,6 +537,33 @@ def test_a_listener_connection_limit_applies_without_a_restart(
     wait_until(lambda: not _second_connection_refused(cluster, 2), 30, "the limit to go")
 
 
+def test_a_broker_whose_session_expired_catches_up_and_follows_again(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Broker 2 is frozen past its ZooKeeper session (its watches die with it) while the cluster
+    default changes; resumed, in a new session, it applies the change it missed and follows the
+    next one."""
+    cluster.stop(2)
+    try:
+        wait_until(lambda: 2 not in cluster.registered_brokers(), 30, "the session to expire")
+        result = tool(
+            capsys, *configs(cluster), "--broker-defaults", "--alter",
+            "--add-config", f"message.max.bytes={LIMIT}",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    finally:
+        cluster.cont(2)
+    try:
+        wait_until(lambda: accepts(cluster, {1: False}), 60, "broker 2 to apply what it missed")
+    finally:
+        result = tool(
+            capsys, *configs(cluster), "--broker-defaults", "--alter",
+            "--delete-config", "message.max.bytes",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    wait_until(lambda: accepts(cluster, {1: True}), 30, "broker 2 to follow the next change")
+
+
 # -- against a real Kafka 3.9.1 broker ------------------------------------------------------------
 
 BROKER, BROKER_LOGGER = 4, 8
