@@ -531,7 +531,10 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
             topics, self._partition_modification_watch
         )
         await self._load_assignments(assignments)
-        context.leadership.update(await self.zk.get_partition_states(context.all_partitions()))
+        written: dict[TopicPartition, int] = {}
+        context.leadership.update(
+            await self.zk.get_partition_states(context.all_partitions(), written)
+        )
         notifications = await self.zk.get_isr_change_notifications(
             self.watch(lambda e: ev.IsrChangeNotification())
         )
@@ -552,6 +555,9 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
         await self._rsm.handle_state_changes(online, ReplicaState.OnlineReplica)
         await self._psm.trigger_online_partition_state_change()
         self._send_batch()
+        # 4a. leaders that registered again after their leadership was written, unseen by any
+        # controller: a new leader epoch for the new process, in place (never offline)
+        await self._on_unprocessed_restarts(written)
         # 4b. resume the reassignments in progress; act on /admin/reassign_partitions
         await self._reassignment.initialize()
         self._send_batch()
