@@ -178,12 +178,10 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
             self.event_manager.put(event)
 
     def set_unclean_leader_election_default(self, enabled: bool) -> None:
-        """A dynamic broker config changed the default; turned on, offline partitions get
-        leaders now (Kafka's UncleanLeaderElectionEnable), not at the next broker change."""
-        enabling = enabled and not self.unclean_leader_election_default
+        """A dynamic broker config changed it; turned on, offline partitions are elected now."""
+        if enabled and not self.unclean_leader_election_default:
+            self.put(ev.UncleanLeaderElectionEnable())  # processed after the assignment below
         self.unclean_leader_election_default = enabled
-        if enabling:
-            self.put(ev.UncleanLeaderElectionEnable())
 
     def _ask(self, make_event: Callable[[asyncio.Future[Any]], Any]) -> asyncio.Future[Any]:
         """A future for a request handler: fails at once with NotControllerError on a broker that
