@@ -176,9 +176,17 @@ class Probe:
         self.samples: list[tuple[float, float]] = []  # (sent at, latency s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        # Delivery reports are served by a thread of their own that waits in poll(): serving
+        # them between two sends would round every latency up to the sending interval.
+        self._poller = threading.Thread(target=self._poll, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self.producer.poll(0.05)
 
     def _run(self) -> None:
         value = b"p" * 100
@@ -196,13 +204,14 @@ class Probe:
                     self.samples.append((sent, time.monotonic() - sent))
 
             self.producer.produce(self.topic, value=value, on_delivery=report)
-            self.producer.poll(0)
             i += 1
+        self._poller.join(5)
         self.producer.flush(30)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(60)
+        self._poller.join(5)
 
     def window(self, start: float, end: float) -> list[float]:
         return [latency * 1000 for sent, latency in list(self.samples) if start <= sent < end]

@@ -913,10 +913,6 @@ def test_controller_watch_does_not_multiply_with_each_controller_move(
         assert cluster.tree.watch_count(session, ControllerZNode.path()) <= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known, as in Kafka: a failover does not detect a leader that re-registered unseen",
-)
 def test_a_leader_that_restarted_unseen_gets_a_new_epoch_at_failover(
     cluster: ControllerMachine,
 ) -> None:
@@ -924,10 +920,8 @@ def test_a_leader_that_restarted_unseen_gets_a_new_epoch_at_failover(
     the controller died before it handled the change. The next controller saw the restarted
     broker as live and its leadership as valid, and sent it LeaderAndIsr at the same leader epoch
     -- so the new process served a high watermark older (from its checkpoint) than the one
-    clients had seen under that epoch. Kafka's controller does the same. Handling such leaders
-    as bounced at failover (tried: registration czxid newer than the partition state's mzxid)
-    put every partition of a restarted one-broker cluster offline for a moment, which clients
-    saw; a fix must bump the epoch in place instead. Pinned until then."""
+    clients had seen under that epoch (Kafka's controller does the same). Now another ISR member
+    leads at a new epoch, as if a controller had seen the bounce."""
     cluster.start({1, 2, 3})
     cluster.admin.create_topic("t", {0: [1, 2, 3]})
     cluster.drain()
@@ -945,6 +939,35 @@ def test_a_leader_that_restarted_unseen_gets_a_new_epoch_at_failover(
     assert after.leader_epoch > before.leader_epoch
     assert after.leader in (2, 3)
     assert sorted(after.isr) == [2, 3]  # back in once it has caught up with the new leader
+
+
+def test_a_sole_replica_that_restarted_unseen_keeps_leading_at_a_new_epoch(
+    cluster: ControllerMachine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same with no other ISR member (a one-broker cluster restarted): the epoch moves on in
+    place, and the partition never goes offline (a first attempt at this fix handled such leaders
+    as failed then started, and clients saw every partition offline for a moment)."""
+    cluster.start({1, 2, 3})
+    cluster.admin.create_topic("t", {0: [1], 1: [2]})
+    cluster.drain()
+    before = cluster.admin.partition_states()
+    old = cluster.active
+    cluster.tree.expire_session(old.zk.client.session_id)
+    cluster.kill(1)
+    cluster.register(1)
+    caplog.set_level(logging.INFO, STATE_CHANGE_LOGGER_NAME)
+    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
+    standby = next(c for c in cluster.candidates if c is not old)
+    cluster.drain(first=standby)
+    after = cluster.admin.partition_states()
+    assert cluster.active is standby
+    assert (after[("t", 0)].leader, after[("t", 0)].isr) == (1, (1,))
+    assert after[("t", 0)].leader_epoch == before[("t", 0)].leader_epoch + 1
+    assert after[("t", 1)] == before[("t", 1)]  # broker 2 did not restart
+    assert standby.controller.context.partition_states[("t", 0)] is PartitionState.OnlinePartition
+    transitions = [r.getMessage() for r in caplog.records if r.name == STATE_CHANGE_LOGGER_NAME]
+    assert any("t-0 from OnlinePartition to OnlinePartition" in line for line in transitions)
+    assert not [line for line in transitions if "OfflinePartition" in line]
 
 
 def test_a_plain_failover_keeps_every_leader_epoch(cluster: ControllerMachine) -> None:

@@ -30,11 +30,12 @@ Concurrency: event task only.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
 from odradek.controller import events as ev
-from odradek.controller.context import PartitionReplica
+from odradek.controller.context import PartitionReplica, TopicPartition
 from odradek.controller.partition_state_machine import ElectionStrategy
 from odradek.controller.states import PartitionState, ReplicaState
 from odradek.controller.term_components import TermComponents
@@ -91,6 +92,68 @@ class BrokerEventHandlers(TermComponents):
             await self._on_broker_startup(bounced_ids)
         if dead_ids:
             await self._on_broker_failure(dead_ids)
+
+    async def _on_unprocessed_restarts(self, written: Mapping[TopicPartition, int]) -> None:
+        """At failover: a leader whose registration (broker epoch = its czxid) is newer than the
+        last write of the partition state naming it registered again -- a restart, or a new
+        session -- after it was given that leadership, and no controller processed that: the
+        previous one died first. Its current process never took the leadership at that epoch
+        (it may serve a high watermark older than the one clients saw under that same epoch,
+        from its checkpoint). Kafka's controller cannot see this at failover.
+
+        Each such partition gets a new leader epoch, in place (it never goes offline): another
+        live ISR member leads where there is one (as a controller watching at the time would
+        have done, the restarted broker rejoins the ISR once it has caught up); where the
+        restarted broker is the only live ISR member (a one-broker cluster after a restart) it
+        keeps the leadership at the new epoch."""
+        context = self.context
+        restarted: dict[TopicPartition, int] = {
+            tp: state.leader
+            for tp, state in context.leadership.items()
+            if state.leader in context.live_brokers
+            and tp in written
+            and context.live_brokers[state.leader].broker_epoch > written[tp]
+            and not context.is_topic_queued_for_deletion(tp[0])
+        }
+        if not restarted:
+            return
+        brokers = set(restarted.values())
+        live = context.live_serving_broker_ids
+        movable = [
+            tp
+            for tp, leader in restarted.items()
+            if any(
+                r != leader and r in live and not context.is_replica_on_offline_dir(r, tp)
+                for r in context.leadership[tp].isr
+            )
+        ]
+        in_place = [tp for tp in restarted if tp not in set(movable)]
+        log.info(
+            "brokers %s registered after the leaderships they hold were written, unseen by any "
+            "controller: a new leader epoch for %d partitions (%d led by another ISR member)",
+            sorted(brokers),
+            len(restarted),
+            len(movable),
+        )
+        if movable:
+            shutting_down = set(context.shutting_down_broker_ids)
+            context.shutting_down_broker_ids |= brokers
+            try:
+                await self._psm.handle_state_changes(
+                    movable, PartitionState.OnlinePartition, ElectionStrategy.CONTROLLED_SHUTDOWN
+                )
+            finally:
+                context.shutting_down_broker_ids = shutting_down
+            # The restarted brokers learn that they follow now (the election left them out).
+            await self._rsm.handle_state_changes(
+                [PartitionReplica(tp[0], tp[1], restarted[tp]) for tp in movable],
+                ReplicaState.OnlineReplica,
+            )
+        if in_place:
+            await self._psm.handle_state_changes(
+                in_place, PartitionState.OnlinePartition, ElectionStrategy.CONTROLLED_SHUTDOWN
+            )
+        self._send_batch()
 
     async def _on_broker_startup(self, new_ids: set[int]) -> None:
         context = self.context

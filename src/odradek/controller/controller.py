@@ -177,6 +177,12 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
         if self.event_manager is not None:
             self.event_manager.put(event)
 
+    def set_unclean_leader_election_default(self, enabled: bool) -> None:
+        """A dynamic broker config changed it; turned on, offline partitions are elected now."""
+        if enabled and not self.unclean_leader_election_default:
+            self.put(ev.UncleanLeaderElectionEnable())  # processed after the assignment below
+        self.unclean_leader_election_default = enabled
+
     def _ask(self, make_event: Callable[[asyncio.Future[Any]], Any]) -> asyncio.Future[Any]:
         """A future for a request handler: fails at once with NotControllerError on a broker that
         is not the controller, else resolves when the event `make_event(future)` is processed."""
@@ -327,6 +333,9 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
                 self._send_batch()
             case ev.PartitionReassignmentIsrChange(topic=topic, partition=partition):
                 await self._reassignment.maybe_complete([(topic, partition)])
+                self._send_batch()
+            case ev.UncleanLeaderElectionEnable():
+                await self._psm.trigger_online_partition_state_change()
                 self._send_batch()
             case ev.PreferredReplicaElection():
                 await self.leader_election.process_preferred_replica_election_znode()
@@ -520,7 +529,10 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
             topics, self._partition_modification_watch
         )
         await self._load_assignments(assignments)
-        context.leadership.update(await self.zk.get_partition_states(context.all_partitions()))
+        written: dict[TopicPartition, int] = {}
+        context.leadership.update(
+            await self.zk.get_partition_states(context.all_partitions(), written)
+        )
         notifications = await self.zk.get_isr_change_notifications(
             self.watch(lambda e: ev.IsrChangeNotification())
         )
@@ -541,6 +553,9 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
         await self._rsm.handle_state_changes(online, ReplicaState.OnlineReplica)
         await self._psm.trigger_online_partition_state_change()
         self._send_batch()
+        # 4a. leaders that registered again after their leadership was written, unseen by any
+        # controller: a new leader epoch for the new process, in place (never offline)
+        await self._on_unprocessed_restarts(written)
         # 4b. resume the reassignments in progress; act on /admin/reassign_partitions
         await self._reassignment.initialize()
         self._send_batch()

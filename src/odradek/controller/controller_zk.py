@@ -184,8 +184,12 @@ class ControllerZk:
     # partition states
 
     async def get_partition_states(
-        self, partitions: Sequence[TopicPartition]
+        self,
+        partitions: Sequence[TopicPartition],
+        modified_zxids: dict[TopicPartition, int] | None = None,
     ) -> dict[TopicPartition, LeaderAndIsr]:
+        """The partitions' state znodes (absent ones left out). With `modified_zxids`, also the
+        zxid of each znode's last write (its mzxid), put there."""
         results = await self.zk.get_many(
             [TopicPartitionStateZNode.path(t, p) for t, p in partitions]
         )
@@ -199,6 +203,8 @@ class ControllerZk:
             states[tp] = TopicPartitionStateZNode.decode(
                 data, stat.version, TopicPartitionStateZNode.path(*tp)
             )
+            if modified_zxids is not None:
+                modified_zxids[tp] = int(stat.mzxid)
         return states
 
     async def create_partition_states(

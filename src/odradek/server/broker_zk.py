@@ -26,6 +26,7 @@ from odradek.network.server import SocketServer
 from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.server.broker_security import BrokerSecurity
 from odradek.server.config import KafkaConfig
+from odradek.server.dynamic_config_manager import DynamicConfigManager
 from odradek.zk.client import SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError
 from odradek.zk.ops import CreateOp
@@ -53,6 +54,7 @@ class BrokerZk:
     broker_epoch: int
     registered: asyncio.Event
     security: BrokerSecurity
+    dynamic_config_manager: DynamicConfigManager
     socket_servers: list[SocketServer]
     replica_manager: ReplicaManager
     _tasks: list[asyncio.Task[Any]]
@@ -154,6 +156,9 @@ class BrokerZk:
         if state is SessionState.CONNECTED and self._session_expired:
             self._session_expired = False
             self._tasks.append(asyncio.get_running_loop().create_task(self.security.resync()))
+            self._tasks.append(
+                asyncio.get_running_loop().create_task(self.dynamic_config_manager.resync())
+            )
         if state is SessionState.EXPIRED:
             self._session_expired = True
             # The controller has seen us die: every partition we lead is being (or has been)

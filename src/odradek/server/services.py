@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from odradek.server.admin.topic_configs import TopicConfigs
     from odradek.server.authorization import RequestAuthorizer
     from odradek.server.config import KafkaConfig
+    from odradek.server.dynamic_config import DynamicBrokerConfig
     from odradek.server.fetch_session import FetchManager
     from odradek.server.metadata_cache import MetadataCache
 
@@ -66,6 +67,8 @@ class BrokerServices(Protocol):
     """SCRAM credentials in ZooKeeper (Describe/AlterUserScramCredentials)."""
     fetch_manager: FetchManager
     """Incremental fetch sessions (KIP-227)."""
+    dynamic_config: DynamicBrokerConfig
+    """Dynamic broker configs (KIP-226): their levels, validation and synonyms."""
 
     def refresh_live_broker_epochs(self) -> None:
         """Re-read `live_broker_epochs` from ZooKeeper soon (rate-limited)."""
