@@ -4,7 +4,9 @@ surviving a broker killed in the middle of the run.
     ./dev demo            (or: .venv/bin/python -m odradek.demo [--dir DIR] [--events N] [--rate R] [--keep])
 
 Steps, printed as they happen:
-  1. start ZooKeeper and three brokers (the local cluster launcher);
+  1. start ZooKeeper and three brokers (the local cluster launcher), and the web console beside
+     them (`odradek console`; its URL is printed: the topic's page shows the leader move and the
+     ISR shrink and grow as it happens; `--no-console` leaves it out);
   2. create the input topic `pageviews` (3 partitions, replication factor 3, min.insync.replicas=2);
   3. start the PySpark Structured Streaming job of `pipelines/pageviews` (local SparkSession): it
      reads the topic through the `odradek` data source, computes views and dwell time per page per
@@ -304,6 +306,25 @@ def output_to(log_file: Path) -> Iterator[None]:
         os.close(saved[1])
 
 
+def start_console(directory: Path, port: int | None) -> Any:
+    """The web console beside the cluster (its output in console.log), or None if it did not
+    start within its deadline: the demo goes on without it."""
+    from odradek.errors import OperatorError
+    from odradek.testing.console_process import ConsoleProcess
+
+    try:
+        console = ConsoleProcess.start(
+            directory / "cluster", directory / "console.log", port=port, timeout=20.0
+        )
+    except OperatorError as e:
+        log.warning("the console did not start: %s", e)
+        say("   the web console did not start (see console.log); going on without it")
+        return None
+    say(f"   web console: {console.url} -- open it to watch the leaders move and the ISRs")
+    say(f"   shrink and grow: {console.url}topics/{INPUT_TOPIC}")
+    return console
+
+
 def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -318,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
         "--rate", type=_positive(float), default=300, help="records produced per second"
     )
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    parser.add_argument(
+        "--console-port", type=int, help="the web console's port (default: a free one)"
+    )
+    parser.add_argument("--no-console", action="store_true", help="do not start the web console")
     args = parser.parse_args(argv)
 
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -344,10 +369,13 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     queries: list[Query] = []
     generator: subprocess.Popen[str] | None = None
+    console = None
     ok = False
     try:
         bootstrap = cluster.bootstrap_servers
         say(f"   cluster up: bootstrap {bootstrap}, controller is broker {cluster.controller_id()}")
+        if not args.no_console:
+            console = start_console(directory, args.console_port)
 
         say(
             f"2. creating topic {INPUT_TOPIC}: {PARTITIONS} partitions, RF=3, min.insync.replicas=2"
@@ -523,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:  # the demo's own verdicts: a deadline passed, a query failed
         say(f"FAIL: {e}")
     finally:
+        if console is not None:
+            console.stop()
         for query in queries:
             with contextlib.suppress(Exception):
                 query.query.stop()

@@ -31,4 +31,6 @@ def test_demo_passes(tmp_path: Path) -> None:
     assert any("5. SIGKILL broker" in line for line in lines), report
     assert any("restarting broker" in line for line in lines), report
     assert all(line.startswith("[demo ") for line in lines), report
+    # The web console ran beside the cluster and its URL was printed for the user.
+    assert any("web console: http://127.0.0.1:" in line for line in lines), report
     assert "Exception" not in demo.stderr, report

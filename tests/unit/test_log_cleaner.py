@@ -223,3 +223,32 @@ def test_a_crash_at_any_step_of_a_swap_leaves_a_consistent_log(
     harness.clean(harness.now + 20_000)
     records = harness.check()
     assert len(records) == len({r.key for r in records})
+
+
+def test_reconfigure_restarts_the_threads_with_the_new_settings(tmp_path: Path) -> None:
+    """Dynamic log.cleaner.* configs: the threads (and their cleaner processes) are replaced by
+    as many as the new config says, and nothing restarts after a shutdown."""
+    import asyncio
+
+    from odradek.log.log_cleaner import CleanerConfig, LogCleaner
+    from odradek.log.log_manager import LogManager
+
+    async def run() -> None:
+        manager = LogManager([tmp_path], LogConfig())
+        manager.startup()
+        small = {"dedupe_buffer_size": 64 * SLOT_SIZE, "backoff_ms": 20}
+        cleaner = LogCleaner(manager, CleanerConfig(threads=1, **small), lambda t, p: None)
+        cleaner.start()
+        first = list(cleaner._tasks)
+        assert len(first) == 1
+        await cleaner.reconfigure(CleanerConfig(threads=2, io_max_bytes_per_second=1000.0, **small))
+        assert all(task.done() for task in first)
+        assert len(cleaner._tasks) == 2 and not any(t.done() for t in cleaner._tasks)
+        assert len(cleaner._processes) == 2
+        assert cleaner.config.threads == 2 and cleaner.config.io_max_bytes_per_second == 1000.0
+        await cleaner.shutdown()
+        await cleaner.reconfigure(CleanerConfig(threads=1, **small))
+        assert cleaner._tasks == [] and cleaner._processes == []
+        manager.shutdown()
+
+    asyncio.run(run())

@@ -166,7 +166,9 @@ def test_exporter_serves_the_snapshot_over_http() -> None:
     broker = _fake_broker()
 
     async def run() -> str:
-        exporter = MetricsExporter("127.0.0.1", 0, lambda: collect(broker, RequestMetrics()))
+        exporter = MetricsExporter(
+            "127.0.0.1", 0, lambda names: collect(broker, RequestMetrics(), names)
+        )
         exporter.start()
         try:
             url = f"http://127.0.0.1:{exporter.port}/metrics"
@@ -190,3 +192,44 @@ def test_exporter_serves_the_snapshot_over_http() -> None:
     assert samples[("kafka_coordinator_group_groupmetadatamanager_numgroupsstable_value", ())] == 1
     connections = "kafka_server_socket_server_metrics_connection_count"
     assert samples[(connections, (("listener", "PLAINTEXT"),))] == 2
+
+
+def test_a_scrape_with_name_parameters_gets_only_those_samples() -> None:
+    """Prometheus' `name[]` parameters (what the console's overview sends): only the named
+    samples, and the per-replica log gauges are not even built when none is asked for."""
+    broker = _fake_broker()
+    asked: list[object] = []
+
+    def snapshot(names: object) -> list:  # type: ignore[type-arg]
+        asked.append(names)
+        return collect(broker, RequestMetrics(), names)  # type: ignore[arg-type]
+
+    async def run(query: str) -> str:
+        exporter = MetricsExporter("127.0.0.1", 0, snapshot)
+        exporter.start()
+        try:
+            url = f"http://127.0.0.1:{exporter.port}/metrics{query}"
+            response = await asyncio.to_thread(urllib.request.urlopen, url, None, 10)
+            return response.read().decode()
+        finally:
+            await exporter.stop()
+
+    messages = "kafka_server_brokertopicmetrics_messagesinpersec_count"
+    leaders = "kafka_server_replicamanager_leadercount_value"
+    samples = _samples(asyncio.run(run(f"?name[]={messages}&name[]={leaders}")))
+    assert samples == {
+        (messages, (("topic", ""),)): 10,
+        (messages, (("topic", "orders"),)): 10,
+        (leaders, ()): 1,
+    }
+    assert asked == [frozenset({messages, leaders})]
+    from odradek.server.metrics.snapshot import _replica_manager
+
+    def log_families(logs: bool) -> list[str]:
+        return [
+            f.name for f in _replica_manager(broker, logs) if f.name.startswith("kafka_log_log_")
+        ]
+
+    assert log_families(False) == [] and len(log_families(True)) == 3
+    sizes = collect(broker, RequestMetrics(), {"kafka_log_log_size_value"})
+    assert [s.name for f in sizes for s in f.samples] == ["kafka_log_log_size_value"]

@@ -168,6 +168,7 @@ def test_configs_entities() -> None:
     assert _configs("--broker-defaults", "--describe").entities == (("brokers", ""),)
     assert _configs("--broker", "2", "--describe", "--all").describe_all
     assert _configs("--entity-type", "brokers", "--describe").entity_name is None
+    assert _configs("--broker-logger", "3", "--describe").entities == (("broker-loggers", "3"),)
     pair = _configs(
         "--entity-type", "clients", "--entity-default", "--entity-type", "users",
         "--entity-name", "alice", "--alter", "--add-config", "producer_byte_rate=1024",
@@ -186,6 +187,8 @@ def test_configs_entities() -> None:
         (("--user", "u", "--alter", "--add-config", "producer_byte_rate=1,SCRAM-SHA-256=[password=p]"), "simultaneously"),
         (("--entity-type", "topics", "--alter", "--add-config", "a=1"), "--alter needs --entity-name"),
         (("--entity-name", "x", "--describe"), "without an --entity-type"),
+        (("--entity-type", "broker-loggers", "--describe"), "need --entity-name"),
+        (("--broker-logger", "one", "--describe"), "valid integer"),
         (("--topic", "t", "--alter"), "--alter needs --add-config"),
     ):  # fmt: skip
         with pytest.raises(OperatorError, match=problem):

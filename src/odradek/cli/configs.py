@@ -11,6 +11,7 @@
                   --add-config retention.ms=60000,cleanup.policy=[compact,delete] --delete-config segment.ms
   odradek configs ... --entity-type topics [--entity-name t] --describe [--all]
   odradek configs ... --entity-type brokers (--entity-name 1 | --entity-default) --describe|--alter ...
+  odradek configs ... --entity-type broker-loggers --entity-name 1 --alter --add-config odradek.controller=DEBUG
   odradek configs ... --entity-type clients (--entity-name c | --entity-default) --alter
                   --add-config producer_byte_rate=1048576
   (shorthands as in Kafka: --topic T, --broker 1, --broker-defaults, --user U, --user-defaults,
@@ -318,6 +319,7 @@ ENTITY_TYPES: dict[str, EntityType] = {
     "clients": Clients(),
     "topics": ConfigResources("topics"),
     "brokers": ConfigResources("brokers"),
+    "broker-loggers": ConfigResources("broker-loggers"),
 }
 
 
@@ -448,8 +450,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--entity-type",
         action="append",
-        help="topics, brokers, users or clients (users and clients together: a user+client "
-        "quota entity)",
+        help="topics, brokers, broker-loggers, users or clients (users and clients together: a "
+        "user+client quota entity)",
     )
     parser.add_argument(
         "--entity-name",
@@ -468,6 +470,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         ("--topic", "topics", True),
         ("--broker", "brokers", True),
         ("--broker-defaults", "brokers", False),
+        ("--broker-logger", "broker-loggers", True),
         ("--user", "users", True),
         ("--user-defaults", "users", False),
         ("--client", "clients", True),

@@ -1,6 +1,6 @@
-"""`odradek configs` for config resources: topics, brokers and the cluster-wide broker default,
-over DescribeConfigs, IncrementalAlterConfigs and AlterConfigs, as `kafka-configs.sh
---bootstrap-server` talks to a cluster.
+"""`odradek configs` for config resources: topics, brokers and the cluster-wide broker default, and
+broker loggers, over DescribeConfigs, IncrementalAlterConfigs and AlterConfigs, as
+`kafka-configs.sh --bootstrap-server` talks to a cluster.
 
 * `--describe` sends DescribeConfigs with synonyms for each entity (every topic, or every broker
   and then the default, without `--entity-name`) and prints, as Kafka's tool does,
@@ -14,8 +14,13 @@ over DescribeConfigs, IncrementalAlterConfigs and AlterConfigs, as `kafka-config
   `--delete-config`, whose keys must be set on the topic: `Invalid config(s): k`). On a broker or
   the default it sends AlterConfigs with the entity's current dynamic configs plus the additions
   minus the deletions — Kafka's tool does exactly this — to that broker (any broker for the
-  default). A broker that refuses (today Odradek's brokers refuse broker config changes with
-  INVALID_REQUEST) is reported as one line with Kafka's error name and message, exit status 1.
+  default). A broker that refuses (a static config, a bad value: INVALID_REQUEST) is reported as
+  one line with Kafka's error name and message, exit status 1.
+* `--entity-type broker-loggers --entity-name 1` (`--broker-logger 1`): `--describe` lists that
+  broker's loggers and levels (`  kafka.controller=INFO sensitive=false synonyms={}`), `--alter`
+  sets (`--add-config odradek.controller=DEBUG`) or unsets (`--delete-config`) levels with
+  IncrementalAlterConfigs, after checking that every logger named exists (`Invalid broker
+  logger(s): x`), as Kafka's tool does. Levels are not persisted: a restart resets them.
 """
 
 from __future__ import annotations
@@ -34,6 +39,12 @@ if TYPE_CHECKING:
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+BROKER_LOGGER_RESOURCE = 8
+_RESOURCE_TYPES = {
+    "topics": TOPIC_RESOURCE,
+    "brokers": BROKER_RESOURCE,
+    "broker-loggers": BROKER_LOGGER_RESOURCE,
+}
 DESCRIBE_CONFIGS_MAX_VERSION = 4
 ALTER_CONFIGS_MAX_VERSION = 1
 INCREMENTAL_ALTER_CONFIGS_MAX_VERSION = 1
@@ -49,7 +60,7 @@ CONFIG_SOURCES = {
     6: "DYNAMIC_BROKER_LOGGER_CONFIG",
     7: "DYNAMIC_CLIENT_METRICS_CONFIG",
 }
-_DYNAMIC_SOURCE = {"topics": 1, "brokers": 2, "broker-default": 3}
+_DYNAMIC_SOURCE = {"topics": 1, "brokers": 2, "broker-default": 3, "broker-loggers": None}
 
 
 def _check(code: int, message: str | None) -> None:
@@ -96,10 +107,11 @@ def _broker_id(name: str) -> int:
 
 
 class ConfigResources:
-    """`--entity-type topics` and `--entity-type brokers` (with `--entity-default`)."""
+    """`--entity-type topics`, `--entity-type brokers` (with `--entity-default`) and
+    `--entity-type broker-loggers`."""
 
     def __init__(self, entity_type: str) -> None:
-        self.entity_type = entity_type  # topics | brokers
+        self.entity_type = entity_type  # topics | brokers | broker-loggers
 
     def validate(self, command: ConfigsCommand) -> None:
         if command.zookeeper:
@@ -113,6 +125,10 @@ class ConfigResources:
             raise OperatorError("--entity-default applies to brokers, users and clients")
         if self.entity_type == "brokers" and command.entity_name:
             _broker_id(command.entity_name)
+        if self.entity_type == "broker-loggers":
+            if not command.entity_name:
+                raise OperatorError("broker-loggers need --entity-name (a broker id)")
+            _broker_id(command.entity_name)
         if command.describe_all and command.action != "describe":
             raise OperatorError("--all goes with --describe")
 
@@ -122,7 +138,7 @@ class ConfigResources:
         )
 
     async def _connection_for(self, client: AdminClient, name: str) -> BrokerConnection:
-        if self.entity_type == "brokers" and name:
+        if self.entity_type in ("brokers", "broker-loggers") and name:
             return await broker_connection(client, _broker_id(name))
         return client.bootstrap
 
@@ -132,7 +148,7 @@ class ConfigResources:
             version = await _version(
                 client, ApiKey.DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_MAX_VERSION, "DescribeConfigs"
             )
-            resource_type = TOPIC_RESOURCE if self.entity_type == "topics" else BROKER_RESOURCE
+            resource_type = _RESOURCE_TYPES[self.entity_type]
             response = await client._send(
                 connection,
                 ApiKey.DESCRIBE_CONFIGS,
@@ -155,7 +171,11 @@ class ConfigResources:
         result = response.results[0]
         _check(result.error_code, result.error_message)
         wanted = _DYNAMIC_SOURCE[self._kind(name)]
-        entries = [c for c in result.configs if describe_all or int(c.config_source) == wanted]
+        entries = [
+            c
+            for c in result.configs
+            if describe_all or wanted is None or int(c.config_source) == wanted
+        ]
         return sorted(entries, key=lambda c: c.name)
 
     async def _entity_names(self, client: AdminClient) -> list[str]:
@@ -196,6 +216,9 @@ class ConfigResources:
             current = {
                 entry.name: entry.value for entry in await self._describe_one(client, name, False)
             }
+            if self.entity_type == "broker-loggers":
+                await self._alter_loggers(client, name, set(current), command)
+                return [f"Completed updating config for broker-logger {name}."]
             invalid = [k for k in command.delete_config if k not in current]
             if invalid:
                 raise KafkaResponseError(
@@ -237,6 +260,47 @@ class ConfigResources:
                 "validate_only": False,
             },
         )
+        result = response.responses[0]
+        _check(result.error_code, result.error_message)
+
+    async def _alter_loggers(
+        self, client: AdminClient, name: str, loggers: set[str], command: ConfigsCommand
+    ) -> None:
+        invalid = [k for k in [*command.delete_config, *command.add_config] if k not in loggers]
+        if invalid:
+            raise KafkaResponseError(
+                ErrorCode.invalid_config, f"Invalid broker logger(s): {','.join(invalid)}"
+            )
+        configs = [
+            {"name": k, "config_operation": OP_SET, "value": v}
+            for k, v in command.add_config.items()
+        ] + [{"name": k, "config_operation": OP_DELETE, "value": ""} for k in command.delete_config]
+        connection = await self._connection_for(client, name)
+        try:
+            version = await _version(
+                client,
+                ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                INCREMENTAL_ALTER_CONFIGS_MAX_VERSION,
+                "IncrementalAlterConfigs",
+            )
+            response = await client._send(
+                connection,
+                ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                version,
+                {
+                    "resources": [
+                        {
+                            "resource_type": BROKER_LOGGER_RESOURCE,
+                            "resource_name": name,
+                            "configs": configs,
+                        }
+                    ],
+                    "validate_only": False,
+                },
+            )
+        finally:
+            if connection is not client.bootstrap:
+                connection.close()
         result = response.responses[0]
         _check(result.error_code, result.error_message)
 
@@ -285,7 +349,8 @@ class ConfigResources:
 def config_line(entry: Any) -> str:
     """Kafka's `  name=value sensitive=false synonyms={SOURCE:name=value, ...}`."""
     synonyms = ", ".join(
-        f"{CONFIG_SOURCES.get(int(s.source), 'UNKNOWN')}:{s.name}={s.value}"
+        f"{CONFIG_SOURCES.get(int(s.source), 'UNKNOWN')}:{s.name}="
+        f"{'null' if s.value is None else s.value}"
         for s in (entry.synonyms or ())
     )
     value = "null" if entry.value is None else entry.value

@@ -20,6 +20,7 @@
   odradek get-offsets --bootstrap-server H:P [--topic T] [--time -1|-2|-3|MS]
   odradek dump-log --files F1,F2 [--print-data-log] ...  (offline: segments, indexes, snapshots)
   odradek verifiable-producer / verifiable-consumer ...  (JSON events, as Kafka's system tests)
+  odradek console --bootstrap-server H:P --zookeeper H:P --port N   the web console
 
 Every tool that talks to brokers takes --command-config FILE (Kafka client security properties).
 
@@ -148,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     from odradek.cli import acls as acls_cli
     from odradek.cli import cluster as cluster_cli
     from odradek.cli import configs as configs_cli
+    from odradek.cli import console as console_cli
     from odradek.cli import console_consumer as console_consumer_cli
     from odradek.cli import console_producer as console_producer_cli
     from odradek.cli import consumer_groups as consumer_groups_cli
@@ -176,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf_test_cli.add_parsers(sub)
     verifiable_cli.add_parsers(sub)
     dump_log_cli.add_parser(sub)
+    console_cli.add_parser(sub)
     return parser
 
 

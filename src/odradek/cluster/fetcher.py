@@ -541,6 +541,33 @@ class ReplicaFetcherManager:
                 fetcher.remove(key)
         self._shutdown_idle()
 
+    def resize(self) -> None:
+        """`num.replica.fetchers` changed (a dynamic broker config; Kafka's
+        resizeFetcherThreadPool): each partition moves to the fetcher its index names now,
+        starting there with truncation as a newly added one does; emptied fetchers close."""
+        moving: list[tuple[ReplicaFetcher, Partition]] = []
+        for fetcher_key, fetcher in list(self.fetchers.items()):
+            for key, state in list(fetcher.partitions.items()):
+                if (fetcher.leader_id, self._fetcher_index(key)) != fetcher_key:
+                    fetcher.remove(key)
+                    moving.append((fetcher, state.partition))
+        for old, partition in moving:
+            fetcher_key = (
+                old.leader_id,
+                self._fetcher_index((partition.topic, partition.partition)),
+            )
+            target = self.fetchers.get(fetcher_key)
+            if target is None:
+                target = ReplicaFetcher(self, old.leader_id, old.address, fetcher_key[1])
+                self.fetchers[fetcher_key] = target
+            target.add(partition)
+        self._shutdown_idle()
+        log.info(
+            "%d replica fetchers per leader now (%d partitions moved)",
+            self.config["num.replica.fetchers"],
+            len(moving),
+        )
+
     def _shutdown_idle(self) -> None:
         for fetcher_key, fetcher in list(self.fetchers.items()):
             if not fetcher.partitions:

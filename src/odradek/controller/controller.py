@@ -177,6 +177,12 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
         if self.event_manager is not None:
             self.event_manager.put(event)
 
+    def set_unclean_leader_election_default(self, enabled: bool) -> None:
+        """A dynamic broker config changed it; turned on, offline partitions are elected now."""
+        if enabled and not self.unclean_leader_election_default:
+            self.put(ev.UncleanLeaderElectionEnable())  # processed after the assignment below
+        self.unclean_leader_election_default = enabled
+
     def _ask(self, make_event: Callable[[asyncio.Future[Any]], Any]) -> asyncio.Future[Any]:
         """A future for a request handler: fails at once with NotControllerError on a broker that
         is not the controller, else resolves when the event `make_event(future)` is processed."""
@@ -327,6 +333,9 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
                 self._send_batch()
             case ev.PartitionReassignmentIsrChange(topic=topic, partition=partition):
                 await self._reassignment.maybe_complete([(topic, partition)])
+                self._send_batch()
+            case ev.UncleanLeaderElectionEnable():
+                await self._psm.trigger_online_partition_state_change()
                 self._send_batch()
             case ev.PreferredReplicaElection():
                 await self.leader_election.process_preferred_replica_election_znode()

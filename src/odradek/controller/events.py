@@ -118,6 +118,13 @@ class PartitionReassignmentIsrChange:
 
 
 @dataclass
+class UncleanLeaderElectionEnable:
+    """The broker default of unclean.leader.election.enable was turned on (dynamically)."""
+
+    name: str = "UncleanLeaderElectionEnable"
+
+
+@dataclass
 class PreferredReplicaElection:
     name: str = "PreferredReplicaElection"
 

@@ -139,6 +139,7 @@ class LogCleaner:
         self._processes: list[CleanerProcess] = []
         self._wakeup: asyncio.Event | None = None
         self._stopping = False
+        self._closed = False
         self._pending_deletes: dict[int, tuple[asyncio.TimerHandle, list[LogSegment]]] = {}
         self._next_delete_id = 0
 
@@ -148,6 +149,9 @@ class LogCleaner:
         """Load the checkpoints, hook into the log manager and start the cleaner threads."""
         self.manager.load_checkpoints(self.log_manager.log_dirs)
         self.log_manager.set_cleaner(self)
+        self._start_threads()
+
+    def _start_threads(self) -> None:
         if not self.config.enable or self.config.threads == 0:
             logger.info("the log cleaner is disabled (log.cleaner.enable, log.cleaner.threads)")
             return
@@ -177,8 +181,20 @@ class LogCleaner:
             self.config.map_memory_per_thread // (1024 * 1024),
         )
 
-    async def shutdown(self) -> None:
-        """Abort cleanings in progress, wait for the threads, delete replaced segments now."""
+    async def reconfigure(self, config: CleanerConfig) -> None:
+        """New log.cleaner.* settings (dynamic broker configs; Kafka's LogCleaner.reconfigure):
+        the threads and their processes are stopped — cleanings in progress are aborted, to be
+        done again later from their checkpoints — and started again with the new count, offset
+        maps, buffers and I/O rate."""
+        self.config = config
+        if self._closed:
+            return
+        await self._stop_threads()
+        if not self._closed:  # a shutdown while the threads stopped wins
+            self._stopping = False
+            self._start_threads()
+
+    async def _stop_threads(self) -> None:
         self._stopping = True
         for topic_partition in list(self.log_manager.logs_by_partition()):
             self.manager.abort(topic_partition)
@@ -195,8 +211,14 @@ class LogCleaner:
             await loop.run_in_executor(None, process.close)
         self._processes.clear()
         if self._executor is not None:
+            # Every task has returned, so no cleaning runs on the pool any more.
             self._executor.shutdown(wait=True)
             self._executor = None
+
+    async def shutdown(self) -> None:
+        """Abort cleanings in progress, wait for the threads, delete replaced segments now."""
+        self._closed = True
+        await self._stop_threads()
         for handle, segments in self._pending_deletes.values():
             handle.cancel()
             _delete_segments(segments)

@@ -6,6 +6,8 @@ Start-up (`Broker.startup`), in Kafka's order and for the same reasons:
   2. connect to ZooKeeper (a one-line error if it is unreachable), create the persistent paths, and
      read or create the cluster id; load SCRAM credentials and ACLs and start following their
      changes (`BrokerSecurity`), so that the first connection is checked against the real data;
+     read the dynamic broker configs (KIP-226, `dynamic_config_manager`), so that everything
+     built from here on sees their values;
   3. start listening on every listener (`listeners`, each secured as its protocol says:
      `odradek.server.listeners`; a one-line error if a port is taken or a TLS/SASL setting is
      wrong) — before registering, so that the controller can reach us as soon as it sees us;
@@ -74,6 +76,8 @@ from odradek.server.authorization import RequestAuthorizer
 from odradek.server.broker_security import BrokerSecurity, zookeeper_identity
 from odradek.server.broker_zk import BrokerZk
 from odradek.server.config import KafkaConfig
+from odradek.server.dynamic_config import DynamicBrokerConfig
+from odradek.server.dynamic_config_manager import DynamicConfigManager
 from odradek.server.fetch_session import FetchManager, FetchSessionCache
 from odradek.server.listeners import (
     broker_client_security,
@@ -115,6 +119,9 @@ class Broker(BrokerZk):
         self.metadata_cache = MetadataCache(self.broker_id, listeners.inter_broker_listener)
         self.security = BrokerSecurity(config, lambda: self.broker_epoch)
         self.quotas = BrokerQuotas(config, self.broker_id)  # client quotas, replication throttles
+        # Dynamic broker configs (KIP-226): read at start-up (2), followed afterwards.
+        self.dynamic_config = DynamicBrokerConfig(config)
+        self.dynamic_config_manager = DynamicConfigManager(self, self.dynamic_config)
         # Incremental fetch sessions (KIP-227), shared by every listener's connections.
         self.fetch_manager = FetchManager(
             FetchSessionCache(config["max.incremental.fetch.session.cache.slots"]),
@@ -198,6 +205,7 @@ class Broker(BrokerZk):
         await self._delete_stray_partitions()
         await self.security.start(self._zk)
         await self.quotas.start(self._zk)
+        await self.dynamic_config_manager.start()
         # 3. listen
         # The group coordinator exists before we listen, so no group request finds it missing;
         # it serves groups once its timers start with the other periodic work (7), and loads
@@ -241,6 +249,7 @@ class Broker(BrokerZk):
             )
             self.socket_servers.append(server)
             await server.start()
+        self.dynamic_config_manager.reconfigure_listeners()
         # 4. components
         self.topic_configs = TopicConfigs(self.zk, self._on_topic_config_change)
         await self.topic_configs.start()
@@ -306,13 +315,14 @@ class Broker(BrokerZk):
         self._tasks.append(loop.create_task(self._producer_expiration_loop()))
         self.group_coordinator.start()
         self.transaction_coordinator.start()
+        cleaner_config = CleanerConfig.from_broker_config(config.__getitem__)  # dynamic ones too
         self.log_cleaner = LogCleaner(self._log_manager, cleaner_config, self._cleanable_offset)
         self.log_cleaner.start()
         # 8. metrics, once every component they read exists
         if config["metrics.listener"]:
             host, port = parse_metrics_listener(config["metrics.listener"])
             self.metrics_exporter = MetricsExporter(
-                host, port, lambda: collect_metrics(self, self.request_metrics)
+                host, port, lambda names: collect_metrics(self, self.request_metrics, names)
             )
             self.metrics_exporter.start()
         self.started = True
@@ -415,6 +425,10 @@ class Broker(BrokerZk):
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
+
+    def clear_log_configs(self) -> None:
+        """The broker defaults changed: derive every topic's log config afresh."""
+        self._log_configs.clear()
 
     def forget_topic(self, topic: str) -> None:
         self.topic_configs.forget(topic)

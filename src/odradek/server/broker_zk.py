@@ -26,6 +26,7 @@ from odradek.network.server import SocketServer
 from odradek.protocol.topic_ids import uuid_to_topic_id
 from odradek.server.broker_security import BrokerSecurity
 from odradek.server.config import KafkaConfig
+from odradek.server.dynamic_config_manager import DynamicConfigManager
 from odradek.server.quota.broker_quotas import BrokerQuotas
 from odradek.zk.client import SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError
@@ -55,6 +56,7 @@ class BrokerZk:
     registered: asyncio.Event
     security: BrokerSecurity
     quotas: BrokerQuotas
+    dynamic_config_manager: DynamicConfigManager
     socket_servers: list[SocketServer]
     replica_manager: ReplicaManager
     _tasks: list[asyncio.Task[Any]]
@@ -157,6 +159,9 @@ class BrokerZk:
             self._session_expired = False
             self._tasks.append(asyncio.get_running_loop().create_task(self.security.resync()))
             self._tasks.append(asyncio.get_running_loop().create_task(self.quotas.resync()))
+            self._tasks.append(
+                asyncio.get_running_loop().create_task(self.dynamic_config_manager.resync())
+            )
         if state is SessionState.EXPIRED:
             self._session_expired = True
             # The controller has seen us die: every partition we lead is being (or has been)

@@ -25,7 +25,15 @@ import javaproperties
 from odradek.errors import ConfigError
 from odradek.server.listener_config import Endpoint, listener_config
 
-__all__ = ["DEFINITIONS", "Endpoint", "KafkaConfig", "load_config", "parse_properties"]
+__all__ = [
+    "DEFINITIONS",
+    "Endpoint",
+    "KafkaConfig",
+    "convert_value",
+    "derive_values",
+    "load_config",
+    "parse_properties",
+]
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +252,11 @@ def parse_properties(text: str) -> dict[str, str]:
         raise ConfigError(f"invalid properties: {e}") from None
 
 
+def convert_value(name: str, raw: str) -> Any:
+    """`raw` converted and checked as the declared property `name` (ConfigError if invalid)."""
+    return _convert(DEFINITIONS[name], raw)
+
+
 def _convert(definition: ConfigDef, raw: str) -> Any:
     name = definition.name
     text = raw.strip()
@@ -273,28 +286,50 @@ def _convert(definition: ConfigDef, raw: str) -> Any:
     return value
 
 
+def derive_values(properties: Mapping[str, str]) -> dict[str, Any]:
+    """Every declared property's value: converted from `properties`, else its default.
+    ConfigError naming the property if one is invalid, or if message.max.bytes exceeds
+    socket.request.max.bytes."""
+    values: dict[str, Any] = {}
+    for name, definition in DEFINITIONS.items():
+        raw = properties.get(name)
+        values[name] = definition.default if raw is None else _convert(definition, raw)
+    if values["message.max.bytes"] > values["socket.request.max.bytes"]:
+        raise ConfigError("message.max.bytes must not exceed socket.request.max.bytes")
+    return values
+
+
 class KafkaConfig:
     """A broker's validated configuration.
 
     Values are read with `config[name]` using Kafka's property names; derived values that Kafka computes
     from several properties (log retention, roll time, log dirs, endpoints) are properties here.
-    Immutable after construction.
+    `originals` are the static properties (server.properties and `--override`). The values of
+    dynamic broker configs (KIP-226) change when `odradek.server.dynamic_config` calls
+    `update_values`, on the broker's event loop; everything else is fixed after construction.
     """
 
     def __init__(self, properties: Mapping[str, str]) -> None:
         self.originals = dict(properties)
-        self._values: dict[str, Any] = {}
-        for name, definition in DEFINITIONS.items():
-            raw = properties.get(name)
-            if raw is None:
-                self._values[name] = definition.default
-            else:
-                self._values[name] = _convert(definition, raw)
+        self._values: dict[str, Any] = derive_values(properties)
         self.unknown = sorted(name for name in properties if not self.is_known(name))
         self._validate()
 
     def __getitem__(self, name: str) -> Any:
         return self._values[name]
+
+    def update_values(self, properties: Mapping[str, str]) -> dict[str, tuple[Any, Any]]:
+        """Take every value from `properties` (the static ones with the dynamic broker configs
+        over them); returns {name: (old value, new value)} of those that changed. ConfigError
+        if a value is invalid, and then nothing changes."""
+        values = derive_values(properties)
+        changed = {
+            name: (self._values[name], value)
+            for name, value in values.items()
+            if self._values[name] != value
+        }
+        self._values = values
+        return changed
 
     def _validate(self) -> None:
         if self["broker.id"] < 0:
@@ -320,8 +355,6 @@ class KafkaConfig:
                 f"authorizer.class.name {authorizer} is not supported: use "
                 "kafka.security.authorizer.AclAuthorizer (Kafka's ZooKeeper-mode ACL authorizer)"
             )
-        if self["message.max.bytes"] > self["socket.request.max.bytes"]:
-            raise ConfigError("message.max.bytes must not exceed socket.request.max.bytes")
         if not self.log_dirs:
             raise ConfigError("log.dirs is empty")
 

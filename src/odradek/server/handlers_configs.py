@@ -2,9 +2,9 @@
 
 Topic configs live in `/config/topics/<topic>` and every broker learns of a change through a
 `/config/changes` notification (see `topic_configs`). DescribeConfigs answers for topics (the
-effective value of every topic config this broker implements, with its source: the topic's override or
-the broker default) and for this broker (its static properties). Broker configs are read-only here:
-altering them is refused with INVALID_REQUEST rather than silently ignored.
+effective value of every topic config this broker implements, with its source and synonyms: the
+topic's override, else the broker default at its level). BROKER and BROKER_LOGGER resources (dynamic
+broker configs, KIP-226, and logger levels, KIP-412) are `broker_configs`' business.
 
 CreatePartitions grows a topic's assignment in `/brokers/topics/<topic>` (conditionally on the znode
 version read); the controller's watch on that znode creates the new partitions.
@@ -37,7 +37,13 @@ from odradek.server.authorization import (
     TOPIC,
     TOPIC_AUTHORIZATION_FAILED,
 )
-from odradek.server.config import DEFINITIONS
+from odradek.server.broker_configs import (
+    alter_broker,
+    alter_loggers,
+    describe_broker,
+    describe_loggers,
+)
+from odradek.server.dynamic_config import topic_synonyms
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -61,7 +67,7 @@ def _text(value: Any) -> str | None:
 
 
 async def _describe_topic(
-    broker: BrokerServices, name: str, keys: set[str] | None
+    broker: BrokerServices, name: str, keys: set[str] | None, include_synonyms: bool
 ) -> list[dict[str, Any]]:
     overrides = await broker.admin.topic_config(name)
     effective = effective_topic_config(broker.config, overrides)
@@ -70,38 +76,20 @@ async def _describe_topic(
         if keys is not None and key not in keys:
             continue
         definition = TOPIC_CONFIGS[key]
+        synonyms = topic_synonyms(broker.dynamic_config, key, overrides)
         entries.append(
             {
                 "name": key,
                 "value": _text(value),
                 "read_only": False,
-                "config_source": SOURCE_DYNAMIC_TOPIC if key in overrides else SOURCE_DEFAULT,
+                "config_source": synonyms[0].source if synonyms else SOURCE_DEFAULT,
                 "is_sensitive": False,
-                "synonyms": (),
+                "synonyms": [
+                    {"name": s.name, "value": s.value, "source": s.source} for s in synonyms
+                ]
+                if include_synonyms
+                else (),
                 "config_type": CONFIG_TYPES.get(definition.kind, 2),
-                "documentation": None,
-            }
-        )
-    return entries
-
-
-def _describe_broker(broker: BrokerServices, keys: set[str] | None) -> list[dict[str, Any]]:
-    config = broker.config
-    entries = []
-    for key, definition in sorted(DEFINITIONS.items()):
-        if keys is not None and key not in keys:
-            continue
-        entries.append(
-            {
-                "name": key,
-                "value": _text(config[key]),
-                "read_only": True,
-                "config_source": SOURCE_STATIC_BROKER
-                if key in config.originals
-                else SOURCE_DEFAULT,
-                "is_sensitive": False,
-                "synonyms": (),
-                "config_type": CONFIG_TYPES.get(definition.type, 2),
                 "documentation": None,
             }
         )
@@ -130,14 +118,21 @@ def handle_describe_configs(broker: BrokerServices, context: RequestContext, req
                 _authorize_config_resource(broker, context, resource, DESCRIBE_CONFIGS)
                 if resource.resource_type == TOPIC_RESOURCE:
                     await broker.admin.topic_assignment(resource.resource_name)
-                    result["configs"] = await _describe_topic(broker, resource.resource_name, keys)
+                    result["configs"] = await _describe_topic(
+                        broker, resource.resource_name, keys, bool(request.include_synonyms)
+                    )
                 elif resource.resource_type == BROKER_RESOURCE:
-                    if resource.resource_name not in ("", str(broker.broker_id)):
-                        raise KafkaError(
-                            f"this is broker {broker.broker_id}, not {resource.resource_name}",
-                            ErrorCode.invalid_request,
-                        )
-                    result["configs"] = _describe_broker(broker, keys)
+                    result["configs"] = describe_broker(
+                        broker.dynamic_config,
+                        broker.broker_id,
+                        resource.resource_name,
+                        resource.configuration_keys,
+                        bool(request.include_synonyms),
+                    )
+                elif resource.resource_type == BROKER_LOGGER_RESOURCE:
+                    result["configs"] = describe_loggers(
+                        broker.broker_id, resource.resource_name, resource.configuration_keys
+                    )
                 else:
                     raise KafkaError(
                         f"resource type {resource.resource_type} is not supported",
@@ -181,7 +176,9 @@ async def _alter(
         try:
             _authorize_config_resource(broker, context, resource, ALTER_CONFIGS)
             if resource.resource_type != TOPIC_RESOURCE:
-                raise KafkaError("only topic configs can be altered", ErrorCode.invalid_request)
+                await _alter_broker_resource(broker, resource, incremental, request.validate_only)
+                results.append(result)
+                continue
             name = resource.resource_name
             current = await admin.topic_config(name) if incremental else {}
             for entry in resource.configs:
@@ -216,6 +213,28 @@ async def _alter(
             result["error_message"] = str(e)
         results.append(result)
     return results
+
+
+async def _alter_broker_resource(
+    broker: BrokerServices, resource: Any, incremental: bool, validate_only: bool
+) -> None:
+    """BROKER (dynamic broker configs) and, incrementally only, BROKER_LOGGER."""
+    if resource.resource_type == BROKER_RESOURCE:
+        await alter_broker(
+            broker.admin.zk,
+            broker.dynamic_config,
+            broker.broker_id,
+            resource.resource_name,
+            resource.configs,
+            incremental,
+            validate_only,
+        )
+    elif resource.resource_type == BROKER_LOGGER_RESOURCE and incremental:
+        alter_loggers(broker.broker_id, resource.resource_name, resource.configs, validate_only)
+    else:
+        raise KafkaError(
+            f"Unknown resource type {resource.resource_type}", ErrorCode.invalid_request
+        )
 
 
 def _apply_list_operation(

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from odradek.server.admin.topic_configs import TopicConfigs
     from odradek.server.authorization import RequestAuthorizer
     from odradek.server.config import KafkaConfig
+    from odradek.server.dynamic_config import DynamicBrokerConfig
     from odradek.server.fetch_session import FetchManager
     from odradek.server.metadata_cache import MetadataCache
     from odradek.server.quota.broker_quotas import BrokerQuotas
@@ -70,6 +71,8 @@ class BrokerServices(Protocol):
     quotas: BrokerQuotas
     """Client quotas (`quotas.client`: produce, fetch, request; `quotas.store`: ZooKeeper) and
     replication throttles (`quotas.replication`), `odradek.server.quota`."""
+    dynamic_config: DynamicBrokerConfig
+    """Dynamic broker configs (KIP-226): their levels, validation and synonyms."""
 
     def refresh_live_broker_epochs(self) -> None:
         """Re-read `live_broker_epochs` from ZooKeeper soon (rate-limited)."""

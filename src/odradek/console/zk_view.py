@@ -1,0 +1,279 @@
+"""The console's view of ZooKeeper: one `ClusterSnapshot` at a time, refreshed while pages are read.
+
+Every read of one level is issued before the first answer is awaited, and the partition state
+znodes (one per partition: 10,000 on a big cluster) go through `ZkClient.get_many`, which above a
+few hundred paths pipelines them over private sessions (`odradek.zk.bulk_read`): a snapshot of
+10,000 partitions costs ZooKeeper about a tenth of a second of reads, and the console takes one at
+most every `max_age_s` seconds, only while someone is looking (`ZkView.current`), never when idle.
+
+Pages are served from the snapshot in hand: when it is older than `max_age_s`, one refresh starts
+in the background and the page renders the previous one (a live page polls again a moment
+later), so no page waits on ZooKeeper except the very first, and after an operator action
+(`ZkView.refresh`, awaited). A failed refresh keeps the previous snapshot and records the error
+for the page to show.
+
+Concurrency: one event loop (uvicorn's). The ZkClient session is the console's own, started and
+closed by the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from odradek.console.snapshot import (
+    BrokerRow,
+    ClusterSnapshot,
+    PartitionChange,
+    RawPartition,
+    build_snapshot,
+    diff_snapshots,
+)
+from odradek.zk.client import ZkClient
+from odradek.zk.errors import InvalidZNodeDataError, NoNodeError, ZkError
+from odradek.zk.znodes import (
+    BrokerIdsZNode,
+    BrokerIdZNode,
+    ClusterIdZNode,
+    ControllerEpochZNode,
+    ControllerZNode,
+    DeleteTopicsZNode,
+    IsrChangeNotificationZNode,
+    TopicConfigZNode,
+    TopicPartitionStateZNode,
+    TopicsZNode,
+    TopicZNode,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_AGE_S = 2.0
+CHANGES_KEPT = 1000
+
+
+async def _get_or_none(zk: ZkClient, path: str) -> tuple[bytes, Any] | None:
+    try:
+        return await zk.get(path)
+    except NoNodeError:
+        return None
+
+
+async def _children(zk: ZkClient, path: str) -> list[str]:
+    try:
+        return await zk.get_children(path)
+    except NoNodeError:
+        return []
+
+
+def _endpoints(info: Any) -> tuple[str, ...]:
+    return tuple(
+        f"{e.listener_name}://{e.host}:{e.port}"
+        + ("" if e.security_protocol == e.listener_name else f" ({e.security_protocol})")
+        for e in info.endpoints
+    )
+
+
+async def read_snapshot(
+    zk: ZkClient, known_broker_ids: Iterable[int] = (), default_min_insync_replicas: int = 1
+) -> ClusterSnapshot:
+    """Everything the pages show from ZooKeeper, read now (see the module docstring)."""
+    started = time.perf_counter()
+    (
+        broker_ids,
+        controller,
+        epoch,
+        topic_names,
+        deleting,
+        isr_changes,
+        cluster,
+    ) = await asyncio.gather(
+        _children(zk, BrokerIdsZNode.path()),
+        _get_or_none(zk, ControllerZNode.path()),
+        _get_or_none(zk, ControllerEpochZNode.path()),
+        _children(zk, TopicsZNode.path()),
+        _children(zk, DeleteTopicsZNode.path()),
+        _children(zk, IsrChangeNotificationZNode.path()),
+        _get_or_none(zk, ClusterIdZNode.path()),
+    )
+    ids = sorted(int(c) for c in broker_ids if c.isdigit())
+    topic_names = sorted(topic_names)
+    level2 = await zk.get_many(
+        [BrokerIdZNode.path(i) for i in ids]
+        + [TopicZNode.path(t) for t in topic_names]
+        + [TopicConfigZNode.path(t) for t in topic_names]
+    )
+    registrations: dict[int, BrokerRow] = {}
+    for broker_id, got in zip(ids, level2[: len(ids)], strict=True):
+        if isinstance(got, ZkError):
+            continue  # gone between the two reads: dead
+        try:
+            info = BrokerIdZNode.decode(broker_id, got[0], got[1].czxid)
+        except InvalidZNodeDataError:
+            registrations[broker_id] = BrokerRow(id=broker_id, alive=True)
+            continue
+        registrations[broker_id] = BrokerRow(
+            id=broker_id,
+            alive=True,
+            rack=info.rack,
+            listeners=_endpoints(info),
+            broker_epoch=info.broker_epoch,
+        )
+    assignments = level2[len(ids) : len(ids) + len(topic_names)]
+    config_reads = level2[len(ids) + len(topic_names) :]
+    topics: dict[str, tuple[str | None, list[RawPartition]]] = {}
+    configs: dict[str, dict[str, str]] = {}
+    keys: list[tuple[str, int]] = []
+    for name, got, config in zip(topic_names, assignments, config_reads, strict=True):
+        if isinstance(got, ZkError):
+            continue  # deleted between the reads
+        try:
+            assignment = TopicZNode.decode(name, got[0], got[1].version)
+        except InvalidZNodeDataError as e:
+            log.warning("skipping topic %s: %s", name, e)
+            continue
+        topics[name] = (
+            assignment.topic_id,
+            [
+                RawPartition(p, a.replicas, a.adding_replicas, a.removing_replicas)
+                for p, a in assignment.partitions.items()
+            ],
+        )
+        keys.extend((name, p) for p in assignment.partitions)
+        if not isinstance(config, ZkError):
+            with contextlib.suppress(InvalidZNodeDataError):
+                configs[name] = dict(TopicConfigZNode.decode(config[0], config[1].version).config)
+    states = await zk.get_many([TopicPartitionStateZNode.path(t, p) for t, p in keys])
+    by_key: dict[tuple[str, int], Any] = {}
+    for key, got in zip(keys, states, strict=True):
+        if isinstance(got, ZkError):
+            continue  # no state yet: offline
+        try:
+            by_key[key] = TopicPartitionStateZNode.decode(got[0], got[1].version)
+        except InvalidZNodeDataError:
+            continue  # undecodable counts as offline, as `odradek cluster status` counts it
+    for name, (_topic_id, raws) in topics.items():
+        for index, raw in enumerate(raws):
+            state = by_key.get((name, raw.partition))
+            if state is not None:
+                raws[index] = RawPartition(
+                    raw.partition,
+                    raw.replicas,
+                    raw.adding_replicas,
+                    raw.removing_replicas,
+                    state.leader,
+                    state.leader_epoch,
+                    tuple(state.isr),
+                )
+    controller_id = (
+        ControllerZNode.decode(controller[0], controller[1].version).broker_id
+        if controller
+        else None
+    )
+    controller_epoch = (
+        ControllerEpochZNode.decode(epoch[0], epoch[1].version).epoch if epoch else None
+    )
+    cluster_id = None
+    if cluster is not None:
+        with contextlib.suppress(InvalidZNodeDataError):
+            cluster_id = ClusterIdZNode.decode(cluster[0], cluster[1].version).id
+    return build_snapshot(
+        registrations=registrations,
+        known_broker_ids=known_broker_ids,
+        controller_id=controller_id,
+        controller_epoch=controller_epoch,
+        topics=topics,
+        topic_configs=configs,
+        deleting=deleting,
+        default_min_insync_replicas=default_min_insync_replicas,
+        pending_isr_change_notifications=len(isr_changes),
+        cluster_id=cluster_id,
+        read_ms=(time.perf_counter() - started) * 1000,
+    )
+
+
+class ZkView:
+    """The latest snapshot and its refreshes (see the module docstring). Loop-thread only."""
+
+    def __init__(
+        self,
+        connect: str,
+        known_broker_ids: Iterable[int] = (),
+        max_age_s: float = DEFAULT_MAX_AGE_S,
+        session_timeout_s: float = 10.0,
+    ) -> None:
+        self.connect = connect
+        self.known_broker_ids = tuple(known_broker_ids)
+        self.max_age_s = max_age_s
+        self.default_min_insync_replicas = 1
+        self.last_error: str | None = None
+        self._zk = ZkClient(
+            connect, session_timeout_s=session_timeout_s, connection_loss_retry_s=5.0
+        )
+        self._snapshot: ClusterSnapshot | None = None
+        # Leader, epoch and ISR changes seen between consecutive snapshots, oldest first: the
+        # history a watcher sees while the console is open (elections, ISR shrinks and growth).
+        self.changes: deque[PartitionChange] = deque(maxlen=CHANGES_KEPT)
+        self._refreshing: asyncio.Task[ClusterSnapshot] | None = None
+
+    async def start(self, timeout: float = 15.0) -> None:
+        await self._zk.start(timeout=timeout)
+
+    async def close(self) -> None:
+        if self._refreshing is not None:
+            self._refreshing.cancel()
+            with contextlib.suppress(BaseException):
+                await self._refreshing
+        await self._zk.close()
+
+    async def refresh(self) -> ClusterSnapshot:
+        """A fresh snapshot, waited for (joins a refresh already under way)."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.create_task(self._read())
+        return await asyncio.shield(self._refreshing)
+
+    async def current(self) -> ClusterSnapshot:
+        """The snapshot in hand, starting a background refresh when it is stale; the first call
+        waits for one."""
+        snapshot = self._snapshot
+        if snapshot is None:
+            return await self.refresh()
+        # On a big cluster, read at most a fifth of the time: a snapshot that took 400 ms is
+        # refreshed at most every 2 s, whatever `max_age_s` says.
+        max_age = max(self.max_age_s, 5 * snapshot.read_ms / 1000)
+        if time.time() - snapshot.taken_at > max_age and (
+            self._refreshing is None or self._refreshing.done()
+        ):
+            self._refreshing = asyncio.create_task(self._read())
+        return snapshot
+
+    async def _read(self) -> ClusterSnapshot:
+        try:
+            snapshot = await read_snapshot(
+                self._zk, self.known_broker_ids, self.default_min_insync_replicas
+            )
+        except (ZkError, OSError) as e:
+            self.last_error = f"ZooKeeper: {e}"
+            log.warning("reading ZooKeeper failed: %s", e)
+            if self._snapshot is None:
+                raise
+            return self._snapshot
+        self.last_error = None
+        if self._snapshot is not None:
+            self.changes.extend(diff_snapshots(self._snapshot, snapshot))
+        self._snapshot = snapshot
+        return snapshot
+
+    def recent_changes(self, topic: str | None = None, limit: int = 20) -> list[PartitionChange]:
+        """The latest changes seen (of one topic, or all), newest first."""
+        found = []
+        for change in reversed(self.changes):
+            if topic is None or change.topic == topic:
+                found.append(change)
+                if len(found) >= limit:
+                    break
+        return found
