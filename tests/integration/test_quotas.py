@@ -43,12 +43,9 @@ from odradek.protocol.codec import request_class
 from odradek.security.api_acls import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from odradek.testing import LocalCluster
 from odradek.testing.secure import ADMIN, CLIENT
-from odradek.zk.client import ZkClient
-from odradek.zk.znodes import BrokerConfigZNode, ConfigChangeNotificationSequenceZNode
 from tests.fixtures.cluster import wait_until
 from tests.fixtures.secure import SecureEnv
 from tests.integration._clients import create_topic, unique_topic
-from tests.integration._controller import zk_call
 from tests.integration._kafka import kafka_available, kafka_libs
 from tests.integration._replication import zk_partition_state
 from tests.integration._secure_clients import create_topic as create_secure_topic
@@ -421,25 +418,31 @@ def test_kafka_config_command_alters_and_describes_quotas(cluster3: LocalCluster
     ), kafkas.stderr
 
 
-def _set_broker_configs(cluster: LocalCluster, configs: dict[int, dict[str, str]]) -> None:
-    """Dynamic broker configs straight into `/config/brokers/<id>`, announced as
-    kafka-configs.sh does (the BROKER resource of AlterConfigs is another component's)."""
-
-    async def write(zk: ZkClient) -> None:
-        for broker_id, config in configs.items():
-            path = BrokerConfigZNode.path(broker_id)
-            data = BrokerConfigZNode.encode(config)
-            if await zk.exists(path) is None:
-                await zk.create(path, data, makepath=True)
-            else:
-                await zk.set(path, data)
-            await zk.create(
-                ConfigChangeNotificationSequenceZNode.path(),
-                ConfigChangeNotificationSequenceZNode.encode("brokers", str(broker_id)),
-                sequence=True,
-            )
-
-    zk_call(cluster, write)
+def _set_broker_configs(bootstrap: str, configs: dict[int, dict[str, str | None]]) -> None:
+    """Dynamic broker configs through IncrementalAlterConfigs on BROKER resources (None: delete),
+    as `kafka-configs.sh --entity-type brokers` and `kafka-reassign-partitions.sh --throttle`
+    set them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resources = [
+        ConfigResource(
+            ResourceType.BROKER,
+            str(broker_id),
+            incremental_configs=[
+                ConfigEntry(
+                    name,
+                    value,
+                    incremental_operation=AlterConfigOpType.SET
+                    if value is not None
+                    else AlterConfigOpType.DELETE,
+                )
+                for name, value in config.items()
+            ],
+        )
+        for broker_id, config in configs.items()
+    ]
+    for resource in resources:  # librdkafka: one BROKER resource per call
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(timeout=30)
 
 
 def test_replication_throttle_bounds_a_reassignment(cluster3: LocalCluster) -> None:
@@ -476,12 +479,12 @@ def test_replication_throttle_bounds_a_reassignment(cluster3: LocalCluster) -> N
     )
     admin.incremental_alter_configs([resource])[resource].result(timeout=30)
     rate = 200 * 1024
-    throttles = {
+    throttles: dict[str, str | None] = {
         "leader.replication.throttled.rate": str(rate),
         "follower.replication.throttled.rate": str(rate),
     }
     marks = {b.id: _log_mark(b.log) for b in cluster3.brokers}
-    _set_broker_configs(cluster3, {source: throttles, target: throttles})
+    _set_broker_configs(bootstrap, {source: throttles, target: throttles})
     try:
         for broker_id in (source, target):
             broker = cluster3.broker(broker_id)
@@ -511,7 +514,8 @@ def test_replication_throttle_bounds_a_reassignment(cluster3: LocalCluster) -> N
         least = 0.8 * (size - 1024 * 1024) / rate
         assert least <= elapsed <= 60, f"{elapsed:.1f} s for {size} bytes at {rate} B/s"
     finally:
-        _set_broker_configs(cluster3, {source: {}, target: {}})
+        cleared: dict[str, str | None] = dict.fromkeys(throttles)
+        _set_broker_configs(bootstrap, {source: cleared, target: cleared})
 
 
 def test_kafka_python_alters_and_describes_quotas(cluster3: LocalCluster) -> None:
