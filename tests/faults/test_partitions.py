@@ -316,12 +316,14 @@ def test_zookeeper_leader_paused_longer_than_session_timeout(
     lab: LabCluster, seed: int, fault_summary: list[str]
 ) -> None:
     """The ZooKeeper leader and one follower frozen (SIGSTOP) for three session timeouts. When
-    they resume they still form a quorum, and the leader's session tracker, which saw no
+    they resume they usually still form a quorum, and the leader's session tracker, which saw no
     heartbeat while frozen, expires every broker's session: that is ZooKeeper's behaviour, and
     Kafka's brokers see the same. Each broker fences its leaderships, re-registers, a controller
     is elected again and leaders may move (found by the scenario above when its random choice
-    included the ZooKeeper leader); no acknowledged write may be lost and the cluster must
-    converge."""
+    included the ZooKeeper leader). Sometimes the sessions survive instead (the clients' pings
+    reach the resumed leader before its tracker runs), and on a loaded machine the ensemble may
+    take tens of seconds to sync again; either way no acknowledged write may be lost and the
+    cluster must converge."""
 
     def fault(context: ScenarioContext) -> None:
         ensemble = lab.cluster.ensemble
@@ -331,8 +333,9 @@ def test_zookeeper_leader_paused_longer_than_session_timeout(
         epochs_before = lab.cluster.registered_epochs()
         with ensemble.paused(leader, follower):
             time.sleep(SESSION_TIMEOUT_MS / 1000 * 3)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         epochs: dict[int, int] = {}
+        unchanged_since: float | None = None
         while time.monotonic() < deadline:
             try:  # the resumed leader may step down and the ensemble re-elect first
                 epochs = lab.cluster.registered_epochs()
@@ -341,12 +344,21 @@ def test_zookeeper_leader_paused_longer_than_session_timeout(
             if set(epochs) == set(epochs_before) and all(
                 epochs[b] != epochs_before[b] for b in epochs
             ):
-                break
+                context.notes.append(
+                    f"ZooKeeper leader {leader} and {follower} paused: every broker re-registered"
+                )
+                return
+            if epochs != epochs_before:
+                unchanged_since = None
+            elif unchanged_since is None:
+                unchanged_since = time.monotonic()
+            elif time.monotonic() - unchanged_since > SESSION_TIMEOUT_MS / 1000 + 2:
+                # Served again, every session alive past its timeout: nothing expired.
+                context.notes.append(
+                    f"ZooKeeper leader {leader} and {follower} paused: the sessions survived"
+                )
+                return
             time.sleep(0.5)
-        else:
-            raise AssertionError(f"brokers did not re-register: {epochs} after {epochs_before}")
-        context.notes.append(
-            f"ZooKeeper leader {leader} and {follower} paused: every broker re-registered"
-        )
+        raise AssertionError(f"brokers did not register again: {epochs} after {epochs_before}")
 
     _run(lab, "zookeeper-leader-paused", fault, seed, fault_summary)
