@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from odradek.cluster.fetch_session_handler import FetchSessionHandler, PartitionParams
+from odradek.cluster.replication_quota import ReplicationQuotaManager, hold_throttled
 from odradek.errors import KafkaError, NetworkError
 from odradek.network.client import PLAINTEXT_CLIENT, BrokerConnection, ClientSecurity
 from odradek.protocol.build import build
@@ -58,7 +59,6 @@ from odradek.protocol.codec import ApiKey, request_class
 
 if TYPE_CHECKING:
     from odradek.cluster.partition import Partition
-    from odradek.cluster.replication_quota import ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +333,7 @@ class ReplicaFetcher:
         partition_max_bytes = config["replica.fetch.max.bytes"]
         throttle = self.manager.throttle
         if throttle is not None and throttle.enabled:
-            states = self._unthrottled(throttle, states)
+            states = hold_throttled(throttle, states, time.monotonic() + THROTTLE_POLL_S)
         for state in states:
             topic = state.partition.topic
             if topic not in topic_ids:
@@ -420,38 +420,13 @@ class ReplicaFetcher:
                     continue
                 self._process_partition(state, item)
 
-    def _unthrottled(
-        self, throttle: ReplicationQuotaManager, states: list[FetchState]
-    ) -> list[FetchState]:
-        """The states to fetch now: throttled partitions (out of sync, listed in
-        `follower.replication.throttled.replicas`) wait while the follower throttle is over its
-        rate, polled every `THROTTLE_POLL_S`."""
-        exceeded: bool | None = None
-        kept = []
-        for state in states:
-            partition = state.partition
-            if not state.caught_up and throttle.is_throttled(partition.topic, partition.partition):
-                if exceeded is None:
-                    exceeded = throttle.is_quota_exceeded()
-                if exceeded:
-                    state.delayed_until = time.monotonic() + THROTTLE_POLL_S
-                    continue
-            kept.append(state)
-        return kept
-
     def _process_partition(self, state: FetchState, data: Any) -> None:
         partition = state.partition
         error = data.error_code
         if error == ErrorCode.none:
             records = data.records
-            throttle = self.manager.throttle
-            if (
-                records
-                and throttle is not None
-                and throttle.enabled
-                and throttle.is_throttled(partition.topic, partition.partition)
-            ):
-                throttle.record(len(records))
+            if records and self.manager.throttle is not None:
+                self.manager.throttle.record_fetched(partition.topic, partition.partition, records)
             if records:
                 try:
                     partition.log.append_as_follower(records)

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sized
+from typing import Any, Protocol, TypeVar
 
 ALL_PARTITIONS: frozenset[int] = frozenset({-1})
 """Every partition of the topic (`*`)."""
@@ -127,6 +127,11 @@ class ReplicationQuotaManager:
     def record(self, value: int) -> None:
         self._rate.record(float(value), self._clock_ms())
 
+    def record_fetched(self, topic: str, partition: int, records: Sized) -> None:
+        """A follower received `records` for a partition: counted if it is throttled."""
+        if self.bound is not None and self.is_throttled(topic, partition):
+            self.record(len(records))
+
     def is_quota_exceeded(self) -> bool:
         if self.bound is None:
             return False
@@ -134,6 +139,35 @@ class ReplicationQuotaManager:
 
     def rate(self) -> float:
         return self._rate.measure(self._clock_ms())
+
+
+class FollowerFetchState(Protocol):
+    """What `hold_throttled` needs of a replica fetcher's partition state."""
+
+    partition: Any  # .topic, .partition
+    caught_up: bool
+    delayed_until: float
+
+
+S = TypeVar("S", bound=FollowerFetchState)
+
+
+def hold_throttled(throttle: ReplicationQuotaManager, states: list[S], until: float) -> list[S]:
+    """The follower's partitions to fetch now: a throttled one (listed for this broker, not
+    caught up) waits, its state delayed `until` then, while the follower throttle is over its
+    rate."""
+    exceeded: bool | None = None
+    kept = []
+    for state in states:
+        partition = state.partition
+        if not state.caught_up and throttle.is_throttled(partition.topic, partition.partition):
+            if exceeded is None:
+                exceeded = throttle.is_quota_exceeded()
+            if exceeded:
+                state.delayed_until = until
+                continue
+        kept.append(state)
+    return kept
 
 
 class ReplicationQuotas:
