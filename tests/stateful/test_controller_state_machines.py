@@ -941,12 +941,14 @@ def test_a_leader_that_restarted_unseen_gets_a_new_epoch_at_failover(
     assert sorted(after.isr) == [2, 3]  # back in once it has caught up with the new leader
 
 
-def test_a_sole_replica_that_restarted_unseen_keeps_leading_at_a_new_epoch(
+def test_a_sole_replica_that_restarted_unseen_keeps_its_leadership_as_it_was(
     cluster: ControllerMachine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The same with no other ISR member (a one-broker cluster restarted): the epoch moves on in
-    place, and the partition never goes offline (a first attempt at this fix handled such leaders
-    as failed then started, and clients saw every partition offline for a moment)."""
+    """The same with no other ISR member (a one-broker cluster restarted): it is the only
+    possible leader, so nothing changes and the partition never goes offline (a first attempt
+    handled such leaders as failed then started, and clients saw every partition offline for a
+    moment; a second gave them a new epoch in place, and clients saw NOT_LEADER_OR_FOLLOWER
+    right after the restart)."""
     cluster.start({1, 2, 3})
     cluster.admin.create_topic("t", {0: [1], 1: [2]})
     cluster.drain()
@@ -959,14 +961,10 @@ def test_a_sole_replica_that_restarted_unseen_keeps_leading_at_a_new_epoch(
     old.queue.preempt_all_and_put(ev.Expire(), old.controller)
     standby = next(c for c in cluster.candidates if c is not old)
     cluster.drain(first=standby)
-    after = cluster.admin.partition_states()
     assert cluster.active is standby
-    assert (after[("t", 0)].leader, after[("t", 0)].isr) == (1, (1,))
-    assert after[("t", 0)].leader_epoch == before[("t", 0)].leader_epoch + 1
-    assert after[("t", 1)] == before[("t", 1)]  # broker 2 did not restart
+    assert cluster.admin.partition_states() == before
     assert standby.controller.context.partition_states[("t", 0)] is PartitionState.OnlinePartition
     transitions = [r.getMessage() for r in caplog.records if r.name == STATE_CHANGE_LOGGER_NAME]
-    assert any("t-0 from OnlinePartition to OnlinePartition" in line for line in transitions)
     assert not [line for line in transitions if "OfflinePartition" in line]
 
 

@@ -101,11 +101,14 @@ class BrokerEventHandlers(TermComponents):
         (it may serve a high watermark older than the one clients saw under that same epoch,
         from its checkpoint). Kafka's controller cannot see this at failover.
 
-        Each such partition gets a new leader epoch, in place (it never goes offline): another
-        live ISR member leads where there is one (as a controller watching at the time would
-        have done, the restarted broker rejoins the ISR once it has caught up); where the
-        restarted broker is the only live ISR member (a one-broker cluster after a restart) it
-        keeps the leadership at the new epoch."""
+        Where a live ISR member that did not restart can lead, it does, at a new leader epoch, as a controller
+        watching at the time would have done (the restarted broker rejoins the ISR once it has
+        caught up); the partition never goes offline. Where the restarted broker is the only live
+        ISR member (a one-broker cluster after a restart; every broker after a quorum loss) nothing changes: it is the only
+        possible leader, its high watermark catches up with its log end at once (the ISR is
+        itself), and a second LeaderAndIsr at a new epoch only made clients see
+        NOT_LEADER_OR_FOLLOWER for a moment after the restart (the compaction crash tests).
+        """
         context = self.context
         restarted: dict[TopicPartition, int] = {
             tp: state.leader
@@ -123,36 +126,31 @@ class BrokerEventHandlers(TermComponents):
             tp
             for tp, leader in restarted.items()
             if any(
-                r != leader and r in live and not context.is_replica_on_offline_dir(r, tp)
+                r not in brokers and r in live and not context.is_replica_on_offline_dir(r, tp)
                 for r in context.leadership[tp].isr
             )
         ]
-        in_place = [tp for tp in restarted if tp not in set(movable)]
+        if not movable:
+            return
         log.info(
             "brokers %s registered after the leaderships they hold were written, unseen by any "
-            "controller: a new leader epoch for %d partitions (%d led by another ISR member)",
+            "controller: %d partitions move to another ISR member at a new leader epoch",
             sorted(brokers),
-            len(restarted),
             len(movable),
         )
-        if movable:
-            shutting_down = set(context.shutting_down_broker_ids)
-            context.shutting_down_broker_ids |= brokers
-            try:
-                await self._psm.handle_state_changes(
-                    movable, PartitionState.OnlinePartition, ElectionStrategy.CONTROLLED_SHUTDOWN
-                )
-            finally:
-                context.shutting_down_broker_ids = shutting_down
-            # The restarted brokers learn that they follow now (the election left them out).
-            await self._rsm.handle_state_changes(
-                [PartitionReplica(tp[0], tp[1], restarted[tp]) for tp in movable],
-                ReplicaState.OnlineReplica,
-            )
-        if in_place:
+        shutting_down = set(context.shutting_down_broker_ids)
+        context.shutting_down_broker_ids |= brokers
+        try:
             await self._psm.handle_state_changes(
-                in_place, PartitionState.OnlinePartition, ElectionStrategy.CONTROLLED_SHUTDOWN
+                movable, PartitionState.OnlinePartition, ElectionStrategy.CONTROLLED_SHUTDOWN
             )
+        finally:
+            context.shutting_down_broker_ids = shutting_down
+        # The restarted brokers learn that they follow now (the election left them out).
+        await self._rsm.handle_state_changes(
+            [PartitionReplica(tp[0], tp[1], restarted[tp]) for tp in movable],
+            ReplicaState.OnlineReplica,
+        )
         self._send_batch()
 
     async def _on_broker_startup(self, new_ids: set[int]) -> None:
