@@ -320,10 +320,10 @@ def test_zookeeper_leader_paused_longer_than_session_timeout(
     heartbeat while frozen, expires every broker's session: that is ZooKeeper's behaviour, and
     Kafka's brokers see the same. Each broker fences its leaderships, re-registers, a controller
     is elected again and leaders may move (found by the scenario above when its random choice
-    included the ZooKeeper leader). Sometimes the sessions survive instead (the clients' pings
-    reach the resumed leader before its tracker runs), and on a loaded machine the ensemble may
-    take tens of seconds to sync again; either way no acknowledged write may be lost and the
-    cluster must converge."""
+    included the ZooKeeper leader). Sometimes some or all sessions survive instead (the clients'
+    pings reach the resumed leader before its tracker runs), and the ensemble may take tens of
+    seconds to sync again, or (ZooKeeper 3.8) not re-form at all until its members are
+    restarted; either way no acknowledged write may be lost and the cluster must converge."""
 
     def fault(context: ScenarioContext) -> None:
         ensemble = lab.cluster.ensemble
@@ -333,29 +333,39 @@ def test_zookeeper_leader_paused_longer_than_session_timeout(
         epochs_before = lab.cluster.registered_epochs()
         with ensemble.paused(leader, follower):
             time.sleep(SESSION_TIMEOUT_MS / 1000 * 3)
-        deadline = time.monotonic() + 180
+        resumed = time.monotonic()
+        deadline = resumed + 180
         epochs: dict[int, int] = {}
-        unchanged_since: float | None = None
+        stable: dict[int, int] = {}
+        stable_since = 0.0
+        restarted_members = False
         while time.monotonic() < deadline:
+            if not restarted_members and time.monotonic() - resumed > 60:
+                # ZooKeeper 3.8 sometimes never re-forms after this (a follower stays stuck
+                # after "Got zxid ... expected 0x1", seen here for minutes): an operator restarts
+                # the members that do not serve; what is checked is Odradek's behaviour.
+                stuck = [i for i, mode in ensemble.modes().items() if mode is None]
+                if stuck:
+                    for member in stuck:
+                        ensemble.restart(member, wait=False)
+                    context.notes.append(
+                        f"ZooKeeper members {stuck} did not serve 60 s after resuming: restarted"
+                    )
+                restarted_members = True
             try:  # the resumed leader may step down and the ensemble re-elect first
                 epochs = lab.cluster.registered_epochs()
             except OperatorError:
+                time.sleep(0.5)
                 continue
-            if set(epochs) == set(epochs_before) and all(
-                epochs[b] != epochs_before[b] for b in epochs
-            ):
+            if set(epochs) != set(epochs_before) or epochs != stable:
+                stable, stable_since = epochs, time.monotonic()
+            elif time.monotonic() - stable_since > SESSION_TIMEOUT_MS / 1000 + 2:
+                # Every broker registered, and no session expired for a session timeout: the
+                # ensemble has settled (all, some or none of the sessions expired).
+                again = sorted(b for b in epochs if epochs[b] != epochs_before[b])
                 context.notes.append(
-                    f"ZooKeeper leader {leader} and {follower} paused: every broker re-registered"
-                )
-                return
-            if epochs != epochs_before:
-                unchanged_since = None
-            elif unchanged_since is None:
-                unchanged_since = time.monotonic()
-            elif time.monotonic() - unchanged_since > SESSION_TIMEOUT_MS / 1000 + 2:
-                # Served again, every session alive past its timeout: nothing expired.
-                context.notes.append(
-                    f"ZooKeeper leader {leader} and {follower} paused: the sessions survived"
+                    f"ZooKeeper leader {leader} and {follower} paused: brokers {again} "
+                    "re-registered, the others' sessions survived"
                 )
                 return
             time.sleep(0.5)
