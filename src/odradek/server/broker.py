@@ -43,7 +43,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from odradek.cluster.fetcher import ReplicaFetcherManager
+from odradek.cluster.fetcher_manager import ReplicaFetcherManager
 from odradek.cluster.isr_writes import BatchedIsrWriter
 from odradek.cluster.replica_manager import ReplicaManager
 from odradek.controller.controller import KafkaController
