@@ -54,7 +54,7 @@ from kazoo.protocol.states import ZnodeStat
 
 from odradek.controller.context import LeaderAndIsr, TopicPartition
 from odradek.controller.controller_zk import ControllerZk
-from odradek.zk.client import WatchCallback, WatchEvent, WatchEventKind
+from odradek.zk.client import WatchCallback, WatchEvent, WatchEventKind, ZkClient
 from odradek.zk.errors import (
     BadVersionError,
     ControllerMovedError,
@@ -513,6 +513,10 @@ class FakeZkClient:
         if watch is not None:
             self.tree.add_child_watch(path, self.session_id, watch)
         return children
+
+    # The real client's, over this fake's get and get_children.
+    get_or_none = ZkClient.get_or_none
+    children_or_empty = ZkClient.children_or_empty
 
     async def exists(self, path: str, watch: WatchCallback | None = None) -> ZnodeStat | None:
         self._live()

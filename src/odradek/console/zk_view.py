@@ -35,7 +35,7 @@ from odradek.console.snapshot import (
     diff_snapshots,
 )
 from odradek.zk.client import ZkClient
-from odradek.zk.errors import InvalidZNodeDataError, NoNodeError, ZkError
+from odradek.zk.errors import InvalidZNodeDataError, ZkError
 from odradek.zk.znodes import (
     BrokerIdsZNode,
     BrokerIdZNode,
@@ -54,20 +54,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_AGE_S = 2.0
 CHANGES_KEPT = 1000
-
-
-async def _get_or_none(zk: ZkClient, path: str) -> tuple[bytes, Any] | None:
-    try:
-        return await zk.get(path)
-    except NoNodeError:
-        return None
-
-
-async def _children(zk: ZkClient, path: str) -> list[str]:
-    try:
-        return await zk.get_children(path)
-    except NoNodeError:
-        return []
 
 
 def _endpoints(info: Any) -> tuple[str, ...]:
@@ -92,13 +78,13 @@ async def read_snapshot(
         isr_changes,
         cluster,
     ) = await asyncio.gather(
-        _children(zk, BrokerIdsZNode.path()),
-        _get_or_none(zk, ControllerZNode.path()),
-        _get_or_none(zk, ControllerEpochZNode.path()),
-        _children(zk, TopicsZNode.path()),
-        _children(zk, DeleteTopicsZNode.path()),
-        _children(zk, IsrChangeNotificationZNode.path()),
-        _get_or_none(zk, ClusterIdZNode.path()),
+        zk.children_or_empty(BrokerIdsZNode.path()),
+        zk.get_or_none(ControllerZNode.path()),
+        zk.get_or_none(ControllerEpochZNode.path()),
+        zk.children_or_empty(TopicsZNode.path()),
+        zk.children_or_empty(DeleteTopicsZNode.path()),
+        zk.children_or_empty(IsrChangeNotificationZNode.path()),
+        zk.get_or_none(ClusterIdZNode.path()),
     )
     ids = sorted(int(c) for c in broker_ids if c.isdigit())
     topic_names = sorted(topic_names)

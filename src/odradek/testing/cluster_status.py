@@ -21,7 +21,7 @@ from typing import Any
 from odradek.testing.cluster_files import LocalBroker
 from odradek.testing.processes import ProcessState
 from odradek.zk.client import ZkClient
-from odradek.zk.errors import InvalidZNodeDataError, NoNodeError
+from odradek.zk.errors import InvalidZNodeDataError
 from odradek.zk.znodes import (
     BrokerIdsZNode,
     BrokerIdZNode,
@@ -48,24 +48,10 @@ async def zk_session(connect: str, timeout: float) -> Any:
         await zk.close()
 
 
-async def _get_or_none(zk: ZkClient, path: str) -> tuple[bytes, Any] | None:
-    try:
-        return await zk.get(path)
-    except NoNodeError:
-        return None
-
-
-async def _children(zk: ZkClient, path: str) -> list[str]:
-    try:
-        return await zk.get_children(path)
-    except NoNodeError:
-        return []
-
-
 async def read_registrations(zk: ZkClient) -> dict[int, Any]:
     """Broker id -> decoded `/brokers/ids/<id>` (a BrokerInfo, with the broker epoch)."""
-    ids = sorted(int(c) for c in await _children(zk, BrokerIdsZNode.path()) if c.isdigit())
-    found = await asyncio.gather(*(_get_or_none(zk, BrokerIdZNode.path(i)) for i in ids))
+    ids = sorted(int(c) for c in await zk.children_or_empty(BrokerIdsZNode.path()) if c.isdigit())
+    found = await asyncio.gather(*(zk.get_or_none(BrokerIdZNode.path(i)) for i in ids))
     return {
         broker_id: BrokerIdZNode.decode(broker_id, data, stat.czxid)
         for broker_id, got in zip(ids, found, strict=True)
@@ -76,7 +62,7 @@ async def read_registrations(zk: ZkClient) -> dict[int, Any]:
 
 async def read_controller(zk: ZkClient) -> int | None:
     """The broker id in `/controller`, or None while there is no controller."""
-    got = await _get_or_none(zk, ControllerZNode.path())
+    got = await zk.get_or_none(ControllerZNode.path())
     return ControllerZNode.decode(got[0], got[1].version).broker_id if got else None
 
 
@@ -98,14 +84,14 @@ async def read_status(connect: str, connect_timeout: float = 10.0) -> dict[str, 
     async with zk_session(connect, connect_timeout) as zk:
         registrations, controller_raw, epoch_raw, topic_names, deleting = await asyncio.gather(
             read_registrations(zk),
-            _get_or_none(zk, ControllerZNode.path()),
-            _get_or_none(zk, ControllerEpochZNode.path()),
-            _children(zk, TopicsZNode.path()),
-            _children(zk, DeleteTopicsZNode.path()),
+            zk.get_or_none(ControllerZNode.path()),
+            zk.get_or_none(ControllerEpochZNode.path()),
+            zk.children_or_empty(TopicsZNode.path()),
+            zk.children_or_empty(DeleteTopicsZNode.path()),
         )
         topic_names = sorted(topic_names)
         assignments = await asyncio.gather(
-            *(_get_or_none(zk, TopicZNode.path(t)) for t in topic_names)
+            *(zk.get_or_none(TopicZNode.path(t)) for t in topic_names)
         )
         decoded = {
             name: TopicZNode.decode(name, got[0], got[1].version)
@@ -114,7 +100,7 @@ async def read_status(connect: str, connect_timeout: float = 10.0) -> dict[str, 
         }
         keys = [(t, p) for t, a in decoded.items() for p in sorted(a.partitions)]
         states = await asyncio.gather(
-            *(_get_or_none(zk, TopicPartitionStateZNode.path(t, p)) for t, p in keys),
+            *(zk.get_or_none(TopicPartitionStateZNode.path(t, p)) for t, p in keys),
             return_exceptions=True,
         )
 

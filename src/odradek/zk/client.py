@@ -408,6 +408,20 @@ class ZkClient(ZkMulti):
             lambda: self._bridge(self._kazoo.get_children_async(path, watcher), path)
         )
 
+    async def get_or_none(self, path: str) -> tuple[bytes, ZnodeStat] | None:
+        """`get`, or None when the znode does not exist."""
+        try:
+            return await self.get(path)
+        except NoNodeError:
+            return None
+
+    async def children_or_empty(self, path: str) -> list[str]:
+        """`get_children`, or no children when the znode does not exist."""
+        try:
+            return await self.get_children(path)
+        except NoNodeError:
+            return []
+
     async def exists(self, path: str, watch: WatchCallback | None = None) -> ZnodeStat | None:
         """The znode's stat, or None. With `watch`, also fires when a missing znode is created."""
         watcher = self._watcher(watch)

@@ -104,7 +104,10 @@ class ZkLegacyOffsets:
         except NoNodeError:
             return {}
         listed = await asyncio.gather(
-            *(self._children(ConsumerOffsetZNode.topic_path(group_id, t)) for t in topics)
+            *(
+                self.zk.children_or_empty(ConsumerOffsetZNode.topic_path(group_id, t))
+                for t in topics
+            )
         )
         paths = [
             ((topic, int(name)), ConsumerOffsetZNode.path(group_id, topic, int(name)))
@@ -126,12 +129,6 @@ class ZkLegacyOffsets:
             except InvalidZNodeDataError as e:
                 log.warning("not importing an offset of group %s: %s", group_id, e)
         return offsets
-
-    async def _children(self, path: str) -> list[str]:
-        try:
-            return await self.zk.get_children(path)
-        except NoNodeError:
-            return []
 
     async def mark_imported(self, group_id: str, partition: int) -> None:
         data = json.dumps(

@@ -148,20 +148,14 @@ class ClientQuotaStore:
             log.error("ignoring %s: %s", path, e)
             return {}
 
-    async def _children(self, path: str) -> list[str]:
-        try:
-            return await self.zk.get_children(path)
-        except NoNodeError:
-            return []
-
     async def all_configs(self) -> dict[QuotaEntity, dict[str, str]]:
         """Every user, user+client and client entity's config map."""
         entities: list[QuotaEntity] = []
-        for user in await self._children(USERS):
+        for user in await self.zk.children_or_empty(USERS):
             entities.append(QuotaEntity(user=user))
-            for client in await self._children(f"{USERS}/{user}/clients"):
+            for client in await self.zk.children_or_empty(f"{USERS}/{user}/clients"):
                 entities.append(QuotaEntity(user=user, client_id=client))
-        for client in await self._children(CLIENTS):
+        for client in await self.zk.children_or_empty(CLIENTS):
             entities.append(QuotaEntity(client_id=client))
         configs = await asyncio.gather(*(self.read_config(e) for e in entities))
         return dict(zip(entities, configs, strict=True))
