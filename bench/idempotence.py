@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import importlib.util
 import json
 import os
 import re
@@ -155,51 +157,150 @@ def profile_idempotent_produce(cluster: LocalCluster, records: int, out: Path) -
     }
 
 
-def bench_throughput(cluster: LocalCluster, records: int, rounds: int) -> dict[str, Any]:
-    bootstrap = cluster.bootstrap_servers
-    pid = cluster.brokers[0].pid
-    assert pid is not None
-    topics = {mode: f"bench-idem-{mode}-{uuid.uuid4().hex[:6]}" for mode in MODES}
-    for topic in topics.values():
-        create_topic(bootstrap, topic, PARTITIONS)
-    for mode, (idempotent, in_flight) in MODES.items():  # warm-up: connections, metadata, id
-        produce(bootstrap, topics[mode], 20_000, idempotent, in_flight)
-    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
-    cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
+def bench_throughput(
+    systems: dict[str, tuple[str, int]], records: int, rounds: int
+) -> list[dict[str, Any]]:
+    """`systems`: name -> (bootstrap, broker pid); every system gets the same rounds, in turn."""
+    topics = {
+        (name, mode): f"bench-idem-{mode}-{uuid.uuid4().hex[:6]}"
+        for name in systems
+        for mode in MODES
+    }
+    for (name, _mode), topic in topics.items():
+        create_topic(systems[name][0], topic, PARTITIONS)
+    for (name, mode), topic in topics.items():  # warm-up: connections, metadata, producer id
+        produce(systems[name][0], topic, 20_000, *MODES[mode])
+    rates: dict[tuple[str, str], list[float]] = {key: [] for key in topics}
+    cpu: dict[tuple[str, str], list[float]] = {key: [] for key in topics}
     order = list(MODES)
     for round_index in range(rounds):
-        # Each mode goes first, second and last in turn, so that all see the same load.
-        for mode in order[round_index % 3 :] + order[: round_index % 3]:
-            before = cpu_seconds(pid)
-            rate = produce(bootstrap, topics[mode], records, *MODES[mode])
-            used = cpu_seconds(pid) - before
-            rates[mode].append(rate)
-            cpu[mode].append(used)
-            emit(
-                {
-                    "measure": "produce",
-                    "idempotence": mode,
-                    "round": round_index,
-                    "records_per_s": round(rate),
-                    "broker_cpu_s": round(used, 2),
-                }
-            )
-    on, off = statistics.median(rates["on"]), statistics.median(rates["off"])
-    off_5 = statistics.median(rates["off-5"])
-    cpu_on, cpu_off = statistics.median(cpu["on"]), statistics.median(cpu["off"])
-    return {
-        "measure": "produce_summary",
-        "records": records,
-        "rounds": rounds,
-        "idempotent_records_per_s": round(on),
-        "plain_records_per_s": round(off),
-        "plain_5_in_flight_records_per_s": round(off_5),
-        "throughput_cost": round(1 - on / off, 3),
-        "throughput_cost_same_in_flight": round(1 - on / off_5, 3),
-        "idempotent_broker_cpu_s": round(cpu_on, 2),
-        "plain_broker_cpu_s": round(cpu_off, 2),
-        "broker_cpu_cost": round(cpu_on / cpu_off - 1, 3) if cpu_off else None,
+        for name, (bootstrap, pid) in systems.items():
+            # Each mode goes first, second and last in turn, so that all see the same load.
+            for mode in order[round_index % 3 :] + order[: round_index % 3]:
+                before = cpu_seconds(pid)
+                rate = produce(bootstrap, topics[name, mode], records, *MODES[mode])
+                used = cpu_seconds(pid) - before
+                rates[name, mode].append(rate)
+                cpu[name, mode].append(used)
+                emit(
+                    {
+                        "measure": "produce",
+                        "system": name,
+                        "idempotence": mode,
+                        "round": round_index,
+                        "records_per_s": round(rate),
+                        "broker_cpu_s": round(used, 2),
+                    }
+                )
+    summaries = []
+    for name in systems:
+        on, off = statistics.median(rates[name, "on"]), statistics.median(rates[name, "off"])
+        off_5 = statistics.median(rates[name, "off-5"])
+        cpu_on, cpu_off = statistics.median(cpu[name, "on"]), statistics.median(cpu[name, "off"])
+        summaries.append(
+            {
+                "measure": "produce_summary",
+                "system": name,
+                "records": records,
+                "rounds": rounds,
+                "idempotent_records_per_s": round(on),
+                "plain_records_per_s": round(off),
+                "plain_5_in_flight_records_per_s": round(off_5),
+                "throughput_cost": round(1 - on / off, 3),
+                "throughput_cost_same_in_flight": round(1 - on / off_5, 3),
+                "idempotent_broker_cpu_s": round(cpu_on, 2),
+                "plain_broker_cpu_s": round(cpu_off, 2),
+                "broker_cpu_cost": round(cpu_on / cpu_off - 1, 3) if cpu_off else None,
+            }
+        )
+    return summaries
+
+
+JAVA_PRODUCER_TOTAL = re.compile(r"^(\d+) records sent, ([\d.]+) records/sec")
+
+
+def produce_java(bootstrap: str, topic: str, records: int, idempotent: bool) -> float:
+    """Kafka 3.9.1's ProducerPerformance (the Java client in a fresh JVM; its rate counts from
+    its first send, so the JVM's start-up is not in it): 100-byte records, acks=all, linger 5 ms,
+    and `enable.idempotence` on or off -- the Java client's default is on."""
+    libs = kafka_libs()
+    argv = [
+        "java", "-cp", f"{libs}/*:{libs.parent / 'tools'}/*",
+        "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+        "--num-records", str(records), "--record-size", "100", "--throughput", "-1",
+        "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "linger.ms=5",
+        f"enable.idempotence={'true' if idempotent else 'false'}",
+    ]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    last = (result.stdout.strip().splitlines() or [""])[-1]
+    match = JAVA_PRODUCER_TOTAL.match(last)
+    if result.returncode != 0 or match is None or int(match.group(1)) != records:
+        raise RuntimeError(f"ProducerPerformance failed: {(result.stderr or last)[-300:]}")
+    return float(match.group(2))
+
+
+def bench_java_throughput(
+    systems: dict[str, tuple[str, int]], records: int, rounds: int
+) -> list[dict[str, Any]]:
+    """As `bench_throughput` with the Java client: idempotence on (its default) vs off."""
+    modes = ("on", "off")
+    topics = {
+        (name, mode): f"bench-idem-java-{mode}-{uuid.uuid4().hex[:6]}"
+        for name in systems
+        for mode in modes
     }
+    for (name, _mode), topic in topics.items():
+        create_topic(systems[name][0], topic, PARTITIONS)
+    rates: dict[tuple[str, str], list[float]] = {key: [] for key in topics}
+    for round_index in range(rounds):
+        for name, (bootstrap, _pid) in systems.items():
+            for mode in modes if round_index % 2 == 0 else modes[::-1]:
+                rate = produce_java(bootstrap, topics[name, mode], records, mode == "on")
+                rates[name, mode].append(rate)
+                emit(
+                    {
+                        "measure": "produce_java",
+                        "system": name,
+                        "idempotence": mode,
+                        "round": round_index,
+                        "records_per_s": round(rate),
+                    }
+                )
+    summaries = []
+    for name in systems:
+        on, off = statistics.median(rates[name, "on"]), statistics.median(rates[name, "off"])
+        summaries.append(
+            {
+                "measure": "produce_java_summary",
+                "system": name,
+                "records": records,
+                "rounds": rounds,
+                "idempotent_records_per_s": round(on),
+                "plain_records_per_s": round(off),
+                "throughput_cost": round(1 - on / off, 3),
+            }
+        )
+    return summaries
+
+
+def kafka_libs() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return Path(os.environ.get("ODRADEK_KAFKA_LIBS", cache / "odradek/kafka-3.9.1/libs"))
+
+
+def start_kafka(work: Path) -> Any:
+    """A one-broker Kafka 3.9.1 with its own ZooKeeper, as `bench/peers.py` runs it."""
+    spec = importlib.util.spec_from_file_location("peers", Path(__file__).with_name("peers.py"))
+    assert spec is not None and spec.loader is not None
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+    kafka = peers.Kafka(work, argparse.Namespace())
+    try:
+        kafka.start()
+    except BaseException:
+        kafka.stop()
+        raise
+    return kafka
 
 
 # -- append (in process) -------------------------------------------------------------------------
@@ -402,6 +503,16 @@ def main() -> None:
         metavar="FILE",
         help="also profile the broker under an idempotent producer with py-spy (stacks to FILE)",
     )
+    parser.add_argument(
+        "--kafka",
+        action="store_true",
+        help="also measure a Kafka 3.9.1 broker (the jars of ./dev kafka) in the same rounds",
+    )
+    parser.add_argument(
+        "--java",
+        action="store_true",
+        help="also measure Kafka 3.9.1's Java client (ProducerPerformance), idempotence on vs off",
+    )
     parser.add_argument("--appends", type=int, default=20_000)
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--rounds", type=int, default=3)
@@ -417,11 +528,21 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="odradek-bench-idem-") as directory:
         cluster = LocalCluster.up(Path(directory), 1, timeout=120)
+        stack = contextlib.ExitStack()
         try:
             if args.only in (None, "throughput"):
-                result = bench_throughput(cluster, args.records, args.rounds)
-                emit(result)
-                summary.append(result)
+                systems = {"odradek": (cluster.bootstrap_servers, cluster.brokers[0].pid or 0)}
+                if args.kafka:
+                    kafka = start_kafka(Path(directory))
+                    stack.callback(kafka.stop)
+                    systems["kafka"] = (kafka.bootstrap, kafka.pid)
+                for result in bench_throughput(systems, args.records, args.rounds):
+                    emit(result)
+                    summary.append(result)
+                if args.java:
+                    for result in bench_java_throughput(systems, args.records, args.rounds):
+                        emit(result)
+                        summary.append(result)
             if args.py_spy is not None:
                 result = profile_idempotent_produce(cluster, 4 * args.records, args.py_spy)
                 emit(result)
@@ -431,6 +552,7 @@ def main() -> None:
                     emit(result)
                     summary.append(result)
         finally:
+            stack.close()
             cluster.down(timeout=60)
             cluster.kill_all()
     emit({"summary": summary})
