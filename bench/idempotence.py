@@ -252,11 +252,15 @@ def bench_java_throughput(
     for (name, _mode), topic in topics.items():
         create_topic(systems[name][0], topic, PARTITIONS)
     rates: dict[tuple[str, str], list[float]] = {key: [] for key in topics}
+    cpu: dict[tuple[str, str], list[float]] = {key: [] for key in topics}
     for round_index in range(rounds):
-        for name, (bootstrap, _pid) in systems.items():
+        for name, (bootstrap, pid) in systems.items():
             for mode in modes if round_index % 2 == 0 else modes[::-1]:
+                before = cpu_seconds(pid)
                 rate = produce_java(bootstrap, topics[name, mode], records, mode == "on")
+                used = cpu_seconds(pid) - before
                 rates[name, mode].append(rate)
+                cpu[name, mode].append(used)
                 emit(
                     {
                         "measure": "produce_java",
@@ -264,6 +268,7 @@ def bench_java_throughput(
                         "idempotence": mode,
                         "round": round_index,
                         "records_per_s": round(rate),
+                        "broker_cpu_s": round(used, 2),
                     }
                 )
     summaries = []
@@ -278,6 +283,8 @@ def bench_java_throughput(
                 "idempotent_records_per_s": round(on),
                 "plain_records_per_s": round(off),
                 "throughput_cost": round(1 - on / off, 3),
+                "idempotent_broker_cpu_s": round(statistics.median(cpu[name, "on"]), 2),
+                "plain_broker_cpu_s": round(statistics.median(cpu[name, "off"]), 2),
             }
         )
     return summaries
@@ -496,7 +503,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", choices=["throughput", "append", "rebuild"])
+    parser.add_argument("--only", choices=["throughput", "java", "append", "rebuild"])
     parser.add_argument(
         "--py-spy",
         type=Path,
@@ -530,16 +537,17 @@ def main() -> None:
         cluster = LocalCluster.up(Path(directory), 1, timeout=120)
         stack = contextlib.ExitStack()
         try:
-            if args.only in (None, "throughput"):
+            if args.only in (None, "throughput", "java"):
                 systems = {"odradek": (cluster.bootstrap_servers, cluster.brokers[0].pid or 0)}
                 if args.kafka:
                     kafka = start_kafka(Path(directory))
                     stack.callback(kafka.stop)
                     systems["kafka"] = (kafka.bootstrap, kafka.pid)
-                for result in bench_throughput(systems, args.records, args.rounds):
-                    emit(result)
-                    summary.append(result)
-                if args.java:
+                if args.only != "java":
+                    for result in bench_throughput(systems, args.records, args.rounds):
+                        emit(result)
+                        summary.append(result)
+                if args.java or args.only == "java":
                     for result in bench_java_throughput(systems, args.records, args.rounds):
                         emit(result)
                         summary.append(result)
