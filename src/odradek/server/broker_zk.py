@@ -131,7 +131,12 @@ class BrokerZk:
         ]
         data = BrokerIdZNode.encode(endpoints, rack=self.config["broker.rack"])
         path = BrokerIdZNode.path(self.broker_id)
-        deadline = time.monotonic() + self.config["zookeeper.session.timeout.ms"] / 1000 + 5
+        # An earlier incarnation's registration goes when its session expires: within a session
+        # timeout of ZooKeeper serving. While ZooKeeper does not serve (our session suspended, a
+        # quorum lost) no session expires, and a new quorum leader gives every session a fresh
+        # timeout, so only the time we are connected counts towards giving up.
+        patience = self.config["zookeeper.session.timeout.ms"] / 1000 + 5
+        waited = 0.0
         while True:
             try:
                 await self._zk.create(path, data, ephemeral=True)
@@ -144,11 +149,16 @@ class BrokerZk:
                     continue  # the old registration expired just now: create again
                 if stat.ephemeralOwner == self._zk.session_id:
                     break
-                if time.monotonic() > deadline:
+                if waited > patience:
                     raise OperatorError(
                         f"broker.id {self.broker_id} is already registered in ZooKeeper by another broker"
                     ) from None
+                started = time.monotonic()
                 await asyncio.sleep(0.5)
+                if self._zk.connected:
+                    waited += time.monotonic() - started
+                else:
+                    waited = 0.0  # the old session's timeout starts again once ZooKeeper serves
         _, stat = await self._zk.get(path)
         self.broker_epoch = stat.czxid
         self.registered.set()
