@@ -22,73 +22,25 @@ Concurrency: event-loop thread only.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
-
-from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 from odradek.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from odradek.coordinator.transaction.state_manager import AppendResult
-from odradek.errors import KafkaError, NotLeaderOrFollowerError, TopicAlreadyExistsError
-from odradek.log.producer_state import AppendOrigin
-from odradek.zk.errors import ZkError
+from odradek.server.internal_topic import InternalTopicCreator, ReplicaManagerInternalLog
 
 if TYPE_CHECKING:
-    from odradek.cluster.replica_manager import ProduceResult, ReplicaManager
-    from odradek.server.admin.manager import AdminManager
+    from odradek.cluster.replica_manager import ReplicaManager
     from odradek.server.config import KafkaConfig
     from odradek.server.metadata_cache import MetadataCache
 
-log = logging.getLogger(__name__)
 
-WARN_INTERVAL_S = 30.0
-
-
-def _append_result(result: ProduceResult) -> AppendResult:
-    if result.error is not None:
-        return AppendResult(ErrorCode(result.error.code))
-    return AppendResult(ErrorCode.none, result.base_offset)
-
-
-class ReplicaManagerTransactionLog:
+class ReplicaManagerTransactionLog(ReplicaManagerInternalLog[AppendResult]):
     """`state_manager.TransactionLog` over the replica manager's `__transaction_state`."""
 
     def __init__(self, replica_manager: Callable[[], ReplicaManager]) -> None:
-        self._replica_manager = replica_manager
-
-    def append(
-        self, partition: int, records: bytes, required_acks: int, timeout_ms: int
-    ) -> AppendResult | Awaitable[AppendResult]:
-        key = (TRANSACTION_STATE_TOPIC, partition)
-        results = self._replica_manager().append_records(
-            {key: records}, required_acks, timeout_ms, origin=AppendOrigin.COORDINATOR
-        )
-        if isinstance(results, dict):
-            return _append_result(results[key])
-
-        async def wait() -> AppendResult:
-            return _append_result((await results)[key])
-
-        return wait()
-
-    def _log(self, partition: int) -> Any:
-        hosted = self._replica_manager().get_partition(TRANSACTION_STATE_TOPIC, partition)
-        if hosted is None or hosted.log is None or not hosted.is_leader:
-            raise NotLeaderOrFollowerError(f"{TRANSACTION_STATE_TOPIC}-{partition} is not led here")
-        return hosted.log
-
-    def read(self, partition: int, offset: int, max_bytes: int) -> bytes:
-        return bytes(self._log(partition).read(offset, max_bytes, None, True))
-
-    def log_start_offset(self, partition: int) -> int:
-        return int(self._log(partition).log_start_offset)
-
-    def log_end_offset(self, partition: int) -> int:
-        return int(self._log(partition).log_end_offset)
+        super().__init__(TRANSACTION_STATE_TOPIC, replica_manager, AppendResult)
 
 
 class CacheMarkerMetadata:
@@ -110,37 +62,15 @@ class CacheMarkerMetadata:
         return bool(self.cache.contains_topic(topic))
 
 
-class TransactionTopicCreator:
+class TransactionTopicCreator(InternalTopicCreator):
     """Creates `__transaction_state` on first use (module docstring); one attempt at a time."""
 
-    def __init__(self, config: KafkaConfig, admin: AdminManager, alive_brokers: Any) -> None:
-        self.config = config
-        self.admin = admin
-        self._alive_brokers = alive_brokers
-        self._creating: asyncio.Task[None] | None = None
-        self._warned_at = -WARN_INTERVAL_S
+    topic = TRANSACTION_STATE_TOPIC
+    partitions_setting = "transaction.state.log.num.partitions"
+    replication_setting = "transaction.state.log.replication.factor"
 
-    def ensure(self) -> None:
-        if self._creating is not None and not self._creating.done():
-            return
-        replication = self.config["transaction.state.log.replication.factor"]
-        alive = len(list(self._alive_brokers()))
-        if alive < replication:
-            now = time.monotonic()
-            if now - self._warned_at >= WARN_INTERVAL_S:
-                self._warned_at = now
-                log.error(
-                    "not creating %s: %d brokers are alive, "
-                    "transaction.state.log.replication.factor is %d",
-                    TRANSACTION_STATE_TOPIC,
-                    alive,
-                    replication,
-                )
-            return
-        self._creating = asyncio.get_running_loop().create_task(self._create(replication))
-
-    async def _create(self, replication: int) -> None:
-        configs = {
+    def topic_configs(self, replication: int) -> dict[str, str]:
+        return {
             "cleanup.policy": "compact",
             "unclean.leader.election.enable": "false",
             "min.insync.replicas": str(
@@ -148,24 +78,6 @@ class TransactionTopicCreator:
             ),
             "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
         }
-        try:
-            creation = await self.admin.prepare_topic(
-                TRANSACTION_STATE_TOPIC,
-                self.config["transaction.state.log.num.partitions"],
-                replication,
-                None,
-                configs,
-            )
-            await self.admin.create_topic(creation)
-            log.info("created %s", TRANSACTION_STATE_TOPIC)
-        except TopicAlreadyExistsError:
-            pass
-        except (KafkaError, ZkError) as e:
-            log.warning(
-                "creating %s failed (%s); the next FindCoordinator retries",
-                TRANSACTION_STATE_TOPIC,
-                e,
-            )
 
 
 def on_leadership_change(
