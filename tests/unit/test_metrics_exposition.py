@@ -167,7 +167,9 @@ def test_exporter_serves_the_snapshot_over_http() -> None:
 
     async def run() -> str:
         exporter = MetricsExporter(
-            "127.0.0.1", 0, lambda names: collect(broker, RequestMetrics(), names)
+            "127.0.0.1",
+            0,
+            lambda names, replicas: collect(broker, RequestMetrics(), names, replicas),
         )
         exporter.start()
         try:
@@ -200,7 +202,7 @@ def test_a_scrape_with_name_parameters_gets_only_those_samples() -> None:
     broker = _fake_broker()
     asked: list[object] = []
 
-    def snapshot(names: object) -> list:  # type: ignore[type-arg]
+    def snapshot(names: object, replicas: object) -> list:  # type: ignore[type-arg]
         asked.append(names)
         return collect(broker, RequestMetrics(), names)  # type: ignore[arg-type]
 

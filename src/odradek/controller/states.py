@@ -64,6 +64,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from odradek.controller.state_change_history import StateChangeHistory
+
 STATE_CHANGE_LOGGER_NAME = "state.change"
 STATE_CHANGE_LOG_FILE_NAME = "state-change.log"
 
@@ -222,13 +224,21 @@ class StateChangeLogger:
     """Writes the controller's state-change log through the `state.change` Python logger.
 
     Applied transitions are logged at INFO, refused ones at ERROR (Kafka logs a refused transition as
-    an error: it means the controller's cache and its callbacks disagree). Called only from the
-    controller's event task; the logging module's own locking makes it safe from anywhere else too.
+    an error: it means the controller's cache and its callbacks disagree). Applied transitions are
+    also kept, whatever the log level, in `history` (recent entries per partition, in memory, which
+    the broker serves to consoles as `/state-changes`). Called only from the controller's event
+    task (the history is loop-thread only).
     """
 
-    def __init__(self, controller_id: int, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        controller_id: int,
+        logger: logging.Logger | None = None,
+        history: StateChangeHistory | None = None,
+    ) -> None:
         self.controller_id = controller_id
         self.logger = logger if logger is not None else logging.getLogger(STATE_CHANGE_LOGGER_NAME)
+        self.history = history if history is not None else StateChangeHistory()
 
     def partition_transition(
         self,
@@ -243,6 +253,18 @@ class StateChangeLogger:
         leader_epoch: int | None = None,
     ) -> None:
         """Log an applied partition transition, with the leader and ISR it produced if any."""
+        self.history.record(
+            self.controller_id,
+            controller_epoch,
+            topic,
+            partition,
+            None,
+            from_state,
+            to_state,
+            leader=leader,
+            leader_epoch=leader_epoch,
+            isr=isr,
+        )
         if self.logger.isEnabledFor(logging.INFO):
             self.logger.info(
                 format_transition(
@@ -267,6 +289,9 @@ class StateChangeLogger:
         to_state: ReplicaState,
     ) -> None:
         """Log an applied replica transition."""
+        self.history.record(
+            self.controller_id, controller_epoch, topic, partition, replica, from_state, to_state
+        )
         if self.logger.isEnabledFor(logging.INFO):
             self.logger.info(
                 format_transition(

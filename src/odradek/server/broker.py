@@ -88,6 +88,7 @@ from odradek.server.listeners import (
 from odradek.server.log_dir_failure import LogDirFailureHandler
 from odradek.server.metadata_cache import MetadataCache
 from odradek.server.metrics.exporter import MetricsExporter, parse_metrics_listener
+from odradek.server.metrics.json_endpoints import broker_json_endpoints
 from odradek.server.metrics.request_metrics import RequestMetrics
 from odradek.server.metrics.snapshot import collect as collect_metrics
 from odradek.server.offsets_topic import OffsetsTopicCreator, ReplicaManagerOffsetsLog
@@ -322,7 +323,10 @@ class Broker(BrokerZk):
         if config["metrics.listener"]:
             host, port = parse_metrics_listener(config["metrics.listener"])
             self.metrics_exporter = MetricsExporter(
-                host, port, lambda names: collect_metrics(self, self.request_metrics, names)
+                host,
+                port,
+                lambda names, replicas: collect_metrics(self, self.request_metrics, names, replicas),
+                broker_json_endpoints(self),
             )
             self.metrics_exporter.start()
         self.started = True

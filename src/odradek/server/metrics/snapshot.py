@@ -17,6 +17,7 @@ from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric, UnknownMetricFamily
 
+from odradek.server.metrics.filters import ReplicaFilter
 from odradek.server.metrics.names import jmx_metric_name, request_name
 from odradek.server.metrics.request_metrics import RequestMetrics
 
@@ -73,29 +74,46 @@ LOG_PREFIX = "kafka_log_log_"
 
 
 def collect(
-    broker: Any, request_metrics: RequestMetrics, names: Collection[str] | None = None
+    broker: Any,
+    request_metrics: RequestMetrics,
+    names: Collection[str] | None = None,
+    replicas: ReplicaFilter | None = None,
 ) -> list[Metric]:
     """All families of `broker` now, or only the samples named in `names` (a scrape with
-    Prometheus' `name[]` parameters). Call on the broker's event loop thread.
+    Prometheus' `name[]` parameters), and with `replicas` (`topic=`, `partition=`; see `filters`)
+    only the samples of that topic among those with a `topic` label. Call on the broker's event
+    loop thread.
 
-    With `names`, the one part that grows with the partition count -- every hosted replica's
-    `kafka_log_log_*` gauges -- is not even built unless one of them is asked for: a scrape of
-    the few totals a dashboard or the console's overview needs costs a broker hosting 10,000
+    The one part that grows with the partition count -- every hosted replica's `kafka_log_log_*`
+    gauges -- is not even built unless one of them is asked for (`names`), and with `replicas`
+    it is built only for those replicas: a scrape of the few totals a dashboard or the console's
+    overview needs, or of one page of one topic's replicas, costs a broker hosting 10,000
     replicas next to nothing, where the whole text costs it tens of milliseconds."""
     logs = names is None or any(n.startswith(LOG_PREFIX) for n in names)
     families: list[Metric] = []
     families.extend(_broker_topic_metrics(broker))
     families.extend(_request_metrics(request_metrics))
-    families.extend(_replica_manager(broker, logs))
+    families.extend(_replica_manager(broker, logs, replicas))
     families.extend(_controller(broker))
     families.extend(_group_coordinator(broker))
     families.extend(_network(broker))
     families.extend(_zookeeper(broker))
+    if replicas is not None:
+        for family in families:
+            family.samples = [s for s in family.samples if _kept(s.labels, replicas)]
     if names is None:
         return families
     wanted = set(names)
     restricted = (family._restricted_metric(wanted) for family in families)
     return [family for family in restricted if family is not None]
+
+
+def _kept(labels: dict[str, str], replicas: ReplicaFilter) -> bool:
+    topic = labels.get("topic")
+    if topic is None:
+        return True
+    partition = labels.get("partition")
+    return replicas.matches(topic, int(partition) if partition is not None else None)
 
 
 def _broker_topic_metrics(broker: Any) -> Iterator[Metric]:
@@ -149,7 +167,9 @@ def _request_metrics(request_metrics: RequestMetrics) -> Iterator[Metric]:
     yield total_max
 
 
-def _replica_manager(broker: Any, logs: bool = True) -> Iterator[Metric]:
+def _replica_manager(
+    broker: Any, logs: bool = True, replicas: ReplicaFilter | None = None
+) -> Iterator[Metric]:
     replica_manager = broker.replica_manager
     if replica_manager is None:
         return
@@ -225,7 +245,7 @@ def _replica_manager(broker: Any, logs: bool = True) -> Iterator[Metric]:
         "a hosted partition's log start offset",
         ["topic", "partition"],
     )
-    for p in sorted(partitions, key=lambda p: (p.topic, p.partition)):
+    for p in _hosted_replicas(replica_manager.partitions, replicas):
         labels = [p.topic, str(p.partition)]
         size.add_metric(labels, p.log.size_in_bytes)
         end.add_metric(labels, p.log_end_offset)
@@ -233,6 +253,20 @@ def _replica_manager(broker: Any, logs: bool = True) -> Iterator[Metric]:
     yield size
     yield end
     yield start
+
+
+def _hosted_replicas(hosted: dict[Any, Any], replicas: ReplicaFilter | None) -> list[Any]:
+    """The hosted partitions `replicas` names, in (topic, partition) order: looked up one by one
+    when it names fewer partitions than are hosted (a page of a topic), else picked out of all."""
+    if replicas is None:
+        chosen = list(hosted.values())
+    else:
+        count = replicas.partition_count
+        if count is not None and count <= len(hosted):
+            keys = ((replicas.topic, i) for i in replicas.partitions())
+            return [hosted[key] for key in keys if key in hosted]
+        chosen = [p for (topic, i), p in hosted.items() if replicas.matches(topic, i)]
+    return sorted(chosen, key=lambda p: (p.topic, p.partition))
 
 
 def _controller(broker: Any) -> Iterator[Metric]:
