@@ -45,7 +45,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.group_admin import EARLIEST, LATEST, GroupAdminClient, GroupDescription
+from odradek.admin.groups import EARLIEST, LATEST, GroupAdminClient, GroupDescription
 from odradek.cli.topics import KafkaResponseError, parse_bootstrap
 from odradek.errors import OperatorError
 

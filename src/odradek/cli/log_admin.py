@@ -30,7 +30,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.group_admin import GroupAdminClient
+from odradek.admin.groups import GroupAdminClient
 from odradek.cli.topics import KafkaResponseError, parse_bootstrap
 from odradek.errors import OperatorError
 

@@ -1,6 +1,7 @@
-"""The Kafka-protocol client behind `odradek consumer-groups`, `delete-records` and `log-dirs`.
+"""The Kafka-protocol client behind `odradek consumer-groups`, `delete-records`, `log-dirs` and
+`transactions` (and the console's transactions page).
 
-It extends the topics command's `AdminClient` with what those tools ask of a cluster, the way
+It extends `AdminClient` with what those tools ask of a cluster, the way
 Kafka's admin client asks it: groups are listed from every broker (ListGroups) and described,
 fetched, committed to and deleted through their coordinator (FindCoordinator, then DescribeGroups,
 OffsetFetch, OffsetCommit, DeleteGroups, OffsetDelete; asked again while the coordinator is
@@ -21,7 +22,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cli.topics import AdminClient, KafkaResponseError
+from odradek.admin.client import AdminClient, KafkaResponseError
 from odradek.errors import NetworkError, OperatorError
 from odradek.network.client import BrokerConnection
 from odradek.protocol.codec import ApiKey
@@ -111,7 +112,11 @@ class GroupAdminClient(AdminClient):
         host, port = brokers[broker_id]
         try:
             connection = await BrokerConnection.connect(
-                host, port, timeout=self.timeout, client_id="odradek-consumer-groups"
+                host,
+                port,
+                timeout=self.timeout,
+                client_id="odradek-consumer-groups",
+                security=self.security,  # the bootstrap connection's: --command-config
             )
         except NetworkError as e:
             raise OperatorError(str(e)) from None
