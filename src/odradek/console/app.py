@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from odradek.console import actions, pages, views
+from odradek.console import actions, controller_view, history, pages, views
 from odradek.console.assets import vendor_directory
 from odradek.console.broker_metrics import MetricsSampler
 from odradek.console.kafka_client import ConsoleError, KafkaAccess
@@ -132,6 +132,8 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/topics/{name}", pages.topic),
         Route("/topics/{name}/partitions", pages.topic_partitions),
         Route("/topics/{name}/records", pages.records),
+        Route("/topics/{name}/partitions/{partition:int}", history.partition_history),
+        Route("/controller", controller_view.controller_page),
         Route("/groups", pages.groups),
         Route("/groups/{group_id}", pages.group),
         Route("/reassignments", pages.reassignments),

@@ -6,8 +6,9 @@ last scrape is older than `interval_s` (`MetricsSampler.sample`), never in the b
 console costs the brokers nothing, a watched one a scrape per broker every few seconds, which the
 broker answers off its request path (see `odradek.server.metrics.exporter`). Each scrape names
 the samples it wants (`name[]`), so the overview's rounds cost a broker hosting 10,000 replicas
-nothing measurable; only a topic's page (or the reassignments page) asks for the per-replica
-gauges, which the broker builds per hosted replica.
+nothing measurable. A topic's page asks for the per-replica gauges of only its page of
+partitions (`topic=T&partition=0-99`, `topic_logs`), which the broker builds for those replicas
+alone; only the reassignments page still asks for every hosted replica's.
 
 From each scrape it keeps:
 
@@ -34,6 +35,8 @@ import urllib.request
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from odradek.server.metrics.filters import format_partition_ranges
 
 HISTORY = 60
 SCRAPE_TIMEOUT_S = 3.0
@@ -182,15 +185,37 @@ def _scrape(broker_id: int, url: str) -> BrokerScrape:
     return parse_scrape(broker_id, text, at)
 
 
-def scrape_url(endpoint: str, names: Iterable[str]) -> str:
-    """`endpoint` asked for only `names` (Prometheus' `name[]` parameters): the broker then
-    builds and sends only those samples (see `odradek.server.metrics.snapshot.collect`)."""
+def scrape_url(
+    endpoint: str, names: Iterable[str], topic: str | None = None, partitions: str | None = None
+) -> str:
+    """`endpoint` asked for only `names` (Prometheus' `name[]` parameters), and with `topic` only
+    that topic's samples (of `partitions`, a RANGES text like `0-99`): the broker then builds and
+    sends only those (see `odradek.server.metrics.snapshot.collect` and `filters`)."""
     query = "&".join("name[]=" + urllib.parse.quote(n) for n in names)
+    if topic is not None:
+        query += "&topic=" + urllib.parse.quote(topic)
+        if partitions:
+            query += "&partition=" + urllib.parse.quote(partitions)
     return f"{endpoint}{'&' if '?' in endpoint else '?'}{query}"
 
 
 TOTALS = (*_COUNTERS, *_GAUGES)
 WITH_LOGS = (*TOTALS, *_LOG)
+LOGS = tuple(_LOG)
+# Topic-filtered scrapes kept (one per topic page and partition page being watched).
+TOPIC_LOGS_KEPT = 32
+
+ReplicaLogs = dict[int, dict[tuple[str, int], ReplicaLog]]
+
+
+@dataclass(slots=True)
+class _TopicLogs:
+    """The last answer to one topic-filtered scrape round, and the round under way if any."""
+
+    at: float = 0.0
+    logs: ReplicaLogs = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
 
 
 class MetricsSampler:
@@ -212,6 +237,7 @@ class MetricsSampler:
         self._round: asyncio.Task[None] | None = None
         self._last_round = 0.0
         self._last_logs_round = 0.0
+        self._topic_logs: dict[tuple[str, str], _TopicLogs] = {}
 
     @property
     def enabled(self) -> bool:
@@ -243,6 +269,46 @@ class MetricsSampler:
             except TimeoutError:
                 pass
         return self.logs
+
+    async def topic_logs(
+        self, topic: str, partitions: Iterable[int], wait_s: float | None = None
+    ) -> tuple[ReplicaLogs, list[str]]:
+        """The log end offsets and sizes of `topic`'s replicas of `partitions` on each broker, and
+        the scrape errors; scraped again (only those replicas: the broker builds nothing else) when
+        older than `interval_s`. With `wait_s`, waits at most that long for a new round and
+        returns what it has, like `replica_logs`."""
+        if not self.endpoints:
+            return {}, []
+        ranges = format_partition_ranges(partitions)
+        key = (topic, ranges)
+        kept = self._topic_logs.get(key)
+        if kept is None:
+            kept = self._topic_logs[key] = _TopicLogs()
+            while len(self._topic_logs) > TOPIC_LOGS_KEPT:
+                del self._topic_logs[next(iter(self._topic_logs))]
+        if kept.task is None and time.time() - kept.at >= self.interval_s:
+            kept.task = asyncio.create_task(self._scrape_topic(kept, topic, ranges))
+        if kept.task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(kept.task), wait_s)
+            except TimeoutError:
+                pass
+        return kept.logs, kept.errors
+
+    async def _scrape_topic(self, kept: _TopicLogs, topic: str, ranges: str) -> None:
+        try:
+            results = await asyncio.gather(
+                *(
+                    asyncio.to_thread(_scrape, b, scrape_url(url, LOGS, topic, ranges))
+                    for b, url in sorted(self.endpoints.items())
+                )
+            )
+            kept.logs = {r.broker_id: r.logs for r in results if r.error is None}
+            kept.errors = [r.error for r in results if r.error is not None]
+            kept.at = time.time()
+            self.scrapes += len(results)
+        finally:
+            kept.task = None
 
     async def _round_done(self, logs: bool) -> None:
         if self._round is not None and not self._round.done():

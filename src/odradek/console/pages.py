@@ -123,7 +123,8 @@ async def _partition_rows(
     request: Request, summary: TopicSummary, which: str, number: int
 ) -> dict[str, Any]:
     """The partitions table of a topic page: one page of partitions with each one's high
-    watermark (ListOffsets) and each replica's log end offset and size (the brokers' metrics)."""
+    watermark (ListOffsets) and each replica's log end offset and size (the brokers' metrics,
+    scraped for this page's partitions only)."""
     state = _state(request)
     page = views.paginate(
         views.filter_partitions(summary.partitions, which), number, PARTITIONS_PAGE_SIZE
@@ -135,7 +136,11 @@ async def _partition_rows(
         )
     except ConsoleError as e:
         high_watermarks, error = {}, str(e)
-    logs, metrics_error = await _replica_logs(request)
+    # Only this page's replicas: the brokers build their gauges for those alone.
+    logs, errors = await state.metrics.topic_logs(
+        summary.name, [p.partition for p in page.items], wait_s=REPLICA_LOGS_WAIT_S
+    )
+    metrics_error = "; ".join(errors) if errors else None
     replicas: dict[tuple[int, int], Any] = {}
     for p in page.items:
         for broker_id in p.replicas:
