@@ -1,5 +1,6 @@
 """The broker's own state in ZooKeeper: the cluster id, its registration (`/brokers/ids/<id>`,
-whose czxid is the broker epoch), the logs ZooKeeper no longer assigns to it (deleted at
+whose czxid is the broker epoch; a previous process's registration is reclaimed at once by
+`session_reclaim`), the logs ZooKeeper no longer assigns to it (deleted at
 start-up), its leaders' ISR change notifications for the controller, and what a session expiry
 means for it (fence every leadership, re-sync the security caches).
 
@@ -28,6 +29,7 @@ from odradek.server.broker_security import BrokerSecurity
 from odradek.server.config import KafkaConfig
 from odradek.server.dynamic_config_manager import DynamicConfigManager
 from odradek.server.quota.broker_quotas import BrokerQuotas
+from odradek.server.session_reclaim import reclaim_registration, record_session
 from odradek.zk.client import SessionState, ZkClient
 from odradek.zk.errors import NodeExistsError, NoNodeError
 from odradek.zk.ops import CreateOp
@@ -131,10 +133,18 @@ class BrokerZk:
         ]
         data = BrokerIdZNode.encode(endpoints, rack=self.config["broker.rack"])
         path = BrokerIdZNode.path(self.broker_id)
-        # An earlier incarnation's registration goes when its session expires: within a session
-        # timeout of ZooKeeper serving. While ZooKeeper does not serve (our session suspended, a
-        # quorum lost) no session expires, and a new quorum leader gives every session a fresh
-        # timeout, so only the time we are connected counts towards giving up.
+        live_log_dirs = self._log_manager.live_log_dirs
+        if self.broker_epoch < 0:
+            # This process's first registration: if the registration there is our previous
+            # process's (killed with its session open), end that session now (session_reclaim).
+            await reclaim_registration(self._zk, self.broker_id, live_log_dirs)
+        # A new session (start-up, or after an expiry) is recorded before it registers, so that
+        # our next process can reclaim whatever this one leaves behind.
+        record_session(self._zk, self.broker_id, live_log_dirs)
+        # Otherwise an earlier incarnation's registration goes when its session expires: within a
+        # session timeout of ZooKeeper serving. While ZooKeeper does not serve (our session
+        # suspended, a quorum lost) no session expires, and a new quorum leader gives every
+        # session a fresh timeout, so only the time we are connected counts towards giving up.
         patience = self.config["zookeeper.session.timeout.ms"] / 1000 + 5
         waited = 0.0
         while True:

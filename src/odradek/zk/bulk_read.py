@@ -36,7 +36,13 @@ from collections.abc import Sequence
 
 from kazoo.protocol.states import ZnodeStat
 
-from odradek.zk.errors import ConnectionLossError, NoNodeError, ZkError, ZkOperationError
+from odradek.zk.errors import (
+    ConnectionLossError,
+    NoNodeError,
+    SessionExpiredError,
+    ZkError,
+    ZkOperationError,
+)
 
 OP_GET_DATA = 4
 OP_SYNC = 9
@@ -49,6 +55,7 @@ _REQUEST_HEADER = struct.Struct(">iii")  # frame length, xid, type
 _REPLY_HEADER = struct.Struct(">iqi")  # xid, zxid, err
 _STAT = struct.Struct(">qqqqiiiqiiq")
 _CONNECT_REQUEST = struct.Struct(">iiqiqi16sB")  # frame length first
+PASSWORD_BYTES = 16  # every ZooKeeper session password is 16 bytes
 
 # Requests written per batch; answers are parsed as they arrive, so this only bounds the bytes
 # queued in the socket buffer and the server's pipeline.
@@ -97,8 +104,11 @@ def decode_get_data_reply(frame: memoryview, path: str) -> tuple[int, ReadResult
     return xid, (data, ZnodeStat(*_STAT.unpack_from(frame, offset)))
 
 
-class _Session:
-    """One private session: connect, pipelined reads, close."""
+class WireSession:
+    """One private session spoken over asyncio streams: connect, pipelined reads, close.
+
+    Also used (`odradek.zk.session_close`) to re-attach to an existing session by its id and
+    password and close it."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
@@ -107,14 +117,38 @@ class _Session:
         self.xid = 0
 
     @classmethod
-    async def open(cls, host: str, port: int, session_timeout_ms: int) -> _Session:
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        session_timeout_ms: int,
+        *,
+        session_id: int = 0,
+        password: bytes = bytes(PASSWORD_BYTES),
+    ) -> WireSession:
+        """A new session; with `session_id` and `password`, that existing session re-attached to
+        this connection instead (SessionExpiredError when the server answers that it is not
+        alive: expired, closed, or the password is not its own)."""
+        if len(password) != PASSWORD_BYTES:
+            raise ZkOperationError(f"a ZooKeeper session password has {PASSWORD_BYTES} bytes")
         reader, writer = await asyncio.open_connection(host, port, limit=1 << 26)
         session = cls(reader, writer)
-        writer.write(_CONNECT_REQUEST.pack(44 + 1, 0, 0, session_timeout_ms, 0, 16, b"\0" * 16, 0))
-        frame = await session.frame()
-        _protocol, timeout, session_id = struct.unpack_from(">iiq", frame, 0)
-        if timeout <= 0 or session_id == 0:
+        writer.write(
+            _CONNECT_REQUEST.pack(
+                44 + 1, 0, 0, session_timeout_ms, session_id, PASSWORD_BYTES, password, 0
+            )
+        )
+        try:
+            frame = await session.frame()
+        except BaseException:
+            writer.close()  # a timeout or a dropped connection: nobody else will close it
+            raise
+        _protocol, timeout, answered_id = struct.unpack_from(">iiq", frame, 0)
+        if timeout <= 0 or answered_id == 0:
+            # ZooKeeper's answer for a session it will not (re-)open: timeout 0, then it closes.
             writer.close()
+            if session_id:
+                raise SessionExpiredError(f"ZooKeeper session 0x{session_id:x} is not alive")
             raise ConnectionLossError("ZooKeeper refused the bulk-read session")
         return session
 
@@ -186,6 +220,21 @@ class _Session:
         self.xid = first_xid + len(paths) - 1
         return results
 
+    async def close_confirmed(self) -> None:
+        """closeSession, and wait for ZooKeeper's answer: once it has come, the session is gone
+        and its ephemeral znodes with it (the server deletes them in the closing transaction).
+        ConnectionLossError when no answer comes; the session may then be closed or not."""
+        self.xid += 1
+        self.writer.write(_REQUEST_HEADER.pack(8, self.xid, OP_CLOSE_SESSION))
+        try:
+            await self.writer.drain()
+            frame = await self.frame()
+        finally:
+            self.writer.close()
+        xid, _zxid, err = _REPLY_HEADER.unpack_from(frame, 0)
+        if xid != self.xid or err != ERR_OK:
+            raise ConnectionLossError(f"closeSession failed (xid {xid}, error {err})")
+
     async def close(self) -> None:
         with contextlib.suppress(OSError, ConnectionError, asyncio.TimeoutError):
             self.xid += 1
@@ -247,7 +296,7 @@ async def _read_part(
     for host, port in hosts:
         try:
             async with asyncio.timeout(timeout_s):
-                session = await _Session.open(host, port, session_timeout_ms)
+                session = await WireSession.open(host, port, session_timeout_ms)
                 try:
                     await session.sync(chroot or "/")
                     return await session.read(paths, full_paths)
