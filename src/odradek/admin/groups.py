@@ -315,9 +315,10 @@ class GroupAdminClient(AdminClient):
         return leaders
 
     async def list_offsets(
-        self, partitions: Iterable[TopicPartition], timestamp: int
+        self, partitions: Iterable[TopicPartition], timestamp: int, isolation_level: int = 0
     ) -> dict[TopicPartition, int]:
-        """Each partition's offset for `timestamp` (LATEST, EARLIEST, or ms: -1 if none)."""
+        """Each partition's offset for `timestamp` (LATEST, EARLIEST, or ms: -1 if none); LATEST
+        under isolation level 1 (read_committed) is the last stable offset."""
         wanted = sorted(set(partitions))
         leaders = await self.partitions_of(sorted({t for t, _ in wanted}))
         by_leader: dict[int, list[TopicPartition]] = {}
@@ -342,7 +343,7 @@ class GroupAdminClient(AdminClient):
                 LIST_OFFSETS_VERSION,
                 {
                     "replica_id": -1,
-                    "isolation_level": 0,
+                    "isolation_level": isolation_level,
                     "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
                 },
             )

@@ -244,20 +244,22 @@ class TransactionsAdmin:
             raise KafkaResponseError(code, f"aborting on {topic}-{partition}")
 
     async def abort_hanging(
-        self, topic: str, partition: int, start_offset: int
+        self, topic: str, partition: int, start_offset: int, producer_id: int | None = None
     ) -> tuple[int, int, int]:
         """Abort the open transaction that starts at `start_offset` of the partition: its
         producer found with DescribeProducers, then `abort` with that producer's id, epoch and
-        coordinator epoch (as Kafka's admin client does). Returns (producer id, epoch,
-        coordinator epoch)."""
+        coordinator epoch (as Kafka's admin client does). With `producer_id`, only when the
+        transaction there is that producer's (what an operator confirmed may have ended and
+        another begun since). Returns (producer id, epoch, coordinator epoch)."""
         matching = [
             p
             for p in await self.producers(topic, partition)
-            if p.current_txn_start_offset == start_offset
+            if p.current_txn_start_offset == start_offset and producer_id in (None, p.producer_id)
         ]
         if not matching:
+            whose = f" of producer {producer_id}" if producer_id is not None else ""
             raise OperatorError(
-                f"no open transaction starts at offset {start_offset} of {topic}-{partition}"
+                f"no open transaction{whose} starts at offset {start_offset} of {topic}-{partition}"
             )
         producer = matching[0]
         coordinator_epoch = max(0, producer.coordinator_epoch)

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from odradek.errors import OperatorError
+from odradek.errors import OdradekError, OperatorError
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ def parse_metrics(items: list[str] | None) -> dict[int, str]:
 
 
 def settings_from(args: argparse.Namespace) -> Any:
+    from odradek.cli.client_config import load_command_config
     from odradek.cli.client_tools import client_config
     from odradek.console.app import ConsoleSettings
 
@@ -97,11 +98,16 @@ def settings_from(args: argparse.Namespace) -> Any:
         raise OperatorError("--refresh and --metrics-interval must be above 0")
     config = client_config(bootstrap, config_file=args.command_config)
     config.pop("bootstrap.servers", None)
+    try:  # the same file for the ACL and transactions pages' own clients (odradek.admin)
+        security = load_command_config(args.command_config)
+    except OdradekError as e:
+        raise OperatorError(f"--command-config {args.command_config}: {e}") from None
     return ConsoleSettings(
         bootstrap_servers=bootstrap,
         zookeeper=zookeeper,
         metrics=metrics,
         client_config=config,
+        security=security,
         host=args.host,
         port=args.port,
         refresh_s=args.refresh,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -385,7 +385,10 @@ async def action_post(request: Request) -> Response:
     return state.render(request, "result.html", action=action, message=message, link=link)
 
 
-def routes() -> list[Route]:
+def routes(extra: Iterable[Action] = ()) -> list[Route]:
+    """The actions' routes; `extra`: actions that other page modules define (ACLs,
+    transactions), served beside these under /actions/<slug>."""
+    ACTIONS.update((a.slug, a) for a in extra)
     return [
         Route("/actions/{slug}", action_form, methods=["GET"]),
         Route("/actions/{slug}", action_post, methods=["POST"]),

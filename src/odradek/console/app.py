@@ -26,11 +26,20 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from odradek.console import actions, controller_view, history, pages, views
+from odradek.console import (
+    acl_pages,
+    actions,
+    controller_view,
+    history,
+    pages,
+    transaction_pages,
+    views,
+)
 from odradek.console.assets import vendor_directory
 from odradek.console.broker_metrics import MetricsSampler
 from odradek.console.kafka_client import ConsoleError, KafkaAccess
 from odradek.console.zk_view import ZkView
+from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +52,8 @@ class ConsoleSettings:
     bootstrap_servers: str
     zookeeper: str
     metrics: Mapping[int, str] = field(default_factory=dict)
-    client_config: Mapping[str, str] = field(default_factory=dict)
+    client_config: Mapping[str, str] = field(default_factory=dict)  # librdkafka's names
+    security: ClientSecurity = PLAINTEXT_CLIENT  # the same settings, for odradek.admin's clients
     host: str = "127.0.0.1"
     port: int = 8080
     refresh_s: float = 2.0
@@ -138,7 +148,9 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/groups/{group_id}", pages.group),
         Route("/reassignments", pages.reassignments),
         Route("/health", pages.health),
-        *actions.routes(),
+        *acl_pages.routes(),
+        *transaction_pages.routes(),
+        *actions.routes(acl_pages.ACTIONS + transaction_pages.ACTIONS),
     ]
     if state.vendor is not None:
         routes.append(Mount("/static/vendor", StaticFiles(directory=state.vendor), name="vendor"))
