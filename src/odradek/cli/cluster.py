@@ -1,6 +1,6 @@
 """`odradek cluster`: a local cluster for development, demos and fault drills.
 
-  odradek cluster up --brokers N --dir DIR [--base-port P] [--override k=v ...]
+  odradek cluster up --brokers N --dir DIR [--base-port P] [--override k=v ...] [--spark-workers N]
   odradek cluster status --dir DIR [--json]
   odradek cluster down --dir DIR
   odradek cluster kill|stop|cont|terminate|restart BROKER_ID --dir DIR
@@ -12,6 +12,10 @@ layout and cluster.json). The per-broker commands are fault drills: `kill` is SI
 `terminate` is SIGTERM (the broker's controlled shutdown), and `restart` is a controlled shutdown
 followed by a start with the same config and ports. `status` reads ZooKeeper directly, so it
 works whatever state the brokers are in.
+
+`up --spark-workers N` also starts a Spark standalone master and N workers beside the brokers
+(`odradek.testing.spark_standalone`) and prints the master's URL on stderr; `status` shows them
+and `down` stops them first, executors included.
 
 Operator mistakes (a directory with a running cluster, a port in use, no java, an unknown broker
 id) print one `odradek: error: ...` line and exit 1.
@@ -29,6 +33,11 @@ from typing import Any
 
 from odradek.errors import OperatorError
 from odradek.testing import LocalCluster
+from odradek.testing.spark_standalone import (
+    SparkStandalone,
+    check_worker_settings,
+    set_cluster_record,
+)
 
 # Lists of partitions in the human-readable status stop here; --json has them all.
 MAX_LISTED_PARTITIONS = 50
@@ -136,6 +145,8 @@ def format_status(status: dict[str, Any]) -> str:
         ]
     )
     lines += _table(["TOPIC", "PARTITIONS", "ONLINE", "OFFLINE", "UNDER-REPLICATED"], rows)
+    if status.get("spark"):
+        lines += ["", *format_spark_status(status["spark"])]
     offline = [p for t in topics.values() for p in t["offline_partitions"]]
     under = [p for t in topics.values() for p in t["under_replicated_partitions"]]
     for title, partitions in (
@@ -148,11 +159,47 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_spark_status(spark: dict[str, Any]) -> list[str]:
+    """The Spark standalone cluster's lines of `cluster status`."""
+    master = spark["master"]
+    if master["process"] == "running":
+        state = f"pid {master['pid']}" + ("" if master["answering"] else ", NOT ANSWERING")
+    else:
+        state = "not running"
+    lines = [f"Spark       {spark['master_url']} ({state}), web UI {spark['web_ui']}"]
+    if spark["alive_workers"] is not None:
+        apps = ", ".join(spark["applications"]) or "none"
+        lines.append(f"            {spark['alive_workers']} workers alive; applications: {apps}")
+    rows = [
+        [
+            str(w["id"]),
+            w["process"],
+            str(w["pid"]) if w["pid"] else "-",
+            w["state"] or "-",
+            f"{w['cores']} {'core' if w['cores'] == 1 else 'cores'}, {w['memory']}",
+            ",".join(map(str, w["executors"])) or "-",
+            f"http://127.0.0.1:{w['web_ui_port']}",
+        ]
+        for w in spark["workers"]
+    ]
+    header = ["WORKER", "PROCESS", "PID", "STATE", "OFFERS", "EXECUTOR PIDS", "WEB UI"]
+    return [*lines, "", *_table(header, rows)]
+
+
 # ---------------------------------------------------------------------------------------------
 # commands
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    directory = Path(args.dir).resolve()
+    spark = SparkStandalone.load(directory) if (directory / "cluster.json").exists() else None
+    if spark is not None and spark.running():
+        raise OperatorError(
+            f"a Spark cluster is already running in {directory}: "
+            f"run 'odradek cluster down --dir {directory}' first"
+        )
+    if args.spark_workers != 0:  # refused before anything starts
+        check_worker_settings(args.spark_workers, args.spark_worker_cores, args.spark_worker_memory)
     if args.secure:
         return _up_secure(args)
     cluster = LocalCluster.up(
@@ -164,8 +211,34 @@ def cmd_up(args: argparse.Namespace) -> int:
         zookeeper=args.zookeeper,
         zookeepers=args.zookeepers,
     )
+    _start_spark(cluster, args)
     print(cluster.bootstrap_servers)
     return 0
+
+
+def _start_spark(cluster: LocalCluster, args: argparse.Namespace) -> None:
+    """The Spark standalone cluster of `--spark-workers` (a stale record of an earlier one is
+    dropped without it); on failure the brokers are killed again, as for any failed `up`."""
+    if not args.spark_workers:
+        set_cluster_record(cluster.directory, None)
+        return
+    try:
+        spark = SparkStandalone.start(
+            cluster.directory,
+            args.spark_workers,
+            cores=args.spark_worker_cores,
+            memory=args.spark_worker_memory,
+            timeout=args.timeout,
+        )
+    except BaseException:
+        cluster.kill_all()
+        raise
+    print(
+        f"Spark standalone master {spark.master_url} (web UI {spark.master.web_ui}), "
+        f"{len(spark.workers)} workers ({args.spark_worker_cores} cores, "
+        f"{args.spark_worker_memory} each); their Python: {spark.python}",
+        file=sys.stderr,
+    )
 
 
 def _up_secure(args: argparse.Namespace) -> int:
@@ -182,6 +255,7 @@ def _up_secure(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         base_port=args.base_port,
     )
+    _start_spark(cluster, args)
     client = setup.client_properties_file(CLIENT)
     admin = setup.client_properties_file(ADMIN)
     print(cluster.bootstrap_servers)
@@ -207,12 +281,19 @@ def _up_secure(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     status = LocalCluster.load(Path(args.dir)).status()
+    spark = SparkStandalone.load(Path(args.dir))
+    if spark is not None:
+        status["spark"] = spark.status()
     print(json.dumps(status, indent=2) if args.json else format_status(status))
     return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    LocalCluster.load(Path(args.dir)).down(timeout=args.timeout)
+    cluster = LocalCluster.load(Path(args.dir))
+    spark = SparkStandalone.load(Path(args.dir))
+    if spark is not None:  # first: its executors may be running a job against the brokers
+        spark.stop(timeout=args.timeout)
+    cluster.down(timeout=args.timeout)
     return 0
 
 
@@ -305,7 +386,28 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="TLS certificates, SCRAM users, SASL_SSL listeners only, and ACLs",
     )
     up.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for the brokers (default 60)"
+        "--spark-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also start a Spark standalone master and N workers (default 0: no Spark)",
+    )
+    up.add_argument(
+        "--spark-worker-cores",
+        type=int,
+        default=1,
+        help="cores each Spark worker offers (default 1)",
+    )
+    up.add_argument(
+        "--spark-worker-memory",
+        default="1g",
+        help="memory each Spark worker offers its executors (default 1g, one default executor)",
+    )
+    up.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for the brokers, and for Spark (default 60)",
     )
     up.set_defaults(func=_guarded(cmd_up))
 
@@ -314,7 +416,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=_guarded(cmd_status))
 
-    down = commands.add_parser("down", help="stop every broker (controlled) and ZooKeeper")
+    down = commands.add_parser(
+        "down", help="stop Spark (if started), every broker (controlled) and ZooKeeper"
+    )
     down.add_argument("--dir", required=True)
     down.add_argument(
         "--timeout", type=float, default=60.0, help="seconds before stragglers are killed"

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
+import fcntl
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +27,19 @@ R = TypeVar("R")
 
 HOST = "127.0.0.1"
 CLUSTER_FILE = "cluster.json"
+CLUSTER_LOCK_FILE = ".cluster.lock"
+
+
+@contextlib.contextmanager
+def cluster_file_lock(directory: Path) -> Iterator[None]:
+    """Hold the cluster directory's lock: whoever rewrites cluster.json (`LocalCluster`, the Spark
+    standalone cluster of `odradek.testing.spark_standalone`) reads and replaces it under it."""
+    with open(directory / CLUSTER_LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def development_defaults(brokers: int) -> dict[str, str]:

@@ -34,13 +34,12 @@ they may be called from synchronous tests and from inside asyncio code alike.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,6 +50,7 @@ from odradek.testing.cluster_files import (
     HOST,
     LocalBroker,
     ZooKeeperInfo,
+    cluster_file_lock,
     development_defaults,
     from_json,
     run_sync,
@@ -73,7 +73,9 @@ NAMESPACE_METRICS_PORT = 9404
 
 T = TypeVar("T")
 
-_LOCK_FILE = ".cluster.lock"
+# cluster.json entries written by others, which `_save` carries over: the Spark standalone
+# cluster of `odradek.testing.spark_standalone`.
+_KEPT_KEYS = ("spark",)
 _POLL_INTERVAL_S = 0.05
 # status() of a cluster whose ZooKeeper is down should answer quickly, not hang for a session.
 _STATUS_CONNECT_TIMEOUT_S = 3.0
@@ -414,14 +416,8 @@ class LocalCluster(ClusterSignals):
 
     # -- cluster.json -------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        with open(self.directory / _LOCK_FILE, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return cluster_file_lock(self.directory)
 
     def _save(self, broker_ids: Iterable[int] | None = None) -> None:
         """Write cluster.json. With `broker_ids`, only those brokers' entries are replaced in
@@ -431,6 +427,9 @@ class LocalCluster(ClusterSignals):
         with self._locked():
             brokers = {b.id: to_json(b) for b in self.brokers}
             zookeeper = self.zookeeper.to_json()
+            kept: dict[str, Any] = {}
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                kept = {k: v for k, v in json.loads(path.read_text()).items() if k in _KEPT_KEYS}
             if broker_ids is not None and path.exists():
                 with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
                     current = json.loads(path.read_text())
@@ -444,6 +443,7 @@ class LocalCluster(ClusterSignals):
                 "brokers": ordered,
                 "bootstrap": ",".join(f"{b['host']}:{b['port']}" for b in ordered),
                 "client_config": str(self.client_config) if self.client_config else None,
+                **kept,
             }
             temporary = path.with_name(f".{CLUSTER_FILE}.{os.getpid()}.tmp")
             temporary.write_text(json.dumps(document, indent=2) + "\n")
