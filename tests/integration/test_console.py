@@ -10,15 +10,20 @@ import json
 import re
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from odradek.console.app import ConsoleSettings, create_app
+from odradek.console.broker_json import json_url
+from odradek.console.broker_metrics import scrape_url
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._replication import create_topic, unique_topic
@@ -312,25 +317,98 @@ def test_command_line_mistakes_are_one_line() -> None:
     assert "Traceback" not in result.stderr
 
 
+def state_changes(client: TestClient, topic: str, partition: int) -> str:
+    """The state-changes table of a partition's history page."""
+    answer = client.get(f"/topics/{topic}/partitions/{partition}")
+    assert answer.status_code == 200, answer.text[:2000]
+    table = re.search(r'<table id="state-changes">(.*?)</table>', answer.text, re.S)
+    assert table is not None, answer.text[:3000]
+    return table.group(1)
+
+
+def test_partition_history_controller_page_and_the_topic_filter(
+    console: TestClient, cluster3: LocalCluster
+) -> None:
+    """A new partition's history shows the controller's transitions that created it; the
+    controller page shows the active controller's events; a non-controller's
+    `/controller-events` says it is not the controller; `/metrics?topic=&partition=` of a real
+    broker has only that replica's per-replica gauges, and a malformed one is a 400."""
+    topic = unique_topic("console-history")
+    create_topic(cluster3, topic, [[1, 2, 3], [2, 3, 1]])
+    controller = cluster3.controller_id()
+    wait_until(
+        lambda: "leader 2, ISR [" in state_changes(console, topic, 1),
+        TIMEOUT_S,
+        "the partition's election in its state changes",
+        interval=0.2,
+    )
+    table = state_changes(console, topic, 1)
+    assert "NewPartition &rarr; OnlinePartition" in table
+    assert re.search(r'class="replica-entry".*?NonExistentReplica &rarr; NewReplica', table, re.S)
+    assert f'href="/topics/{topic}/partitions/1"' in console.get(f"/topics/{topic}").text
+    assert console.get(f"/topics/{topic}/partitions/7").status_code == 404
+    page = fresh(console, "/controller", f'id="controller-id">{controller}<')
+    assert re.search(r'<tr data-event="\w+">', page), page[:3000]
+    other = next(b for b in cluster3.brokers if b.id != controller and b.metrics)
+    with urllib.request.urlopen(json_url(other.metrics, "/controller-events"), timeout=10) as r:
+        answer = json.load(r)
+    assert answer["active"] is False and answer["active_controller_id"] == controller
+    metrics = cluster3.broker(2).metrics
+    assert metrics is not None
+    url = scrape_url(metrics, ["kafka_log_log_logendoffset_value"], topic, "1")
+    with urllib.request.urlopen(url, timeout=10) as r:
+        samples = [
+            s.labels for f in text_string_to_metric_families(r.read().decode()) for s in f.samples
+        ]
+    assert samples == [{"topic": topic, "partition": "1"}]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{metrics}?topic={topic}&partition=2-1", timeout=10)
+    assert refused.value.code == 400
+
+
 def test_a_broker_failure_as_the_console_shows_it(make_cluster: Any) -> None:
-    """SIGKILL the leader of a partition: the overview shows the broker dead, the partition
-    under-replicated and the leader's move; after a restart the ISR grows back, and the console's
-    history of changes has both (what the demo's user watches)."""
+    """SIGKILL the leader of a partition (not the controller): the overview shows the broker dead,
+    the partition under-replicated and the leader's move; the partition's history page shows the
+    controller's state changes with the new leader, and the controller page the BrokerChange
+    event; after a restart the ISR grows back, and the console's history of changes has both
+    (what the demo's user watches)."""
     cluster = make_cluster(3, replica_lag_time_max_ms=2000, zookeeper_session_timeout_ms=4000)
     topic = unique_topic("console-failover")
-    create_topic(cluster, topic, [[2, 1, 3]])
+    controller = cluster.controller_id()
+    victim = 2 if controller != 2 else 1
+    assignment = [victim, *(b for b in (1, 2, 3) if b != victim)]
+    create_topic(cluster, topic, [assignment])
     settings = ConsoleSettings(
-        bootstrap_servers=cluster.bootstrap_servers, zookeeper=cluster.zookeeper_connect
+        bootstrap_servers=cluster.bootstrap_servers,
+        zookeeper=cluster.zookeeper_connect,
+        metrics={b.id: b.metrics for b in cluster.brokers if b.metrics},
+        metrics_interval_s=0.5,
     )
     app = create_app(settings)
     app.state.console.zk.max_age_s = 0.2
     with TestClient(app) as client:
         fresh(client, f"/topics/{topic}", "No leader or ISR change seen")
-        cluster.kill(2)
+        wait_until(
+            lambda: f"leader {victim}, ISR {assignment}" in state_changes(client, topic, 0),
+            TIMEOUT_S,
+            "the partition's first leader in its state changes",
+            interval=0.2,
+        )
+        cluster.kill(victim)
         text = fresh(client, "/", 'id="brokers-alive">2 / 3<')
-        assert re.search(r'<tr data-broker="2">.*?dead', text, re.S)
-        history = fresh(client, f"/topics/{topic}", "leader 2 -&gt; ")
-        assert "ISR shrank [2, 1, 3] -&gt; " in history
-        cluster.start_broker(2)
-        fresh(client, f"/topics/{topic}", "ISR expanded [1, 3] -&gt; ")
+        assert re.search(rf'<tr data-broker="{victim}">.*?dead', text, re.S)
+        history = fresh(client, f"/topics/{topic}", f"leader {victim} -&gt; ")
+        assert f"ISR shrank {assignment} -&gt; " in history
+        wait_until(
+            lambda: (
+                f"leader {victim} -&gt; " in state_changes(client, topic, 0)
+                and "OnlineReplica &rarr; OfflineReplica" in state_changes(client, topic, 0)
+            ),
+            TIMEOUT_S,
+            "the leader's move in the partition's state changes",
+            interval=0.2,
+        )
+        fresh(client, "/controller", 'data-event="BrokerChange"')
+        cluster.start_broker(victim)
+        fresh(client, f"/topics/{topic}", "ISR expanded ")
         fresh(client, "/", 'id="partitions-under-replicated">0<')

@@ -157,6 +157,9 @@ async def partition_history(request: Request) -> Response:
     name = request.path_params["name"]
     number = request.path_params["partition"]
     summary = snapshot.topics.get(name)
+    if summary is None or number >= len(summary.partitions):
+        snapshot = await state.zk.refresh()  # created a moment ago?
+        summary = snapshot.topics.get(name)
     row = next((p for p in summary.partitions if p.partition == number), None) if summary else None
     if summary is None or row is None:
         message = f"Partition {number} of topic {name} does not exist."
