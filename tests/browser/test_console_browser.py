@@ -197,3 +197,23 @@ def test_an_operator_walks_the_console(
     find(By.ID, "action-next").click()
     shows(driver, "#topic-name", created)
     shows(driver, '#partitions tr[data-partition="3"]', "3")
+
+    # A partition's history, from its row on the topic page: the controller's state changes.
+    driver.get(f"{console}topics/{topic}")  # type: ignore[attr-defined]
+    find(
+        By.CSS_SELECTOR, '#partitions tr[data-partition="1"] a[title="the partition\'s history"]'
+    ).click()
+    shows(driver, "#partition-number", "1")
+    shows(driver, "#partition-leader", "2")
+    shows(driver, "#state-changes", "NewPartition → OnlinePartition")
+    shows(driver, "#state-changes", "leader 2, ISR [2, 3, 1]")
+    shows(driver, "#state-changes", "NonExistentReplica → NewReplica")
+    browser.save_screenshot(str(DOCS / "console-partition.png"))  # type: ignore[attr-defined]
+
+    # The controller page: the active controller's queue and its last events, live.
+    find(By.LINK_TEXT, "Controller").click()
+    shows(driver, "#controller-id", str(cluster3.controller_id()))
+    shows(driver, "#controller-queue-size", "")
+    shows(driver, "#controller-recent", "ok")
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#controller-recent tr[data-event]")) >= 1  # type: ignore[attr-defined]
+    browser.save_screenshot(str(DOCS / "console-controller.png"))  # type: ignore[attr-defined]
