@@ -15,7 +15,6 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka.admin import (
@@ -33,6 +32,7 @@ from odradek.console.app import create_app
 from odradek.testing.secure import ADMIN, CLIENT, PLAIN_USER
 from tests.fixtures.cluster import wait_until
 from tests.fixtures.secure import SecureEnv
+from tests.integration._console import confirmed
 
 TIMEOUT_S = 30.0
 
@@ -66,16 +66,6 @@ def acl_rows(text: str) -> list[list[str]]:
         [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td>(.*?)</td>", row, re.S)][:7]
         for row in rows
     ]
-
-
-def confirmed(client: TestClient, slug: str, form: dict[str, str]) -> Any:
-    review = client.post(f"/actions/{slug}", data=form)
-    assert review.status_code == 200, review.text[-2000:]
-    token = re.search(r'name="token" value="([^"]+)"', review.text)
-    assert token is not None, review.text[-2000:]
-    return client.post(
-        f"/actions/{slug}", data={**form, "confirmed": "yes", "token": token.group(1)}
-    )
 
 
 def described(env: SecureEnv, principal: str) -> set[tuple[str, str, str, str, str, str, str]]:
