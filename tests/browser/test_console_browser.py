@@ -217,3 +217,72 @@ def test_an_operator_walks_the_console(
     shows(driver, "#controller-recent", "ok")
     assert len(driver.find_elements(By.CSS_SELECTOR, "#controller-recent tr[data-event]")) >= 1  # type: ignore[attr-defined]
     browser.save_screenshot(str(DOCS / "console-controller.png"))  # type: ignore[attr-defined]
+
+
+def test_an_operator_finds_and_aborts_an_open_transaction(
+    console: str, browser: object, cluster3: LocalCluster
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver: object = browser
+    find = driver.find_element  # type: ignore[attr-defined]
+    topic = unique_topic("payments")
+    transactional_id = unique_topic("payments-writer")
+    create_topic(cluster3, topic, [[1, 2, 3], [2, 3, 1]])
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster3.bootstrap_servers,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": 600_000,  # the coordinator leaves it alone in the test
+            "log_level": 0,
+        }
+    )
+    producer.init_transactions(TIMEOUT_S)
+    try:
+        producer.begin_transaction()
+        for i in range(8):
+            producer.produce(topic, b"payment-%d" % i, partition=i % 2)
+        assert producer.flush(30) == 0
+
+        # The ACLs page of this cluster (no authorizer) says so.
+        driver.get(console)  # type: ignore[attr-defined]
+        find(By.LINK_TEXT, "ACLs").click()
+        shows(driver, "#acls-disabled", "SECURITY_DISABLED")
+
+        # The transactions page: the open transaction, its producer and partitions.
+        find(By.LINK_TEXT, "Transactions").click()
+        shows(driver, "#transactions", transactional_id)
+        row = f'#transactions tr[data-transaction="{transactional_id}"]'
+        shows(driver, row, "Ongoing")
+        shows(driver, row, f"{topic}-0, {topic}-1")
+
+        # Its page: each partition's LSO held at the transaction's first offset.
+        find(By.LINK_TEXT, transactional_id).click()
+        shows(driver, "#transaction-state", "Ongoing")
+        partition0 = f'table.producers[data-partition="{topic}-0"]'
+        shows(driver, partition0, "holds the LSO")
+        shows(driver, partition0, transactional_id)
+        browser.save_screenshot(str(DOCS / "console-transaction.png"))  # type: ignore[attr-defined]
+
+        # Abort it on partition 0 from the producer's row: form, confirmation, result.
+        find(By.CSS_SELECTOR, f"{partition0} a.abort-link").click()
+        find(By.ID, "action-review").click()
+        shows(driver, "#confirm-summary", f"starts at offset 0 of {topic}-0")
+        find(By.ID, "action-confirm").click()
+        shows(driver, "#action-result", f"Wrote an ABORT marker on {topic}-0")
+        find(By.ID, "action-next").click()
+
+        # 4 records and the marker: the LSO reaches the high watermark, 5.
+        def stable() -> bool:
+            driver.refresh()  # type: ignore[attr-defined]
+            return text_of(driver, ".lso") == "5" and text_of(driver, ".hw") == "5"
+
+        wait_until(stable, TIMEOUT_S, f"{topic}-0's LSO past the aborted transaction", interval=0.5)
+        shows(driver, partition0, "none open")
+    finally:
+        from confluent_kafka import KafkaException
+
+        try:
+            producer.abort_transaction(TIMEOUT_S)
+        except KafkaException:
+            pass
