@@ -16,10 +16,17 @@ Runs with a local SparkSession:
     .venv/bin/python pipelines/pageviews/job.py --bootstrap 127.0.0.1:9092 \\
         --output-dir out/pageviews --checkpoint-dir out/checkpoints --trigger available-now
 
-or under spark-submit (its master and conf win; the workers must run the project's Python):
+or under spark-submit (its master and conf win; the workers must run the project's Python), on
+a Spark standalone cluster too (`odradek cluster up --spark-workers 2`; README, "Running a
+pipeline on a Spark cluster"):
 
-    PYSPARK_PYTHON=.venv/bin/python .venv/bin/spark-submit pipelines/pageviews/job.py \\
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/spark-submit --master spark://127.0.0.1:7077 \\
+        pipelines/pageviews/job.py \\
         --bootstrap 127.0.0.1:9092 --output-dir out/pageviews --checkpoint-dir out/checkpoints
+
+`--format kafka` reads and writes through Spark's own Kafka connector (`format("kafka")`, its jars
+on the classpath: `--jars $(.venv/bin/python -m odradek.spark.connector)`) instead of the
+`odradek` data source; the options are the same.
 
 `--trigger` is `available-now` (process what the topic holds, then stop), or a processing-time
 interval such as `2 seconds` (run until `--run-seconds` pass or the job is interrupted).
@@ -56,7 +63,7 @@ def session(master: str) -> Any:
 def build(spark: Any, args: argparse.Namespace) -> Any:
     """The aggregate stream (not started)."""
     source = (
-        spark.readStream.format("odradek")
+        spark.readStream.format(args.format)
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("subscribe", args.topics)
         .option("startingOffsets", args.starting_offsets)
@@ -88,7 +95,7 @@ def start(spark: Any, args: argparse.Namespace) -> list[Any]:
     as_json = as_records(aggregates)
     to_topic = (
         as_json.writeStream.queryName("pageviews_topic")
-        .format("odradek")
+        .format(args.format)
         .outputMode("append")
         .option("kafka.bootstrap.servers", args.bootstrap)
         .option("topic", args.output_topic)
@@ -133,6 +140,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
     parser.add_argument("--run-seconds", type=float, default=None, help="stop after this long")
     parser.add_argument("--master", default="local[2]", help="without spark-submit only")
+    parser.add_argument(
+        "--format",
+        choices=["odradek", "kafka"],
+        default="odradek",
+        help="the source and sink: the odradek data source or Spark's Kafka connector",
+    )
     return parser.parse_args(argv)
 
 

@@ -1,0 +1,314 @@
+"""The page-view pipeline on a Spark standalone cluster, run as a user runs it, through faults.
+
+`odradek cluster up --brokers 3 --spark-workers 2` starts the brokers and a standalone master with
+two workers; `spark-submit --master spark://...` runs `pipelines/pageviews/job.py` on it (two
+executors, one per worker, running the project's Python); the generator produces page views with
+acks=all. Mid-stream the broker leading partition 0 of the input is SIGKILLed and, once another
+broker leads it, restarted; then one executor JVM is SIGKILLed while it runs a task: Spark loses
+the executor, runs its tasks again elsewhere, and the master starts a replacement. Once both
+queries have read the whole topic and run a batch with a watermark past the last window, the job
+is stopped and `pipelines/pageviews/verify.py`, itself run on the standalone cluster, checks the
+Parquet output against a batch recomputation over the input (nothing lost, nothing doubled) and
+the output topic (at least once). `odradek cluster down` must then leave nothing running.
+
+How the test sees the job: from outside the driver, as an operator would -- the queries'
+checkpoints (a batch is done once `commits/<id>` exists; `offsets/<id>` holds its source offsets
+and the watermark it ran with) and the driver's REST API (`/api/v1/.../executors`: which
+executor runs tasks now).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from odradek.demo import EVENT_RATE, WORKER_START_FAILURE, allowed_lateness
+from odradek.spark.session import LOCAL_CONF
+from odradek.testing import LocalCluster
+from odradek.testing.processes import free_ports
+from odradek.testing.spark_standalone import SparkStandalone
+from tests.fixtures.cluster import wait_until
+from tests.spark.topics import create_topic, high_watermarks
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(480)]
+
+PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "pageviews"
+INPUT, OUTPUT = "pageviews", "pageviews-per-page"
+EVENTS = 3000
+RATE = 150.0  # records per second: 20 s of producing, with the faults in the middle
+QUERIES = ("parquet", "topic")  # the job's checkpoint subdirectories, one per query
+FIRST_BATCH_TIMEOUT_S = 150.0
+DRAIN_TIMEOUT_S = 150.0
+
+
+def odradek(*args: str, timeout: float = 180) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "odradek.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"odradek {' '.join(args)}: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Iterator[Path]:
+    """Brokers and a standalone cluster started by `odradek cluster up`, brought down by `odradek
+    cluster down` -- which must leave nothing running (anything left is killed, then the test
+    fails)."""
+    directory = tmp_path / "cluster"
+    try:
+        odradek("cluster", "up", "--brokers=3", "--spark-workers=2", f"--dir={directory}")
+        yield directory
+        odradek("cluster", "down", f"--dir={directory}", "--timeout=30", timeout=120)
+    finally:
+        spark = SparkStandalone.load(directory)
+        left = spark is not None and spark.running()
+        if spark is not None:
+            spark.kill_all()
+        if (directory / "cluster.json").exists():
+            brokers = LocalCluster.load(directory)
+            left = left or any(brokers.is_alive(b) for b in brokers.broker_ids)
+            brokers.kill_all()
+    assert not left, "odradek cluster down left Spark or broker processes running"
+
+
+class Driver:
+    """`spark-submit` of the page-view job, in a session of its own (the driver JVM and its
+    Python process are one process group), its output in `log`."""
+
+    def __init__(self, master: str, job_args: list[str], log: Path) -> None:
+        self.ui_port = free_ports(1, "127.0.0.1")[0]
+        conf = {**LOCAL_CONF, "spark.ui.enabled": "true", "spark.ui.port": str(self.ui_port)}
+        self.log = log
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "spark-submit"),
+                    "--master",
+                    master,
+                    *[a for key, value in conf.items() for a in ("--conf", f"{key}={value}")],
+                    str(PIPELINE / "job.py"),
+                    *job_args,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                start_new_session=True,
+            )
+        self.app_id: str | None = None
+
+    def rest(self, path: str) -> Any:
+        """The driver's REST API (`/api/v1/applications/<app>/<path>`); None if not answering."""
+        try:
+            base = f"http://127.0.0.1:{self.ui_port}/api/v1/applications"
+            if self.app_id is None:
+                with urllib.request.urlopen(base, timeout=5) as answer:
+                    self.app_id = json.loads(answer.read())[0]["id"]
+            with urllib.request.urlopen(f"{base}/{self.app_id}/{path}", timeout=5) as answer:
+                return json.loads(answer.read())
+        except (urllib.error.URLError, OSError, ValueError, IndexError, KeyError):
+            return None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM the driver's group (as Ctrl-C would stop a job), SIGKILL after a deadline."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+
+
+def committed_batches(checkpoint: Path) -> list[tuple[int, int, dict[int, int]]]:
+    """(batch id, watermark in ms, input offsets) of every batch a query's checkpoint records as
+    committed (Spark's offset log: a version line, the batch metadata, one line per source)."""
+    batches = []
+    commits = checkpoint / "commits"
+    for entry in sorted(commits.iterdir() if commits.exists() else [], key=lambda p: p.name):
+        if not entry.name.isdigit():
+            continue
+        lines = (checkpoint / "offsets" / entry.name).read_text().splitlines()
+        metadata, source = json.loads(lines[1]), json.loads(lines[2])
+        offsets = {int(p): int(o) for p, o in source.get(INPUT, {}).items()}
+        batches.append((int(entry.name), int(metadata.get("batchWatermarkMs", 0)), offsets))
+    return batches
+
+
+def leader(bootstrap: str, partition: int) -> int:
+    try:
+        metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(INPUT, timeout=5)
+        return int(metadata.topics[INPUT].partitions[partition].leader)
+    except Exception:  # no answer while a broker dies: ask again
+        return -1
+
+
+def produced(bootstrap: str) -> int:
+    try:
+        return sum(high_watermarks(bootstrap, INPUT).values())
+    except Exception:
+        return 0
+
+
+def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
+    cluster_dir: Path, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    cluster = LocalCluster.load(cluster_dir)
+    spark = SparkStandalone.load(cluster_dir)
+    assert spark is not None
+    bootstrap = cluster.bootstrap_servers
+    create_topic(bootstrap, INPUT, 3, 3, {"min.insync.replicas": "2"})
+    create_topic(bootstrap, OUTPUT, 3, 3, {"min.insync.replicas": "2"})
+    watermark = allowed_lateness(RATE)
+    checkpoints, output = tmp_path / "checkpoints", tmp_path / "output"
+    job_args = [
+        f"--bootstrap={bootstrap}",
+        f"--topics={INPUT}",
+        f"--output-topic={OUTPUT}",
+        f"--output-dir={output}",
+        f"--checkpoint-dir={checkpoints}",
+        "--trigger=2 seconds",
+        f"--watermark={watermark}",
+    ]
+    attempts = 1
+    driver = Driver(spark.master_url, job_args, tmp_path / "driver-1.log")
+    generator = None
+    try:
+        # 1. The first micro-batch (on the empty topic) starts the executors' Python workers.
+        # Spark gives a new Python worker a fixed 10 s to connect back; on a loaded machine the
+        # driver's can miss it and the job exits before its first batch: submitted again, from
+        # its checkpoints, as the demo restarts its queries.
+        deadline = time.monotonic() + FIRST_BATCH_TIMEOUT_S
+        while not all(committed_batches(checkpoints / q) for q in QUERIES):
+            if driver.process.poll() is not None:
+                failure = driver.output()
+                assert WORKER_START_FAILURE in failure, f"the job exited:\n{failure[-4000:]}"
+                attempts += 1
+                driver = Driver(spark.master_url, job_args, tmp_path / f"driver-{attempts}.log")
+            assert time.monotonic() < deadline, f"no first batch:\n{driver.output()[-4000:]}"
+            time.sleep(0.2)  # polling the checkpoints; the loop's deadline bounds it
+        executors_at_start = {e.pid for e in spark.executors()}
+        assert len(executors_at_start) == 2, spark.executors()
+
+        # 2. The generator, with the faults in the middle of its run.
+        generator = subprocess.Popen(
+            [
+                sys.executable,
+                str(PIPELINE / "generate.py"),
+                f"--bootstrap={bootstrap}",
+                f"--topic={INPUT}",
+                f"--count={EVENTS}",
+                f"--rate={RATE}",
+                f"--event-rate={EVENT_RATE}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        wait_until(lambda: produced(bootstrap) >= EVENTS // 4, 60, "a quarter of the events")
+        victim = leader(bootstrap, 0)
+        assert victim > 0
+        assert cluster.kill(victim)
+        wait_until(lambda: leader(bootstrap, 0) not in (victim, -1), 60, "a new leader")
+        cluster.start_broker(victim)
+
+        def executor_running_a_task() -> Any:
+            busy = [
+                e
+                for e in driver.rest("executors") or []
+                if e["id"] != "driver" and e["activeTasks"] > 0
+            ]
+            return busy[0] if busy else None
+
+        busy = wait_until(executor_running_a_task, 60, "an executor running a task", interval=0.02)
+        [killed] = [e for e in spark.executors() if e.executor_id == busy["id"]]
+        os.kill(killed.pid, signal.SIGKILL)
+        wait_until(
+            lambda: killed.pid not in {e.pid for e in spark.executors()}, 30, "the executor gone"
+        )
+
+        generated, _ = generator.communicate(timeout=120)
+        assert generator.returncode == 0, generated[-2000:]
+        summary = [json.loads(line) for line in generated.splitlines() if line.startswith("{")][-1]
+
+        # 3. Drained: each query committed a batch that read to the end of the topic and one
+        # whose watermark passed the last window (the end-of-stream marker's doing).
+        sys.path.insert(0, str(PIPELINE))
+        try:
+            from pageviews import DEFAULT_WINDOW, window_end
+        finally:
+            sys.path.remove(str(PIPELINE))
+        target = high_watermarks(bootstrap, INPUT)
+        last_window_ms = window_end(summary["last_view_time"], DEFAULT_WINDOW).timestamp() * 1000
+
+        def drained() -> bool:
+            assert driver.process.poll() is None, f"the job exited:\n{driver.output()[-4000:]}"
+            for query in QUERIES:
+                batches = committed_batches(checkpoints / query)
+                read = batches[-1][2] if batches else {}
+                if any(read.get(p, 0) < end for p, end in target.items()):
+                    return False
+                if max(mark for _, mark, _ in batches) < last_window_ms:
+                    return False
+            return True
+
+        wait_until(drained, DRAIN_TIMEOUT_S, "both queries to drain", interval=0.2)
+        # Spark lost the executor with a task on it, ran the task again, and the master gave the
+        # application a new executor.
+        stages = driver.rest("stages") or []
+        assert sum(s["numFailedTasks"] for s in stages) > 0, "no task was lost with the executor"
+        replacements = {e.pid for e in spark.executors()} - executors_at_start
+        assert replacements, "the master started no executor in place of the killed one"
+    finally:
+        if generator is not None and generator.poll() is None:
+            generator.kill()
+            generator.wait()
+        driver.stop()
+
+    # 4. The check, a batch job on the same standalone cluster.
+    verified = subprocess.run(
+        [
+            sys.executable,
+            str(PIPELINE / "verify.py"),
+            f"--bootstrap={bootstrap}",
+            f"--topics={INPUT}",
+            f"--output-dir={output}",
+            f"--output-topic={OUTPUT}",
+            f"--watermark={watermark}",
+            f"--master={spark.master_url}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    reports = [json.loads(line) for line in verified.stdout.splitlines() if line.startswith("{")]
+    assert reports, verified.stderr[-4000:]
+    report = reports[-1]
+    assert report["ok"], report
+    assert report["parquet"]["rows"] == report["expected_windows"] > 50, report
+    print(f"standalone pipeline through the kills: {time.monotonic() - started:.0f} s")
