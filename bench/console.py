@@ -13,9 +13,14 @@ One run, one 3-broker local cluster (`metrics.listener` on, as `odradek cluster 
    per round; rounds alternate A, B, C, A, B, C: without a console process at all; with the
    console running and a poller doing what a browser tab on the overview does (its live fragment
    every 2 s); and the same plus the big topic's page (its live partitions table every 6 s, which
-   needs every replica's log metrics). The ratio of the medians, in records/s and in the
-   brokers' CPU seconds per record, is the cost. The console's own CPU is
+   needs the log end offsets of the page's replicas: a `/metrics?topic=big&partition=0-99`
+   scrape of each broker). The ratio of the medians, in records/s and in the brokers' CPU
+   seconds per record, is the cost. The console's own CPU is
    reported too: on this 2-core machine it competes with the brokers for the same cores.
+5. between 3 and 4, on the idle cluster, one broker's CPU per scrape and the scrape's time, for
+   `--scrapes` scrapes of each kind: every hosted replica's log end offset (what the topic page
+   asked for before the filter), one page of the big topic's (what it asks for now), and the
+   overview's totals.
 
     .venv/bin/python bench/console.py                      # 10,000 partitions, 3 rounds
     .venv/bin/python bench/console.py --partitions 2000 --records 200000 --rounds 2
@@ -135,6 +140,28 @@ def time_pages(base: str, samples: int) -> dict[str, dict[str, float]]:
     return result
 
 
+def scrape_cost(metrics_url: str, pid: int, scrapes: int) -> dict[str, dict[str, float]]:
+    """One broker's CPU-milliseconds per scrape, and the scrape's median wall time, by kind."""
+    ends = "name[]=kafka_log_log_logendoffset_value"
+    kinds = {
+        "all_replicas_log_end_offsets": f"?{ends}",
+        "one_page_of_the_big_topic": f"?{ends}&topic={BIG}&partition=0-99",
+        "overview_totals": "?name[]=kafka_server_brokertopicmetrics_messagesinpersec_count",
+    }
+    result = {}
+    for kind, query in kinds.items():
+        fetch(metrics_url + query)
+        cpu = cpu_seconds(pid)
+        times = [fetch(metrics_url + query)[0] for _ in range(scrapes)]
+        result[kind] = {
+            "broker_cpu_ms_per_scrape": round((cpu_seconds(pid) - cpu) / scrapes * 1000, 2),
+            "median_ms": round(statistics.median(times) * 1000, 2),
+            "bytes": len(fetch(metrics_url + query)[1]),
+        }
+        print(json.dumps({"scrape": kind, **result[kind]}), flush=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--partitions", type=int, default=10_000)
@@ -142,6 +169,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scrapes", type=int, default=20)
     args = parser.parse_args()
     summary: dict[str, object] = {"partitions": args.partitions}
     with tempfile.TemporaryDirectory(prefix="odradek-console-bench-") as directory:
@@ -174,6 +202,9 @@ def main() -> None:
             summary["create_and_elect_s"] = round(time.perf_counter() - started, 1)
             print(json.dumps({"partitions_online": online.group(0)}), flush=True)
             summary["pages"] = time_pages(base, args.samples)
+            first = cluster.brokers[0]
+            assert first.metrics is not None and first.pid is not None
+            summary["scrapes_of_broker_1"] = scrape_cost(first.metrics, first.pid, args.scrapes)
 
             brokers = [b.pid for b in cluster.brokers]
             assert all(pid is not None for pid in brokers)

@@ -338,3 +338,20 @@ async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.001)
+
+
+def test_a_scrape_of_one_pages_log_gauges_walks_no_other_partition() -> None:
+    """The console's topic page names only `kafka_log_log_*` with a topic and partitions: the
+    ReplicaManager's counts (a walk over every hosted partition) are not built either."""
+
+    class Untouchable:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"read {name} of a partition the scrape did not name")
+
+    broker = _broker()
+    hosted = broker.replica_manager.partitions
+    for i in range(20, 1000):
+        hosted[("big", i)] = Untouchable()
+    replicas = ReplicaFilter("orders", parse_partition_ranges("0-4"))
+    samples = _samples(collect(broker, RequestMetrics(), {LOG_END}, replicas))
+    assert {name for name, _ in samples} == {LOG_END} and len(samples) == 5

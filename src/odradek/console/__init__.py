@@ -13,6 +13,9 @@ Where the data comes from:
   configs, consumer groups, offsets and the operator actions; a consumer for the record browser);
 * `broker_metrics`: the brokers' Prometheus `/metrics` endpoints (throughput, each replica's log
   end offset and size), scraped only while pages are being viewed.
+* `broker_json`: the brokers' JSON endpoints on the same listener: `/state-changes` (a
+  partition's history, `history`) and `/controller-events` (the controller page,
+  `controller_view`).
 
 `views` holds the pure logic the pages are made of (health counts, paging, filtering, lag
 arithmetic, record rendering), tested on its own; `app` wires the routes; `assets` finds htmx.

@@ -71,6 +71,11 @@ def _gauge(name: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily
 
 
 LOG_PREFIX = "kafka_log_log_"
+_COUNT_PREFIXES = (
+    "kafka_server_replicamanager_",
+    "kafka_log_logmanager_",
+    "kafka_server_replicafetchermanager_",
+)
 
 
 def collect(
@@ -90,10 +95,13 @@ def collect(
     overview needs, or of one page of one topic's replicas, costs a broker hosting 10,000
     replicas next to nothing, where the whole text costs it tens of milliseconds."""
     logs = names is None or any(n.startswith(LOG_PREFIX) for n in names)
+    # The ReplicaManager's counts walk every hosted partition too: not for a scrape of only the
+    # per-replica gauges of one topic's page (the console's topic page).
+    counts = names is None or any(n.startswith(_COUNT_PREFIXES) for n in names)
     families: list[Metric] = []
     families.extend(_broker_topic_metrics(broker))
     families.extend(_request_metrics(request_metrics))
-    families.extend(_replica_manager(broker, logs, replicas))
+    families.extend(_replica_manager(broker, logs, replicas, counts))
     families.extend(_controller(broker))
     families.extend(_group_coordinator(broker))
     families.extend(_network(broker))
@@ -168,11 +176,20 @@ def _request_metrics(request_metrics: RequestMetrics) -> Iterator[Metric]:
 
 
 def _replica_manager(
-    broker: Any, logs: bool = True, replicas: ReplicaFilter | None = None
+    broker: Any, logs: bool = True, replicas: ReplicaFilter | None = None, counts: bool = True
 ) -> Iterator[Metric]:
+    """The ReplicaManager's counts (`counts`: a walk over every hosted partition) and the
+    per-replica log gauges (`logs`, of `replicas` only if given)."""
     replica_manager = broker.replica_manager
     if replica_manager is None:
         return
+    if counts:
+        yield from _replica_manager_counts(broker, replica_manager)
+    if logs:
+        yield from _replica_logs(replica_manager, replicas)
+
+
+def _replica_manager_counts(broker: Any, replica_manager: Any) -> Iterator[Metric]:
     partitions = list(replica_manager.partitions.values())
 
     def gauge(mbean: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -228,8 +245,9 @@ def _replica_manager(
     ]
     max_lag.add_metric(["Replica"], max([0, *lags]))
     yield max_lag
-    if not logs:
-        return
+
+
+def _replica_logs(replica_manager: Any, replicas: ReplicaFilter | None) -> Iterator[Metric]:
     size = _gauge(
         jmx_metric_name("kafka.log", "Log", "Size", "Value"),
         "bytes of a hosted partition's log",
