@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.controller.controller_zk import ControllerZk
 from odradek.errors import NetworkError
+from odradek.server.session_reclaim import SESSION_FILE
 from odradek.testing import LocalCluster
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import ControllerMovedError
@@ -274,6 +275,11 @@ def test_a_restarted_broker_refuses_requests_addressed_to_its_previous_incarnati
     old_epoch = zk_broker_epoch(cluster, bounced)
 
     cluster.kill(bounced)
+    # Without its predecessor's session record the new process cannot close that session
+    # (session_reclaim), so the old registration stays until the session expires: the window
+    # in which the controller may still address the dead process (a record is missing when the
+    # process died before writing it, or its disk lost it).
+    (cluster.broker(bounced).data_dir / SESSION_FILE).unlink()
     cluster.start_broker(bounced, wait=False)
     try:
         wait_until(lambda: _answers(cluster, bounced), 30, f"broker {bounced}'s new process")
