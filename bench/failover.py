@@ -15,6 +15,15 @@ measurement, then one summary object per scenario saying how the time grows with
     survivors' Metadata shows none of them led by it, `exited_s` until the process is gone, and
     `controller_work_s` from the controller's "controlled shutdown of broker id" to its last
     state-change log line.
+(d) `restart`: SIGKILL a broker (not the controller) that leads N partitions (RF=3, so it hosts
+    them all) and start it again at once. Times from the start command: `registered_s` (its
+    `/brokers/ids` registration is back, with a new broker epoch) and `in_sync_s` (every one of
+    the N partitions has a leader and the restarted broker in its ISR, in a survivor's Metadata:
+    it is serving them as a follower again; leadership stays where the controller moved it until
+    a preferred-replica election). Mode `reclaim` is the broker as it is (it closes its previous
+    process's ZooKeeper session at start-up, `odradek.server.session_reclaim`); mode `wait`
+    deletes its session record first, so it waits for the old session to expire, as before that
+    change. `load_average` is the machine's 1-minute load when the kill happened.
 
 Every measurement uses a fresh cluster in a temporary directory (or under `--dir`). Topics are
 created with explicit assignments in chunks of `--topic-size` partitions through confluent-kafka's
@@ -26,6 +35,8 @@ takes ~0.1-1 s at these sizes, which bounds the resolution).
     .venv/bin/python bench/failover.py --only controller --controller-partitions 10000,30000,100000 \\
         --controller-replication-factor 2
     .venv/bin/python bench/failover.py --only shutdown --shutdown-partitions 10000
+    .venv/bin/python bench/failover.py --only restart --restart-partitions 1000,10000 \\
+        --restart-modes reclaim,wait
 
 Never part of the test run.
 """
@@ -35,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import signal
 import sys
@@ -53,6 +65,7 @@ from odradek.errors import OdradekError
 from odradek.network.client import BrokerConnection
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey, request_class
+from odradek.server.session_reclaim import SESSION_FILE
 from odradek.testing import LocalBroker, LocalCluster
 
 METADATA_VERSION = 12
@@ -114,6 +127,35 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
             raise BenchTimeout(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(POLL_S)
     return time.perf_counter()
+
+
+async def _partition_views(
+    broker: LocalBroker, timeout: float
+) -> dict[Partition, tuple[int, tuple[int, ...]]]:
+    connection = await BrokerConnection.connect(broker.host, broker.port, timeout=timeout)
+    try:
+        request = build(
+            request_class(ApiKey.METADATA, METADATA_VERSION),
+            {"topics": None, "allow_auto_topic_creation": False},
+        )
+        response = await connection.send(ApiKey.METADATA, METADATA_VERSION, request, timeout)
+    finally:
+        connection.close()
+    return {
+        (topic.name, int(p.partition_index)): (int(p.leader_id), tuple(p.isr_nodes))
+        for topic in response.topics
+        for p in topic.partitions
+    }
+
+
+def partition_views(
+    broker: LocalBroker, timeout: float = 60.0
+) -> dict[Partition, tuple[int, tuple[int, ...]]] | None:
+    """Partition -> (leader, ISR) in one broker's Metadata; None if it did not answer."""
+    try:
+        return asyncio.run(_partition_views(broker, timeout))
+    except OdradekError:
+        return None
 
 
 def all_led(
@@ -414,6 +456,63 @@ def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
         cluster.down(timeout=120)
 
 
+def bench_restart(args: argparse.Namespace, count: int, mode: str) -> dict[str, Any]:
+    cluster = start_cluster(args, f"restart-{mode}-{count}")
+    try:
+        controller = cluster.controller_id()
+        victim = next(b for b in cluster.broker_ids if b != controller)
+        others = [b for b in cluster.broker_ids if b != victim]
+        note(f"restart ({mode}) of broker {victim} leading {count} partitions (RF=3): creating")
+        created = create_partitions(
+            cluster, assignment_led_by(victim, others, count, 3), args.topic_size, "led"
+        )
+        survivor = cluster.broker(others[0])
+        broker = cluster.broker(victim)
+        epoch_before = cluster.registered_epochs()[victim]
+        since = log_offset(broker)
+        note("killing and restarting")
+        load = os.getloadavg()[0]
+        cluster.kill(victim)
+        if mode == "wait":
+            (broker.data_dir / SESSION_FILE).unlink()
+        started = time.perf_counter()
+        cluster.start_broker(victim, wait=False)
+
+        def registered_anew() -> bool:
+            try:
+                epoch = cluster.registered_epochs().get(victim)
+            except OdradekError:
+                return False
+            return epoch is not None and epoch != epoch_before
+
+        def in_sync() -> bool:
+            view = partition_views(survivor)
+            return view is not None and all(
+                p in view and view[p][0] >= 0 and victim in view[p][1] for p in created
+            )
+
+        registered_at = wait_for(registered_anew, MEASURE_TIMEOUT_S, "the registration")
+        in_sync_at = wait_for(in_sync, MEASURE_TIMEOUT_S, "every ISR to include it again")
+        with open(broker.log, "rb") as file:
+            file.seek(since)
+            text = file.read().decode(errors="replace")
+        return {
+            "bench": "failover",
+            "scenario": "restart",
+            "mode": mode,
+            "brokers": len(cluster.broker_ids),
+            "partitions": count,
+            "replication_factor": 3,
+            "session_timeout_s": args.session_timeout_ms / 1000,
+            "registered_s": round(registered_at - started, 3),
+            "in_sync_s": round(in_sync_at - started, 3),
+            "closed_old_session": "of our previous process: its registration" in text,
+            "load_average": round(load, 2),
+        }
+    finally:
+        cluster.down(timeout=180)
+
+
 def growth(scenario: str, key: str, results: list[dict[str, Any]]) -> dict[str, Any] | None:
     """How `key` grows with the partition count: per size, the seconds per 1,000 partitions,
     and the ratio of the largest to the smallest time against the ratio of their sizes."""
@@ -434,6 +533,25 @@ def growth(scenario: str, key: str, results: list[dict[str, Any]]) -> dict[str, 
     return summary
 
 
+def run_restarts(args: argparse.Namespace) -> None:
+    for mode in [m.strip() for m in args.restart_modes.split(",") if m.strip()]:
+        if mode not in ("reclaim", "wait"):
+            raise SystemExit(f"--restart-modes: unknown mode {mode!r} (reclaim, wait)")
+        results = []
+        for count in [int(n) for n in args.restart_partitions.split(",") if n.strip()]:
+            try:
+                result = bench_restart(args, count, mode)
+            except BenchTimeout as e:
+                result = {"bench": "failover", "scenario": "restart", "mode": mode}
+                result.update(partitions=count, error=str(e))
+            emit(result)
+            results.append(result)
+        for key in ("registered_s", "in_sync_s"):
+            summary = growth(f"restart-{mode}", key, results)
+            if summary is not None:
+                emit(summary)
+
+
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(f"signal {signum}")  # so that every cluster is brought down
 
@@ -444,7 +562,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--only", default="broker,controller,shutdown")
+    parser.add_argument("--only", default="broker,controller,shutdown,restart")
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--broker-partitions", default="1000,10000")
     parser.add_argument("--broker-replication-factor", type=int, default=3)
@@ -452,6 +570,8 @@ def main() -> None:
     parser.add_argument("--controller-replication-factor", type=int, default=2)
     parser.add_argument("--shutdown-partitions", default="10000")
     parser.add_argument("--shutdown-replication-factor", type=int, default=3)
+    parser.add_argument("--restart-partitions", default="1000,10000")
+    parser.add_argument("--restart-modes", default="reclaim,wait")
     parser.add_argument("--topic-size", type=int, default=2000)
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     parser.add_argument("--timeout", type=float, default=MEASURE_TIMEOUT_S)
@@ -477,6 +597,9 @@ def main() -> None:
         ),
     }
     for name in [s.strip() for s in args.only.split(",") if s.strip()]:
+        if name == "restart":
+            run_restarts(args)
+            continue
         run, sizes, keys = scenarios[name]
         results = []
         for count in [int(n) for n in sizes.split(",") if n.strip()]:
