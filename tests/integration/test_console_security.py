@@ -208,3 +208,35 @@ def test_a_console_without_alter_on_the_cluster_shows_the_refusal(
         assert refused.status_code == 502
         assert "CLUSTER_AUTHORIZATION_FAILED" in refused.text, refused.text[-2000:]
     assert described(secure_cluster, user) == set()
+
+
+def test_the_transactions_pages_talk_to_every_broker_securely(
+    console: TestClient, secure_cluster: SecureEnv
+) -> None:
+    """A partition's producers page asks its leader (ListOffsets, DescribeProducers) and every
+    broker (ListTransactions): connections beyond the bootstrap one, each authenticated."""
+    from confluent_kafka.admin import NewTopic
+
+    topic = f"sec-console-txn-{uuid.uuid4().hex[:8]}"
+    admin = secure_cluster.admin()
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(timeout=TIMEOUT_S)
+    try:
+        found: dict[int, str] = {}
+
+        def shown(partition: int) -> bool:
+            answer = console.get(f"/producers?topic={topic}&partition={partition}")
+            found[partition] = answer.text
+            return answer.status_code == 200 and 'class="lso">0<' in answer.text
+
+        for partition in range(3):  # led by different brokers
+            wait_until(
+                lambda p=partition: shown(p),
+                TIMEOUT_S,
+                f"{topic}-{partition}'s producers page",
+                interval=0.2,
+            )
+            text = found[partition]
+            assert 'class="hw">0<' in text and "No active producers" in text
+            assert 'class="error"' not in text, text[-2000:]
+    finally:
+        admin.delete_topics([topic])[topic].result(timeout=TIMEOUT_S)
