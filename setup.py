@@ -1,9 +1,10 @@
 """Build the one native extension; everything else is in pyproject.toml.
 
 `odradek.protocol._records` walks the records of a RecordBatch without per-record Python work;
-`odradek.protocol._frames` checks the lengths in a request before kio decodes it (see their C
-sources). `pip install -e .` (what `./dev setup` runs) builds them in place with the machine's C
-compiler and Python headers.
+`odradek.protocol._frames` checks the lengths in a request before kio decodes it;
+`odradek.protocol._arrow` decodes records into Arrow columns and `odradek.protocol._encoder`
+encodes Arrow columns into record batches (see their C sources). `pip install -e .` (what
+`./dev setup` runs) builds them in place with the machine's C compiler and Python headers.
 """
 
 from setuptools import Extension, setup
@@ -13,9 +14,9 @@ setup(
         Extension(
             f"odradek.protocol.{name}",
             sources=[f"src/odradek/protocol/{name}.c"],
-            depends=["src/odradek/protocol/_walker.h"],
+            depends=["src/odradek/protocol/_walker.h", "src/odradek/protocol/_crc32c.h"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=vla"],
         )
-        for name in ("_records", "_frames", "_compaction", "_arrow")
+        for name in ("_records", "_frames", "_compaction", "_arrow", "_encoder")
     ]
 )

@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 
 BOOTSTRAP = "kafka.bootstrap.servers"
 EXACTLY_ONCE = "exactlyOnce"
+WRITE_PATH = "odradek.writePath"
+WRITE_PATHS = ("auto", "producer")
+SINK_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 # Client settings the source or sink owns; a user setting them would break offset tracking or
 # delivery checking. Value: what to do instead.
@@ -414,6 +417,15 @@ class SinkOptions:
     topic: str | None
     client_params: Mapping[str, str] = field(default_factory=dict)
     exactly_once: bool = False
+    # `auto`: the fast path (`spark.produce`) where it applies; `producer`: confluent-kafka only
+    write_path: str = "auto"
+
+    @property
+    def compression_type(self) -> str:
+        """The codec of `kafka.compression.type` (librdkafka's `compression.codec` too)."""
+        params = self.client_params
+        codec = params.get("compression.type", params.get("compression.codec", "none"))
+        return codec.strip().lower()
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -432,9 +444,26 @@ class SinkOptions:
                 f"{EXACTLY_ONCE}=true needs the 'topic' option: each task records the last "
                 "micro-batch it committed as a transactional offset of that topic's partition 0"
             )
-        return cls(
+        write_path = (opts.get(WRITE_PATH) or "auto").strip().lower()
+        if write_path not in WRITE_PATHS:
+            raise DataSourceOptionError(
+                f"{WRITE_PATH}: expected auto or producer, got {opts.get(WRITE_PATH)!r}"
+            )
+        sink = cls(
             bootstrap_servers=_bootstrap(opts),
             topic=topic.strip() if topic else None,
             client_params=kafka_params(options, sink=True),
             exactly_once=exactly_once,
+            write_path=write_path,
         )
+        if sink.compression_type not in SINK_CODECS:
+            name = (
+                "compression.type"
+                if "compression.type" in sink.client_params
+                else "compression.codec"
+            )
+            raise DataSourceOptionError(
+                f"kafka.{name}: expected none, gzip, snappy, lz4 or zstd, got "
+                f"{sink.client_params[name]!r}"
+            )
+        return sink

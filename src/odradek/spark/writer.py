@@ -6,11 +6,16 @@ option is given, which then wins over the column), `partition` (int, optional; n
 the partitioner choose, murmur2 of the key like Java clients), `headers` (array of struct<key
 string, value binary>, optional). Other columns are ignored.
 
-Each Spark task produces its rows with one Producer (`acks=all`, retries on, see
-`odradek.spark.clients`), then flushes and checks the delivery report of every record before it
-returns its commit message. Any failed delivery raises DeliveryError in the task, so Spark retries
-the task; if it gives up, the job's (or micro-batch's) `abort` runs on the driver and logs what
-the successful tasks had already written. Records stay written: by default a topic sink is
+Each Spark task writes its rows on the fast path (`odradek.spark.produce`: record batches
+encoded natively from the Arrow columns, Produce requests with acks=all straight to the leaders)
+when it applies: not with `exactlyOnce`, not with a `security.protocol` other than PLAINTEXT, not
+with `odradek.writePath=producer`. Whatever the fast path does not write -- every row after any
+trouble, and the batches whose answer did not come back clean -- goes through the Producer path:
+one Producer (`acks=all`, retries on, see `odradek.spark.clients`) that flushes and checks the
+delivery report of every record before the task returns its commit message. Any failed delivery
+raises DeliveryError in the task, so Spark retries the task; if it gives up, the job's (or
+micro-batch's) `abort` runs on the driver and logs what the successful tasks had already
+written. Records stay written: by default a topic sink is
 at-least-once (a retried task writes its rows again), unlike a file sink, which Spark makes
 exactly-once. A streaming write with `exactlyOnce=true` writes each task's rows in one Kafka
 transaction and skips tasks of a replayed micro-batch that had committed
@@ -28,6 +33,7 @@ thread on an executor with its own Producer; `commit` and `abort` run on the dri
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Iterator
@@ -60,9 +66,13 @@ from odradek.errors import (
     DeliveryError,
     UnknownTopicOrPartitionError,
 )
+from odradek.spark.arrow import arrow_schema, source_schema
 from odradek.spark.clients import admin_config, producer_config, translate
+from odradek.spark.decode import ArrowDecoder
 from odradek.spark.exactly_once import TXN_TIMEOUT_S, TransactionLedger, task_identity
+from odradek.spark.fetch import fast_path_allowed
 from odradek.spark.options import SinkOptions
+from odradek.spark.produce import FastPathStop, FastProducer, SealedBatch, TopicLayout
 
 __all__ = ["OdradekBatchWriter", "OdradekStreamWriter", "WriteReport", "check_sink_schema"]
 
@@ -147,20 +157,36 @@ def check_topic_exists(options: SinkOptions) -> None:
 
 def _check_topics(client: Any, topics: list[str]) -> None:
     for topic in topics:
-        try:
-            metadata = client.list_topics(topic=topic, timeout=_METADATA_TIMEOUT_S)
-        except KafkaException as e:
-            raise translate(e, f"reading the metadata of topic {topic!r}") from None
-        entry = metadata.topics.get(topic)
-        error = entry.error if entry is not None else None
-        if entry is None or (
-            error is not None
-            and error.code() in (RdKafkaError.UNKNOWN_TOPIC_OR_PART, RdKafkaError._UNKNOWN_TOPIC)
-        ):
-            raise UnknownTopicOrPartitionError(
-                f"topic {topic!r} does not exist and the cluster does not create topics on "
-                "demand (auto.create.topics.enable=false): create it first"
-            )
+        _topic_metadata(client, topic)
+
+
+def _topic_metadata(client: Any, topic: str) -> Any:
+    """The cluster's metadata for `topic` (librdkafka's ClusterMetadata), or
+    UnknownTopicOrPartitionError when it does not exist and will not be created."""
+    try:
+        metadata = client.list_topics(topic=topic, timeout=_METADATA_TIMEOUT_S)
+    except KafkaException as e:
+        raise translate(e, f"reading the metadata of topic {topic!r}") from None
+    entry = metadata.topics.get(topic)
+    error = entry.error if entry is not None else None
+    if entry is None or (
+        error is not None
+        and error.code() in (RdKafkaError.UNKNOWN_TOPIC_OR_PART, RdKafkaError._UNKNOWN_TOPIC)
+    ):
+        raise UnknownTopicOrPartitionError(
+            f"topic {topic!r} does not exist and the cluster does not create topics on "
+            "demand (auto.create.topics.enable=false): create it first"
+        )
+    return metadata
+
+
+def fast_write_allowed(options: SinkOptions) -> bool:
+    """Whether a task may write on the fast path (`spark.produce`): see the module docstring."""
+    return (
+        options.write_path == "auto"
+        and not options.exactly_once
+        and fast_path_allowed(options.client_params)
+    )
 
 
 class _TaskProducer:
@@ -281,8 +307,53 @@ class _TaskProducer:
             produced += n
             self.producer.poll(0)
         self._flush(produced)
-        self.report.records = produced
+        self.report.records += produced
         return self.report
+
+    def _layout(self, topic: str) -> TopicLayout:
+        """`topic`'s partitions and their leaders, for the fast path (FastPathStop when a
+        partition has no leader the metadata names)."""
+        metadata = _topic_metadata(self.producer, topic)
+        entry = metadata.topics[topic]
+        if entry.error is not None or not entry.partitions:
+            raise FastPathStop(f"topic {topic}: {entry.error or 'no partitions'}")
+        leaders = []
+        for partition in range(len(entry.partitions)):
+            found = entry.partitions.get(partition)
+            broker = metadata.brokers.get(found.leader) if found is not None else None
+            if broker is None:
+                raise FastPathStop(f"{topic}-{partition} has no leader")
+            leaders.append((broker.host, broker.port))
+        self.checked_topics.add(topic)
+        return TopicLayout(len(leaders), tuple(leaders))
+
+    def _on_fast_write(self, batch: SealedBatch, base_offset: int) -> None:
+        key = (batch.topic, batch.partition)
+        self._first.setdefault(key, base_offset)
+        self._last[key] = base_offset + batch.records - 1
+
+    def write_fast(self, batches: Iterator[pa.RecordBatch]) -> WriteReport:
+        """The task's rows on the fast path; what it leaves goes through `write`."""
+        params = self.options.client_params
+        fast = FastProducer(
+            self._layout,
+            self._on_fast_write,
+            self.options.topic,
+            self.options.compression_type,
+            _int_param(params, "request.timeout.ms", 30_000),
+            params.get("client.id", "odradek-spark-writer"),
+        )
+        leftover = fast.write(batches)
+        self.report.records += fast.written_records
+        if leftover is None:
+            return self.report
+        log.warning(
+            "fast write path stopped after %d records; %d records of batches not known to be "
+            "written, and the rows not encoded yet, go through the producer",
+            fast.written_records,
+            leftover.unconfirmed_records,
+        )
+        return self.write(itertools.chain(_rows(leftover.unconfirmed), leftover.remaining))
 
     def _flush(self, produced: int) -> None:
         deadline = time.monotonic() + self.flush_timeout_s
@@ -299,10 +370,30 @@ class _TaskProducer:
             )
 
 
+def _int_param(params: Any, name: str, default: int) -> int:
+    try:
+        return int(params.get(name, default))
+    except ValueError:
+        return default  # librdkafka refused it already, when the Producer was created
+
+
+_LEFTOVER_SCHEMA = arrow_schema(source_schema(include_headers=True))
+
+
+def _rows(batches: list[SealedBatch]) -> Iterator[pa.RecordBatch]:
+    """Encoded batches back into rows (with their topic and partition) for the Producer path."""
+    for b in batches:
+        decoder = ArrowDecoder(b.topic, b.partition, _LEFTOVER_SCHEMA)
+        decoder.add(b.batch, 0, b.records)
+        yield decoder.take()
+
+
 def write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteReport:
-    """One task's rows: produced as they come, or with `exactlyOnce` in one transaction."""
+    """One task's rows: on the fast path when it applies, else produced as they come, or with
+    `exactlyOnce` in one transaction."""
     if not options.exactly_once:
-        return _TaskProducer(options).write(batches)
+        task = _TaskProducer(options)
+        return task.write_fast(batches) if fast_write_allowed(options) else task.write(batches)
     identity = task_identity()
     assert options.topic is not None  # SinkOptions.parse requires it with exactlyOnce
     task = _TaskProducer(options, identity.transactional_id)
@@ -381,7 +472,7 @@ class OdradekBatchWriter(DataSourceArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
-        return _TaskProducer(self.options).write(iterator)
+        return write_task(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         total = sum(m.records for m in messages if isinstance(m, WriteReport))
