@@ -456,6 +456,27 @@ def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
         cluster.down(timeout=120)
 
 
+RESTART_PHASES = {
+    "logs_loaded": re.compile(r"loaded \d+ logs from"),
+    "zookeeper_connected": re.compile(r"ZooKeeper session connected"),
+    "registered": re.compile(r"registered /brokers/ids/"),
+}
+
+
+def restart_phases(text: str, started_wall: float) -> dict[str, float]:
+    """When the restarted broker's log says it got past each phase, in seconds from the start
+    command (log lines have millisecond timestamps; `logs_loaded` includes the interpreter's
+    start-up, its imports and the log recovery after the kill)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        for name, pattern in RESTART_PHASES.items():
+            if name not in found and pattern.search(line):
+                at = _log_time(line)
+                if at is not None:
+                    found[name] = round(at - started_wall, 3)
+    return found
+
+
 def bench_restart(args: argparse.Namespace, count: int, mode: str) -> dict[str, Any]:
     cluster = start_cluster(args, f"restart-{mode}-{count}")
     try:
@@ -475,7 +496,7 @@ def bench_restart(args: argparse.Namespace, count: int, mode: str) -> dict[str, 
         cluster.kill(victim)
         if mode == "wait":
             (broker.data_dir / SESSION_FILE).unlink()
-        started = time.perf_counter()
+        started, started_wall = time.perf_counter(), time.time()
         cluster.start_broker(victim, wait=False)
 
         def registered_anew() -> bool:
@@ -507,6 +528,7 @@ def bench_restart(args: argparse.Namespace, count: int, mode: str) -> dict[str, 
             "registered_s": round(registered_at - started, 3),
             "in_sync_s": round(in_sync_at - started, 3),
             "closed_old_session": "of our previous process: its registration" in text,
+            "phases_s": restart_phases(text, started_wall),
             "load_average": round(load, 2),
         }
     finally:
