@@ -1,6 +1,11 @@
 """The console's transactions pages and abort action against the session's shared plain 3-broker
 cluster (`cluster3`), through Starlette's TestClient, and its ACLs page there (no authorizer).
 
+A *hanging* transaction is made as KIP-890 describes the bug behind them: a producer writes a
+transactional batch to a partition it never added to a transaction (Odradek, like Kafka before
+KIP-890, does not check), so the partition has an open transaction no coordinator tracks. The
+partition's producers page marks it hanging and holding the LSO; the abort action ends it.
+
 A confluent-kafka transactional producer leaves a transaction open on two partitions; the
 console lists it as Ongoing with its partitions, its page shows each partition's last stable
 offset held at the transaction's first offset and the producer's open transaction; the abort
@@ -13,17 +18,23 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import KafkaException
+from kio.schema.errors import ErrorCode
 from starlette.testclient import TestClient
 
 from odradek.console.app import ConsoleSettings, create_app
+from odradek.protocol.codec import ApiKey
+from odradek.protocol.record_batch import build_batch
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._clients import create_topic, unique_topic
 from tests.integration._console import confirmed
+from tests.integration._replication import create_topic as create_topic_on
+from tests.integration._replication import request
 from tests.integration._transactions import end_offsets, txn_producer, unique_id
 
 TIMEOUT_S = 60.0
@@ -161,3 +172,83 @@ def _check_and_abort(
     after = console.get(f"/producers?topic={topic}&partition=0").text
     assert re.search(r'class="lso">6<', after) and re.search(r'class="hw">6<', after)
     assert "none open" in cells_of(producer_table(after, topic, 0), "data-producer", producer_id)[6]
+
+
+def test_a_hanging_transaction_found_and_aborted(
+    console: TestClient, cluster3: LocalCluster
+) -> None:
+    topic = unique_topic("console-hanging")
+    create_topic_on(cluster3, topic, [[1, 2, 3]])
+    leader = cluster3.broker(1)
+    init = request(
+        leader,
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        {
+            "transactional_id": None,
+            "transaction_timeout": 60_000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    )
+    assert ErrorCode(init.error_code) is ErrorCode.none
+    producer_id, epoch = int(init.producer_id), int(init.producer_epoch)
+    now = int(time.time() * 1000)
+    batch = build_batch(
+        [(None, b"hanging-%d" % i, [], now) for i in range(3)],
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    answer = request(
+        leader,
+        ApiKey.PRODUCE,
+        8,
+        {
+            "transactional_id": unique_id("never-initialized"),
+            "acks": -1,
+            "timeout": 10_000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+        },
+    )
+    code = answer.responses[0].partition_responses[0].error_code
+    assert ErrorCode(code) is ErrorCode.none, code
+    bootstrap = cluster3.bootstrap_servers
+    assert end_offsets(bootstrap, topic, 1, True) == {0: 0}
+    assert end_offsets(bootstrap, topic, 1, False) == {0: 3}
+
+    page = console.get(f"/producers?topic={topic}&partition=0").text
+    row = cells_of(producer_table(page, topic, 0), "data-producer", str(producer_id))
+    assert row[5] == "0 holds the LSO", row
+    assert row[6] == "hanging no coordinator tracks it", row
+    assert 'class="lso">0<' in page and 'class="hw">3<' in page
+    link = re.search(
+        r'href="(/actions/abort-transaction\?[^"]+)" class="abort-link button danger"', page
+    )
+    assert link is not None, page[-3000:]
+    prefilled = console.get(link.group(1).replace("&amp;", "&")).text
+    assert f'value="{producer_id}"' in prefilled and f'value="{topic}"' in prefilled
+
+    form = {"topic": topic, "partition": "0", "start_offset": "0", "producer_id": str(producer_id)}
+    done = confirmed(console, "abort-transaction", form)
+    assert done.status_code == 200, done.text[-2000:]
+    assert (
+        f"Wrote an ABORT marker on {topic}-0 for producer {producer_id} (epoch {epoch}" in done.text
+    )
+    wait_until(
+        lambda: (
+            end_offsets(bootstrap, topic, 1, True)
+            == end_offsets(bootstrap, topic, 1, False)
+            == {0: 4}
+        ),
+        TIMEOUT_S,
+        "the LSO past the aborted hanging transaction",
+        interval=0.2,
+    )
+    after = console.get(f"/producers?topic={topic}&partition=0").text
+    assert (
+        "none open"
+        in cells_of(producer_table(after, topic, 0), "data-producer", str(producer_id))[6]
+    )
+    assert "verdict-hanging" not in after

@@ -146,6 +146,8 @@ async def producers(request: Request) -> Response:
     text = request.query_params.get("partition", "0").strip() or "0"
     summary = snapshot.topics.get(topic)
     if summary is None:
+        summary = (await state.zk.refresh()).topics.get(topic)  # created a moment ago?
+    if summary is None:
         return state.render(
             request, "error.html", status_code=404, message=f"Topic {topic!r} does not exist."
         )
