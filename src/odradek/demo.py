@@ -2,13 +2,16 @@
 surviving a broker killed in the middle of the run.
 
     ./dev demo            (or: .venv/bin/python -m odradek.demo [--dir DIR] [--events N] [--rate R] [--keep])
+    ./dev demo --spark standalone     (the job on a Spark standalone master and two workers)
 
 Steps, printed as they happen:
   1. start ZooKeeper and three brokers (the local cluster launcher), and the web console beside
      them (`odradek console`; its URL is printed: the topic's page shows the leader move and the
      ISR shrink and grow as it happens; `--no-console` leaves it out);
   2. create the input topic `pageviews` (3 partitions, replication factor 3, min.insync.replicas=2);
-  3. start the PySpark Structured Streaming job of `pipelines/pageviews` (local SparkSession): it
+  3. start the PySpark Structured Streaming job of `pipelines/pageviews` (a local SparkSession; with
+     `--spark standalone` its driver on a standalone master and two workers started beside the
+     brokers, `odradek.testing.spark_standalone`; `--spark-master URL` for a running cluster): it
      reads the topic through the `odradek` data source, computes views and dwell time per page per
      10-second event-time window with a watermark (its allowed lateness covers a partition left
      without a leader for up to a minute, see FAILOVER_ALLOWANCE_S), and writes the windows to
@@ -343,11 +346,21 @@ def main(argv: list[str] | None = None) -> int:
         "--console-port", type=int, help="the web console's port (default: a free one)"
     )
     parser.add_argument("--no-console", action="store_true", help="do not start the web console")
+    parser.add_argument(
+        "--spark",
+        choices=["local", "standalone"],
+        default="local",
+        help="run the job in a local SparkSession (default) or on a Spark standalone cluster"
+        " (a master and two workers started beside the brokers)",
+    )
+    parser.add_argument("--spark-master", help="run the job on this running Spark master instead")
     args = parser.parse_args(argv)
 
     from confluent_kafka.admin import AdminClient, NewTopic
 
+    from odradek.errors import OperatorError
     from odradek.testing import LocalCluster
+    from odradek.testing.spark_standalone import SparkStandalone
 
     sys.path.insert(0, str(PIPELINE))
     import job  # the pipeline's streaming job (pipelines/pageviews/job.py)
@@ -367,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     say(f"1. starting ZooKeeper and 3 brokers in {directory}")
     cluster = LocalCluster.up(directory / "cluster", brokers=3)
     spark = None
+    standalone = None
+    master = args.spark_master or "local[2]"
     queries: list[Query] = []
     generator: subprocess.Popen[str] | None = None
     console = None
@@ -376,6 +391,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"   cluster up: bootstrap {bootstrap}, controller is broker {cluster.controller_id()}")
         if not args.no_console:
             console = start_console(directory, args.console_port)
+        if args.spark == "standalone" and not args.spark_master:
+            standalone = SparkStandalone.start(directory / "cluster", workers=2)
+            master = standalone.master_url
+            say(
+                f"   Spark standalone: master {master}, 2 workers (web UI {standalone.master.web_ui})"
+            )
 
         say(
             f"2. creating topic {INPUT_TOPIC}: {PARTITIONS} partitions, RF=3, min.insync.replicas=2"
@@ -394,11 +415,11 @@ def main(argv: list[str] | None = None) -> int:
         leaders = {p: leader for p, (leader, _isr) in sorted(topic.layout().items())}
         say(f"   leaders of {INPUT_TOPIC} (partition: broker): {leaders}")
 
-        say("3. starting the Spark Structured Streaming job (local[2]); Spark's log: demo.log")
+        say(f"3. starting the Spark Structured Streaming job ({master}); Spark's log: demo.log")
         with output_to(log_file):
             from odradek.spark.session import local_session
 
-            spark = local_session("odradek-demo", master="local[2]")
+            spark = local_session("odradek-demo", master=master)
         spark.sparkContext.setLogLevel("ERROR")
         watermark = allowed_lateness(args.rate)
         job_args = job.parse_args(
@@ -548,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
             if ok
             else "FAIL: the output does not match the input"
         )
-    except RuntimeError as e:  # the demo's own verdicts: a deadline passed, a query failed
+    except (RuntimeError, OperatorError) as e:  # the demo's verdicts: a deadline, a failed query
         say(f"FAIL: {e}")
     finally:
         if console is not None:
@@ -561,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
             generator.wait()
         if spark is not None:
             spark.stop()
+        if standalone is not None and not args.keep:
+            standalone.stop()
         if args.keep:
             say(f"leaving the cluster running (odradek cluster down --dir {directory / 'cluster'})")
         else:

@@ -7,8 +7,8 @@ acks=all. Mid-stream the broker leading partition 0 of the input is SIGKILLed an
 broker leads it, restarted; then one executor JVM is SIGKILLed while it runs a task: Spark loses
 the executor, runs its tasks again elsewhere, and the master starts a replacement. Once both
 queries have read the whole topic and run a batch with a watermark past the last window, the job
-is stopped and `pipelines/pageviews/verify.py`, itself run on the standalone cluster, checks the
-Parquet output against a batch recomputation over the input (nothing lost, nothing doubled) and
+is stopped and `pipelines/pageviews/verify.py` (on the tests' local session) checks the Parquet
+output against a batch recomputation over the input (nothing lost, nothing doubled) and
 the output topic (at least once). `odradek cluster down` must then leave nothing running.
 
 How the test sees the job: from outside the driver, as an operator would -- the queries'
@@ -19,6 +19,7 @@ executor runs tasks now).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -158,6 +159,15 @@ def committed_batches(checkpoint: Path) -> list[tuple[int, int, dict[int, int]]]
     return batches
 
 
+def pipeline_module(name: str) -> Any:
+    """A module of pipelines/pageviews (they import each other by their plain names)."""
+    sys.path.insert(0, str(PIPELINE))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(PIPELINE))
+
+
 def leader(bootstrap: str, partition: int) -> int:
     try:
         metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(INPUT, timeout=5)
@@ -174,9 +184,9 @@ def produced(bootstrap: str) -> int:
 
 
 def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
-    cluster_dir: Path, tmp_path: Path
+    cluster_dir: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    started = time.monotonic()
+    phases = Phases()
     cluster = LocalCluster.load(cluster_dir)
     spark = SparkStandalone.load(cluster_dir)
     assert spark is not None
@@ -211,6 +221,7 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
                 driver = Driver(spark.master_url, job_args, tmp_path / f"driver-{attempts}.log")
             assert time.monotonic() < deadline, f"no first batch:\n{driver.output()[-4000:]}"
             time.sleep(0.2)  # polling the checkpoints; the loop's deadline bounds it
+        phases.done("first micro-batch")
         executors_at_start = {e.pid for e in spark.executors()}
         assert len(executors_at_start) == 2, spark.executors()
 
@@ -235,6 +246,7 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
         assert cluster.kill(victim)
         wait_until(lambda: leader(bootstrap, 0) not in (victim, -1), 60, "a new leader")
         cluster.start_broker(victim)
+        phases.done(f"broker {victim} killed and restarted")
 
         def executor_running_a_task() -> Any:
             busy = [
@@ -250,6 +262,7 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
         wait_until(
             lambda: killed.pid not in {e.pid for e in spark.executors()}, 30, "the executor gone"
         )
+        phases.done(f"executor {killed.executor_id} killed")
 
         generated, _ = generator.communicate(timeout=120)
         assert generator.returncode == 0, generated[-2000:]
@@ -257,13 +270,10 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
 
         # 3. Drained: each query committed a batch that read to the end of the topic and one
         # whose watermark passed the last window (the end-of-stream marker's doing).
-        sys.path.insert(0, str(PIPELINE))
-        try:
-            from pageviews import DEFAULT_WINDOW, window_end
-        finally:
-            sys.path.remove(str(PIPELINE))
+        pageviews = pipeline_module("pageviews")
         target = high_watermarks(bootstrap, INPUT)
-        last_window_ms = window_end(summary["last_view_time"], DEFAULT_WINDOW).timestamp() * 1000
+        last_window = pageviews.window_end(summary["last_view_time"], pageviews.DEFAULT_WINDOW)
+        last_window_ms = last_window.timestamp() * 1000
 
         def drained() -> bool:
             assert driver.process.poll() is None, f"the job exited:\n{driver.output()[-4000:]}"
@@ -277,6 +287,7 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
             return True
 
         wait_until(drained, DRAIN_TIMEOUT_S, "both queries to drain", interval=0.2)
+        phases.done("drained")
         # Spark lost the executor with a task on it, ran the task again, and the master gave the
         # application a new executor.
         stages = driver.rest("stages") or []
@@ -288,27 +299,65 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
             generator.kill()
             generator.wait()
         driver.stop()
+        phases.done("job stopped")
+        print(phases)
 
-    # 4. The check, a batch job on the same standalone cluster.
-    verified = subprocess.run(
-        [
-            sys.executable,
-            str(PIPELINE / "verify.py"),
-            f"--bootstrap={bootstrap}",
-            f"--topics={INPUT}",
-            f"--output-dir={output}",
-            f"--output-topic={OUTPUT}",
-            f"--watermark={watermark}",
-            f"--master={spark.master_url}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+    # 4. The check. The local session is asked for only now: its JVM would otherwise compete
+    # with the cluster's for the machine's cores all along.
+    verify = pipeline_module("verify")
+    report = verify.check(
+        request.getfixturevalue("spark"),
+        verify.parse_args(
+            [
+                f"--bootstrap={bootstrap}",
+                f"--topics={INPUT}",
+                f"--output-dir={output}",
+                f"--output-topic={OUTPUT}",
+                f"--watermark={watermark}",
+            ]
+        ),
     )
-    reports = [json.loads(line) for line in verified.stdout.splitlines() if line.startswith("{")]
-    assert reports, verified.stderr[-4000:]
-    report = reports[-1]
+    phases.done("verified")
+    print(phases)
     assert report["ok"], report
     assert report["parquet"]["rows"] == report["expected_windows"] > 50, report
-    print(f"standalone pipeline through the kills: {time.monotonic() - started:.0f} s")
+
+
+class Phases:
+    """How long each step took, for the test's output (the test is bounded in time)."""
+
+    def __init__(self) -> None:
+        self.started = self.last = time.monotonic()
+        self.steps: list[str] = []
+
+    def done(self, step: str) -> None:
+        now = time.monotonic()
+        self.steps.append(f"{step} {now - self.last:.0f} s")
+        self.last = now
+
+    def __str__(self) -> str:
+        return f"{', '.join(self.steps)}; {self.last - self.started:.0f} s in all"
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--spark-workers=-1"], "--spark-workers must be at least 1"),
+        (["--spark-workers=2", "--spark-worker-cores=0"], "--spark-worker-cores must be"),
+        (["--spark-workers=2", "--spark-worker-memory=lots"], "expected a size like 1g"),
+    ],
+)
+def test_bad_spark_settings_are_refused_before_anything_starts(
+    tmp_path: Path, flags: list[str], error: str
+) -> None:
+    refused = subprocess.run(
+        [sys.executable, "-m", "odradek.cli.main", "cluster", "up", f"--dir={tmp_path}", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("odradek: error: "), refused.stderr
+    assert error in refused.stderr and refused.stderr.count("\n") == 1, refused.stderr
+    assert not (tmp_path / "cluster.json").exists()
