@@ -6,7 +6,9 @@
 
 `--cluster-dir` reads the local cluster's cluster.json for the bootstrap servers, the ZooKeeper
 address and each broker's metrics endpoint; flags given as well win. Without metrics endpoints the
-console shows everything but throughput and per-replica log end offsets and sizes. It prints its
+console shows everything but throughput and per-replica log end offsets and sizes.
+`--command-config` (Kafka's client properties) secures both of its Kafka clients: confluent-kafka's
+(translated to librdkafka's names) and the project's own (the ACL and transactions pages). It prints its
 URL once it listens, and runs until SIGINT or SIGTERM. A mistake an operator can fix (a missing
 flag, a bad --metrics item, an unreachable ZooKeeper, a port in use) is one `odradek: error:`
 line and exit status 1.

@@ -1,10 +1,12 @@
 """The console's ASGI application: state, lifespan and routes (Starlette, Jinja2, uvicorn).
 
 `create_app(settings)` builds it; `serve(settings)` runs it under uvicorn until SIGINT/SIGTERM.
-The pages are in `pages` (reads) and `actions` (operator actions behind a confirmation step).
+The pages are in `pages` (reads) and `actions` (operator actions behind a confirmation step);
+the ACLs and transactions pages, with their actions, in `acl_pages` and `transaction_pages`.
 
 Concurrency: everything runs on uvicorn's one event loop; blocking client calls (confluent-kafka)
-go to worker threads through `ConsoleState.kafka_call`.
+go to worker threads through `ConsoleState.kafka_call`; the asyncio admin clients of the ACL and
+transactions pages (`admin_access`) run on the loop itself.
 """
 
 from __future__ import annotations
