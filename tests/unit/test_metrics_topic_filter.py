@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -194,6 +195,7 @@ def test_the_filter_over_http_and_hostile_queries() -> None:
         "/metrics?topic=a&topic=b",
         "/metrics?topic=%ff%fe",
         "/metrics?topic=orders&partition=1-",
+        "/metrics?topic=",
         "/metrics?" + "&".join(f"name[]=x{i}" for i in range(500)),
         "/state-changes?topic=orders",
         "/state-changes?topic=orders&partition=x",
@@ -270,6 +272,33 @@ def test_controller_events_endpoint_on_a_non_controller() -> None:
     answer = json.loads(body)
     assert status == 200 and answer["active"] is False and answer["active_controller_id"] == 2
     assert "not the active controller" in answer["message"]
+
+
+def test_controller_events_endpoint_on_the_active_controller() -> None:
+    from odradek.controller.event_manager import ProcessedEvent
+
+    manager = SimpleNamespace(
+        current_event=SimpleNamespace(name="BrokerChange"),
+        current_started_ms=int(time.time() * 1000) - 1500,
+        current_queue_ms=2.0,
+        queue_size=4,
+        events_processed=9,
+        recent=[ProcessedEvent("Startup", 1, 0.5, 3.0, False), ProcessedEvent("X", 2, 1, 2, True)],
+    )
+    controller = SimpleNamespace(
+        state_change_logger=StateChangeLogger(1),
+        event_manager=manager,
+        is_active=True,
+        active_controller_id=1,
+        context=SimpleNamespace(epoch=7, assignments={}, offline_partition_count=lambda: 0),
+    )
+    [(status, body)] = _serve(_broker(controller), ["/controller-events"])
+    answer = json.loads(body)
+    assert status == 200 and answer["active"] is True and answer["controller_epoch"] == 7
+    assert (answer["queue_size"], answer["events_processed"]) == (4, 9)
+    assert answer["in_progress"]["name"] == "BrokerChange"
+    assert answer["in_progress"]["running_ms"] >= 1500
+    assert [(e["name"], e["failed"]) for e in answer["recent"]] == [("X", True), ("Startup", False)]
 
 
 def test_state_change_history_is_bounded_per_partition_and_in_total() -> None:

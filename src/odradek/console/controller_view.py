@@ -63,9 +63,12 @@ def read_controller_events(value: Any, now_ms: float) -> ControllerEvents | None
         return None
     epoch = _number(value.get("controller_epoch"))
     current = value.get("in_progress")
-    name = started = None
+    name = running = None
     if isinstance(current, dict) and isinstance(current.get("name"), str):
-        name, started = current["name"], _number(current.get("started_ms"))
+        name, running = current["name"], _number(current.get("running_ms"))
+        started = _number(current.get("started_ms"))
+        if running is None and started is not None:  # a broker that does not say: our clock
+            running = max(0.0, now_ms - started)
     recent = []
     for event in value.get("recent") or []:
         if not isinstance(event, dict) or not isinstance(event.get("name"), str):
@@ -86,7 +89,7 @@ def read_controller_events(value: Any, now_ms: float) -> ControllerEvents | None
         int(_number(value.get("queue_size")) or 0),
         int(_number(value.get("events_processed")) or 0),
         name,
-        max(0.0, now_ms - started) if name is not None and started is not None else None,
+        running,
         tuple(recent),
     )
 

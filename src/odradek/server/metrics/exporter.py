@@ -167,7 +167,12 @@ class MetricsExporter:
             if environ.get("REQUEST_METHOD") not in ("GET", "OPTIONS"):
                 return _text(start_response, "405 Method Not Allowed", "use GET")
             try:
-                params = parse_qs(environ.get("QUERY_STRING", ""), max_num_fields=MAX_QUERY_FIELDS)
+                # Blank values kept: `topic=` is a mistake to point out, not "no filter".
+                params = parse_qs(
+                    environ.get("QUERY_STRING", ""),
+                    keep_blank_values=True,
+                    max_num_fields=MAX_QUERY_FIELDS,
+                )
             except ValueError as e:
                 return _text(start_response, "400 Bad Request", f"bad query: {e}")
             endpoint = self._json_endpoints.get(path)

@@ -11,7 +11,7 @@
   ...]}`.
 * `/controller-events`: on the active controller, its event queue: `{"broker_id": 1, "active":
   true, "controller_epoch": 3, "queue_size": 0, "events_processed": 42, "in_progress": null or
-  {"name", "started_ms", "queue_ms"}, "recent": [{"name", "queued_at_ms", "queue_ms",
+  {"name", "started_ms", "running_ms", "queue_ms"}, "recent": [{"name", "queued_at_ms", "queue_ms",
   "process_ms", "failed"}, ...newest first]}`; on any other broker `{"broker_id": 2, "active":
   false, "active_controller_id": 1, "message": "broker 2 is not the active controller"}`.
 
@@ -22,6 +22,7 @@ and copies a few bounded collections (tens of entries), so it costs the loop mic
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -68,6 +69,8 @@ def controller_events(broker: Any, params: Mapping[str, Sequence[str]]) -> Calla
             in_progress = {
                 "name": getattr(current, "name", type(current).__name__),
                 "started_ms": manager.current_started_ms,
+                # Measured here, so that a console's clock does not matter.
+                "running_ms": round(time.time() * 1000 - manager.current_started_ms, 1),
                 "queue_ms": round(manager.current_queue_ms, 3),
             }
         return {
