@@ -171,6 +171,7 @@ def test_topic_page_scrapes_and_history_against_a_real_endpoint() -> None:
             sampler = MetricsSampler({1: url}, interval_s=60)
             logs, errors = await sampler.topic_logs("orders", [3, 4, 5, 9], wait_s=10)
             again = await sampler.topic_logs("orders", [3, 4, 5, 9], wait_s=10)
+            assert await sampler.topic_logs("orders", [], wait_s=10) == ({}, [])
             answers = await ask({1: url}, "/state-changes", {"topic": "orders", "partition": 0})
             return (logs, errors, sampler.scrapes, again), answers, None
         finally:

@@ -277,9 +277,9 @@ class MetricsSampler:
         the scrape errors; scraped again (only those replicas: the broker builds nothing else) when
         older than `interval_s`. With `wait_s`, waits at most that long for a new round and
         returns what it has, like `replica_logs`."""
-        if not self.endpoints:
-            return {}, []
         ranges = format_partition_ranges(partitions)
+        if not self.endpoints or not ranges:  # no partitions: not the whole topic
+            return {}, []
         key = (topic, ranges)
         kept = self._topic_logs.get(key)
         if kept is None:
