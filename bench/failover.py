@@ -66,7 +66,7 @@ from odradek.network.client import BrokerConnection
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey, request_class
 from odradek.server.session_reclaim import SESSION_FILE
-from odradek.testing import LocalBroker, LocalCluster
+from odradek.testing import LocalBroker, LocalCluster, tail
 
 METADATA_VERSION = 12
 POLL_S = 0.1
@@ -500,6 +500,8 @@ def bench_restart(args: argparse.Namespace, count: int, mode: str) -> dict[str, 
         cluster.start_broker(victim, wait=False)
 
         def registered_anew() -> bool:
+            if not cluster.is_alive(victim):
+                raise BenchTimeout(f"the restarted broker exited: {tail(broker.log, 1).strip()}")
             try:
                 epoch = cluster.registered_epochs().get(victim)
             except OdradekError:
