@@ -5,7 +5,9 @@ step, asserting what each page shows against what real clients did. It saves the
 README shows (docs/console-*.png).
 
 The console runs as its own process (`odradek console --cluster-dir`), beside the session's shared
-3-broker cluster, exactly as a user starts it.
+3-broker cluster, exactly as a user starts it. A second walk finds and aborts an open transaction;
+a third runs the console against the shared secure cluster with `--command-config` and adds an ACL
+(docs/console-transaction.png, docs/console-acls.png).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 from odradek.testing import LocalCluster
 from odradek.testing.console_process import ConsoleProcess
 from tests.fixtures.cluster import wait_until
+from tests.fixtures.secure import SecureEnv
 from tests.integration._replication import create_topic, unique_topic
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -286,3 +289,97 @@ def test_an_operator_finds_and_aborts_an_open_transaction(
             producer.abort_transaction(TIMEOUT_S)
         except KafkaException:
             pass
+
+
+@pytest.fixture(scope="module")
+def secure_console(
+    secure_cluster: SecureEnv, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """`odradek console` against the shared secure cluster, as the super user through
+    `--command-config` (Kafka's client properties: SCRAM over TLS)."""
+    from odradek.testing.secure import ADMIN
+
+    log_file = tmp_path_factory.mktemp("secure-console") / "console.log"
+    process = ConsoleProcess.start(
+        secure_cluster.cluster.directory,
+        log_file,
+        extra_args=[
+            "--bootstrap-server",
+            secure_cluster.identity("admin").bootstrap,
+            "--command-config",
+            str(secure_cluster.setup.client_properties_file(ADMIN)),
+        ],
+    )
+    try:
+        yield process.url
+    finally:
+        process.stop()
+
+
+def test_an_operator_adds_an_acl_on_a_secure_cluster(
+    secure_console: str, browser: object, secure_cluster: SecureEnv
+) -> None:
+    import uuid
+
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver: object = browser
+    find = driver.find_element  # type: ignore[attr-defined]
+    principal = f"User:analyst-{uuid.uuid4().hex[:6]}"
+    topic = f"sec-reports-{uuid.uuid4().hex[:6]}"
+    mine = AclBindingFilter(
+        ResourceType.ANY,
+        None,
+        ResourcePatternType.ANY,
+        principal,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    admin = secure_cluster.admin()
+    try:
+        # The ACLs page lists what the secure cluster's fixture granted.
+        driver.get(secure_console)  # type: ignore[attr-defined]
+        find(By.LINK_TEXT, "ACLs").click()
+        shows(driver, "#acls", "User:bob")
+        shows(driver, "#acls", "PREFIXED")
+
+        # Add one through the form and its confirmation.
+        find(By.ID, "acl-add").click()
+        find(By.ID, "field-principal").send_keys(principal)
+        Select(find(By.ID, "field-operation")).select_by_visible_text("Read")
+        Select(find(By.ID, "field-resource_type")).select_by_visible_text("Topic")
+        find(By.ID, "field-resource_name").send_keys(topic)
+        find(By.ID, "action-review").click()
+        shows(
+            driver, "#confirm-summary", f"ALLOW {principal} from any host to READ on Topic {topic}"
+        )
+        find(By.ID, "action-confirm").click()
+        shows(driver, "#action-result", "Added the ACL")
+
+        def granted() -> bool:
+            found = admin.describe_acls(mine, request_timeout=10).result(timeout=10)
+            return [(b.name, b.operation, b.permission_type) for b in found] == [
+                (topic, AclOperation.READ, AclPermissionType.ALLOW)
+            ]
+
+        wait_until(granted, TIMEOUT_S, "the ACL as confluent-kafka's admin client reads it")
+        find(By.ID, "action-next").click()
+        shows(driver, "#acls", principal)
+        # Filtered on the server: only this principal's binding.
+        driver.get(f"{secure_console}acls?principal=analyst")  # type: ignore[attr-defined]
+        shows(driver, "#acls-count", "1 binding(s) matching")
+        driver.get(f"{secure_console}acls?type=Topic")  # type: ignore[attr-defined]
+        shows(driver, "#acls", principal)
+        browser.save_screenshot(str(DOCS / "console-acls.png"))  # type: ignore[attr-defined]
+    finally:
+        for future in admin.delete_acls([mine]).values():
+            future.result(timeout=TIMEOUT_S)
