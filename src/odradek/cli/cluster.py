@@ -159,6 +159,10 @@ def format_status(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _cores(count: int) -> str:
+    return f"{count} core" if count == 1 else f"{count} cores"
+
+
 def format_spark_status(spark: dict[str, Any]) -> list[str]:
     """The Spark standalone cluster's lines of `cluster status`."""
     master = spark["master"]
@@ -176,7 +180,7 @@ def format_spark_status(spark: dict[str, Any]) -> list[str]:
             w["process"],
             str(w["pid"]) if w["pid"] else "-",
             w["state"] or "-",
-            f"{w['cores']} {'core' if w['cores'] == 1 else 'cores'}, {w['memory']}",
+            f"{_cores(w['cores'])}, {w['memory']}",
             ",".join(map(str, w["executors"])) or "-",
             f"http://127.0.0.1:{w['web_ui_port']}",
         ]
@@ -235,7 +239,7 @@ def _start_spark(cluster: LocalCluster, args: argparse.Namespace) -> None:
         raise
     print(
         f"Spark standalone master {spark.master_url} (web UI {spark.master.web_ui}), "
-        f"{len(spark.workers)} workers ({args.spark_worker_cores} cores, "
+        f"{len(spark.workers)} workers ({_cores(args.spark_worker_cores)}, "
         f"{args.spark_worker_memory} each); their Python: {spark.python}",
         file=sys.stderr,
     )
