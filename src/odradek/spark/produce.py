@@ -190,6 +190,7 @@ class FastProducer:
         self._leaders: dict[tuple[str, int], _Leader] = {}
         self._request = request_class(ApiKey.PRODUCE, PRODUCE_VERSION)
         self._failed: list[SealedBatch] = []
+        self._undispatched: deque[SealedBatch] = deque()
 
     # -- encoding ---------------------------------------------------------------------------
 
@@ -240,15 +241,20 @@ class FastProducer:
     # -- sending ----------------------------------------------------------------------------
 
     def _dispatch(self, topic: str) -> None:
-        """Sealed batches of `topic` into requests to their leaders."""
-        layout, accumulator = self._topics[topic]
-        for partition, records, batch in accumulator.take():
-            sealed = SealedBatch(topic, partition, records, batch)
-            leader = self._leader(layout.leaders[partition])
-            if (topic, partition) in leader.pending:
+        """Sealed batches of `topic` into requests to their leaders. A batch leaves
+        `_undispatched` only once it is in a request, so a stop midway loses none."""
+        accumulator = self._topics[topic][1]
+        self._undispatched.extend(SealedBatch(topic, *taken) for taken in accumulator.take())
+        while self._undispatched:
+            sealed = self._undispatched[0]
+            layout = self._topics[sealed.topic][0]
+            leader = self._leader(layout.leaders[sealed.partition])
+            key = (sealed.topic, sealed.partition)
+            if key in leader.pending:
                 self._flush(leader)
-            leader.pending[(topic, partition)] = sealed
-            leader.pending_bytes += len(batch)
+            leader.pending[key] = sealed
+            leader.pending_bytes += len(sealed.batch)
+            self._undispatched.popleft()
             if leader.pending_bytes >= REQUEST_BYTES:
                 self._flush(leader)
 
@@ -352,7 +358,8 @@ class FastProducer:
                     continue  # that request's refused batches are in _failed; go on
                 except WireError:
                     break  # the rest of this broker's requests stay unconfirmed
-        unconfirmed = list(self._failed)
+        unconfirmed = list(self._failed) + list(self._undispatched)
+        self._undispatched.clear()
         for leader in self._leaders.values():
             for sent in leader.in_flight:
                 unconfirmed.extend(sent)
