@@ -21,6 +21,9 @@ One run, one 3-broker local cluster (`metrics.listener` on, as `odradek cluster 
    `--scrapes` scrapes of each kind: every hosted replica's log end offset (what the topic page
    asked for before the filter), one page of the big topic's (what it asks for now), and the
    overview's totals.
+6. between 3 and 4, still idle (nothing produced): the brokers' CPU-seconds per second over
+   `--idle-seconds` without a console, with the overview's poller, and with the topic page's too
+   (the console's scrapes are then nearly all the brokers do, so their cost shows directly).
 
     .venv/bin/python bench/console.py                      # 10,000 partitions, 3 rounds
     .venv/bin/python bench/console.py --partitions 2000 --records 200000 --rounds 2
@@ -162,6 +165,30 @@ def scrape_cost(metrics_url: str, pid: int, scrapes: int) -> dict[str, dict[str,
     return result
 
 
+def idle_cost(cluster: LocalCluster, directory: Path, seconds: float) -> dict[str, float]:
+    """The brokers' CPU-s per second on the idle cluster, by what watches it."""
+    brokers = [b.pid for b in cluster.brokers]
+    result = {}
+    for mode in ("without", "overview", "overview_and_topic_page"):
+        console = poller = None
+        if mode != "without":
+            console = ConsoleProcess.start(cluster.directory, directory / "idle.log", timeout=60)
+            poller = Poller(console.url, topic_page=mode != "overview")
+            poller.start()
+            time.sleep(3)  # its first rounds (ZooKeeper snapshot, first scrapes) are not the cost
+        cpu = sum(cpu_seconds(pid) for pid in brokers)  # type: ignore[arg-type]
+        started = time.perf_counter()
+        time.sleep(seconds)
+        used = sum(cpu_seconds(pid) for pid in brokers) - cpu  # type: ignore[arg-type]
+        result[mode] = round(used / (time.perf_counter() - started), 4)
+        if poller is not None and console is not None:
+            poller.stopped.set()
+            poller.join(60)
+            console.stop()
+        print(json.dumps({"idle": mode, "brokers_cpu_s_per_s": result[mode]}), flush=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--partitions", type=int, default=10_000)
@@ -170,6 +197,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scrapes", type=int, default=20)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
     args = parser.parse_args()
     summary: dict[str, object] = {"partitions": args.partitions}
     with tempfile.TemporaryDirectory(prefix="odradek-console-bench-") as directory:
@@ -205,6 +233,11 @@ def main() -> None:
             first = cluster.brokers[0]
             assert first.metrics is not None and first.pid is not None
             summary["scrapes_of_broker_1"] = scrape_cost(first.metrics, first.pid, args.scrapes)
+            console.stop()  # the idle phase starts its own
+            console = None
+            summary["idle_brokers_cpu_s_per_s"] = idle_cost(
+                cluster, Path(directory), args.idle_seconds
+            )
 
             brokers = [b.pid for b in cluster.brokers]
             assert all(pid is not None for pid in brokers)
