@@ -230,8 +230,14 @@ class ControllerBrokerRequestBatch:
     update_metadata_partitions: dict[TopicPartition, None] = field(default_factory=dict)
     update_metadata_all_partitions: bool = False
     stop_replica: dict[int, dict[TopicPartition, bool]] = field(default_factory=dict)
+    # Leader/ISR states this controller wrote since the batch was last sent. No broker has heard
+    # of their znode versions yet, so nobody else can have changed them in ZooKeeper since (a
+    # leader's ISR write is conditional on the version it was told; a newer controller's writes
+    # would fence ours): the state machines may decide from these instead of reading them again.
+    unsent_writes: dict[TopicPartition, LeaderAndIsr] = field(default_factory=dict)
 
     def new_batch(self) -> None:
+        self.unsent_writes.clear()
         self.leader_and_isr.clear()
         self.update_metadata_brokers.clear()
         self.update_metadata_partitions.clear()

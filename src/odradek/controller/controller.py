@@ -54,11 +54,7 @@ from odradek.controller.channel_manager import (
     ControllerBrokerRequestBatch,
     ControllerChannelManager,
 )
-from odradek.controller.context import (
-    ControllerContext,
-    LeaderAndIsr,
-    TopicPartition,
-)
+from odradek.controller.context import ControllerContext, LeaderAndIsr, TopicPartition
 from odradek.controller.controller_zk import ControllerZk
 from odradek.controller.elect_leaders import (
     AutoRebalanceConfig,
@@ -67,6 +63,7 @@ from odradek.controller.elect_leaders import (
     fail_waiter,
 )
 from odradek.controller.event_manager import ControllerEventManager
+from odradek.controller.gc_pause import paused_gc
 from odradek.controller.log_dir_events import LogDirEventManager
 from odradek.controller.partition_state_machine import ElectionStrategy, PartitionStateMachine
 from odradek.controller.reassignment import PartitionReassignmentManager
@@ -74,10 +71,7 @@ from odradek.controller.replica_state_machine import ReplicaStateMachine
 from odradek.controller.states import PartitionState, ReplicaState, StateChangeLogger
 from odradek.controller.topic_deletion import TopicDeletionManager
 from odradek.controller.topic_events import TopicEventHandlers
-from odradek.errors import (
-    KafkaError,
-    NotControllerError,
-)
+from odradek.errors import KafkaError, NotControllerError
 from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
 from odradek.zk.client import SessionState, WatchEvent, WatchEventKind, ZkClient
 from odradek.zk.errors import (
@@ -298,6 +292,11 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
     # the event processor interface
 
     async def process(self, event: Any) -> None:
+        # The collector would walk the whole broker's heap many times in a large event (gc_pause).
+        with paused_gc():
+            await self._dispatch(event)
+
+    async def _dispatch(self, event: Any) -> None:
         match event:
             case ev.Startup():
                 await self._elect()

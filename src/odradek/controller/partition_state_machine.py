@@ -261,6 +261,7 @@ class PartitionStateMachine:
                     results[tp] = result
                 else:
                     context.leadership[tp] = result
+                    self.batch.unsent_writes[tp] = result
                     self._send_leader_and_isr(tp, result, strategy)
                     self._transition(tp, PartitionState.OnlinePartition, result)
                     results[tp] = result

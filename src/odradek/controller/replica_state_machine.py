@@ -198,10 +198,18 @@ class ReplicaStateMachine:
         context = self.context
         done: dict[TopicPartition, LeaderAndIsr] = {}
         # Leaders may have changed these ISRs (re-added the replica, say) without the controller
-        # hearing yet: decide from ZooKeeper, as Kafka's doRemoveReplicasFromIsr does.
-        known = [tp for tp in partitions if tp in context.leadership]
-        if known:
-            context.leadership.update(await self.zk.get_partition_states(known))
+        # hearing yet: decide from ZooKeeper, as Kafka's doRemoveReplicasFromIsr does -- except
+        # for states this controller wrote in the current, unsent batch (an election of this
+        # event: a broker failure elects, then removes the dead replicas), which nobody can
+        # have changed since (`ControllerBrokerRequestBatch.unsent_writes`).
+        unsent = self.batch.unsent_writes
+        stale = [
+            tp
+            for tp in partitions
+            if tp in context.leadership and unsent.get(tp) is not context.leadership[tp]
+        ]
+        if stale:
+            context.leadership.update(await self.zk.get_partition_states(stale))
         remaining = [tp for tp in partitions if tp in context.leadership]
         for _attempt in range(MAX_WRITE_ATTEMPTS):
             updates: dict[TopicPartition, LeaderAndIsr] = {}
@@ -232,6 +240,7 @@ class ReplicaStateMachine:
                     )
                 else:
                     context.leadership[tp] = result
+                    self.batch.unsent_writes[tp] = result
                     done[tp] = result
             if not retry:
                 break
