@@ -69,6 +69,7 @@ from odradek.controller.partition_state_machine import ElectionStrategy, Partiti
 from odradek.controller.reassignment import PartitionReassignmentManager
 from odradek.controller.replica_state_machine import ReplicaStateMachine
 from odradek.controller.states import PartitionState, ReplicaState, StateChangeLogger
+from odradek.controller.stats import ControllerStats
 from odradek.controller.topic_deletion import TopicDeletionManager
 from odradek.controller.topic_events import TopicEventHandlers
 from odradek.errors import KafkaError, NotControllerError
@@ -134,6 +135,7 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
         self.topic_deletion: TopicDeletionManager | None = None
         self.reassignment: PartitionReassignmentManager | None = None
         self.event_manager: ControllerEventManager | None = None
+        self.stats = ControllerStats()  # the metrics, across terms
         self._expired = False
         self._controller_watcher = self._controller_watch
         self.failovers = 0
@@ -152,6 +154,7 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
     def startup(self) -> None:
         loop = asyncio.get_running_loop()
         self.event_manager = ControllerEventManager(self, loop)
+        self.event_manager.on_processed = self.stats.event_processed
         self.zk_client.add_state_listener(self._on_session_state)
         self.event_manager.put(ev.Startup())
         self.event_manager.start()
@@ -502,6 +505,7 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
         self.partition_state_machine = PartitionStateMachine(
             context, self.zk, self.batch, self.state_change_logger, self._unclean_enabled
         )
+        self.partition_state_machine.stats = self.stats
         self.topic_deletion = TopicDeletionManager(
             context,
             self.zk_client,

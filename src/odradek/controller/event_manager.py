@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,6 +69,8 @@ class ControllerEventManager:
         self.current_queue_ms = 0.0
         self.events_processed = 0
         self.recent: deque[ProcessedEvent] = deque(maxlen=RECENT_EVENTS)
+        # Called with each ProcessedEvent (the controller's metrics: `controller.stats`).
+        self.on_processed: Callable[[ProcessedEvent], None] | None = None
 
     def start(self) -> None:
         self._task = self._loop.create_task(self._run(), name="controller-event-thread")
@@ -128,14 +131,15 @@ class ControllerEventManager:
                 self.current_event = None
                 self.events_processed += 1
             elapsed = time.monotonic() - started
-            self.recent.append(
-                ProcessedEvent(
-                    getattr(event, "name", type(event).__name__),
-                    self.current_started_ms - int(self.current_queue_ms),
-                    self.current_queue_ms,
-                    elapsed * 1000,
-                    failed,
-                )
+            processed = ProcessedEvent(
+                getattr(event, "name", type(event).__name__),
+                self.current_started_ms - int(self.current_queue_ms),
+                self.current_queue_ms,
+                elapsed * 1000,
+                failed,
             )
+            self.recent.append(processed)
+            if self.on_processed is not None:
+                self.on_processed(processed)
             if elapsed > 1.0:
                 log.info("controller event %s took %.2fs", getattr(event, "name", event), elapsed)

@@ -43,6 +43,7 @@ from odradek.controller.states import (
     format_partition,
     split_valid_transitions,
 )
+from odradek.controller.stats import ControllerStats
 from odradek.errors import OdradekError
 from odradek.zk.errors import BadVersionError, NodeExistsError, ZkError
 
@@ -86,6 +87,7 @@ class PartitionStateMachine:
         self.batch = batch
         self.state_change_logger = state_change_logger
         self._unclean_enabled = unclean_leader_election_enabled
+        self.stats: ControllerStats | None = None  # counts unclean elections when set
 
     def state(self, tp: TopicPartition) -> PartitionState:
         return self.context.partition_states.get(tp, PartitionState.NonExistentPartition)
@@ -307,6 +309,8 @@ class PartitionStateMachine:
                     strategy is ElectionStrategy.UNCLEAN or unclean_topics.get(tp[0], False),
                 )
                 if decision is not None and decision.unclean:
+                    if self.stats is not None:
+                        self.stats.unclean_leader_elections += 1
                     log.warning(
                         "%s: unclean leader election: %d becomes leader though it was not in ISR %s",
                         format_partition(*tp),
