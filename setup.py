@@ -14,7 +14,9 @@ setup(
         Extension(
             f"odradek.protocol.{name}",
             sources=[f"src/odradek/protocol/{name}.c"],
-            depends=["src/odradek/protocol/_walker.h", "src/odradek/protocol/_crc32c.h"],
+            depends=[
+                f"src/odradek/protocol/{h}" for h in ("_walker.h", "_crc32c.h", "_arrow_buffers.h")
+            ],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=vla"],
         )
         for name in ("_records", "_frames", "_compaction", "_arrow", "_encoder")

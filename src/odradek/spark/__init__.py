@@ -72,9 +72,14 @@ next trigger on, reading them from their first offset. `Trigger.AvailableNow` re
 when the query started (its high watermarks) in one or more batches and stops.
 
 Sink options: `kafka.bootstrap.servers` (required), `topic` (optional; wins over a `topic` column),
-`exactlyOnce` (streaming writes, default false; needs `topic`), `kafka.*`. Sink columns: `value` (string or binary, required), `key` (string or binary),
+`exactlyOnce` (streaming writes, default false; needs `topic`), `odradek.writePath` (`auto`, the
+default: record batches encoded natively from the Arrow columns and produced straight to the
+leaders, `odradek.spark.produce`, handing over to a confluent-kafka Producer on any trouble;
+`producer`: the Producer for every row), `kafka.compression.type` (none, gzip, snappy, lz4,
+zstd), `kafka.*`. Sink columns: `value` (string or binary, required), `key` (string or binary),
 `topic` (string), `partition` (int), `headers` (as in the source schema). Records are produced
-with `acks=all`; a batch write supports mode append only.
+with `acks=all`, keys partitioned with murmur2 as Kafka's default partitioner; a batch write
+supports mode append only.
 
 Delivery guarantees: a stream reading from Odradek into a file sink (Parquet, ...) is exactly-once:
 offsets are Spark's checkpointed offsets, so a restarted query replays an unfinished micro-batch
