@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import urllib.request
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 from prometheus_client.parser import text_string_to_metric_families
 
 from odradek.cluster.broker_topic_stats import BrokerTopicStats
@@ -107,14 +109,59 @@ def test_request_metrics_time_sync_and_async_requests() -> None:
         future = metered(_context(ApiKey.FETCH), b"")
         await asyncio.sleep(0)
         fetch = metrics.stats(ApiKey.FETCH)
-        assert fetch.requests == 1 and fetch.total_ms == 0.0  # not complete yet
+        assert fetch.requests == 1 and fetch.total.count == 0  # not complete yet
+        assert fetch.queue.count == fetch.local.count == 1
         release.set()
         assert await future == "done"
 
     asyncio.run(run())
     produce, fetch = metrics.stats(ApiKey.PRODUCE), metrics.stats(ApiKey.FETCH)
-    assert produce.requests == 1 and produce.total_ms >= produce.local_ms >= 0
-    assert fetch.total_ms > 0 and fetch.remote_ms > 0
+    assert produce.requests == 1 and produce.total.sum_ns >= produce.local.sum_ns >= 0
+    assert fetch.total.count == fetch.remote.count == 1
+    assert fetch.total.sum_ns >= fetch.remote.sum_ns > 0
+
+
+def test_request_queue_time_runs_from_the_read_and_errors_count_by_code() -> None:
+    """RequestQueueTimeMs starts at `received_ns` (the read); ErrorsPerSec counts the response's
+    top-level error code, and a handler that raised as UNKNOWN_SERVER_ERROR."""
+    metrics = RequestMetrics()
+
+    def dispatch(context: RequestContext, frame: bytes) -> Any:
+        if frame == b"raise":
+            raise RuntimeError("boom")
+        return SimpleNamespace(error_code=ErrorCode.not_controller if frame else ErrorCode.none)
+
+    metered = metrics.metered(dispatch)
+    header = SimpleNamespace(api_key=ApiKey.CREATE_TOPICS, api_version=0, correlation_id=1)
+    read_at = time.perf_counter_ns() - 5_000_000  # read 5 ms ago, behind earlier requests
+    context = RequestContext(header, "c", "h", received_ns=read_at)  # type: ignore[arg-type]
+    metered(context, b"")
+    metered(context, b"x")
+    with pytest.raises(RuntimeError):
+        metered(context, b"raise")
+    stats = metrics.stats(ApiKey.CREATE_TOPICS)
+    assert stats.requests == 3 and stats.queue.count == 3
+    assert stats.queue.max_ns >= 5_000_000 and stats.total.count == 2
+    assert stats.total.sum_ns >= 2 * 5_000_000
+    metrics.response_sent(ApiKey.CREATE_TOPICS, 1500)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in collect(_fake_broker(), metrics)
+        for s in f.samples
+    }
+    errors = "kafka_network_requestmetrics_errorspersec_count"
+    for error, count in (("NONE", 1), ("NOT_CONTROLLER", 1), ("UNKNOWN_SERVER_ERROR", 1)):
+        assert samples[(errors, (("error", error), ("request", "CreateTopics")))] == count
+    label = (("request", "CreateTopics"),)
+    assert samples[("kafka_network_requestmetrics_requestqueuetimems_count", label)] == 3
+    assert samples[("kafka_network_requestmetrics_requestqueuetimems_max", label)] >= 5
+    assert samples[("kafka_network_requestmetrics_requestqueuetimems_50thpercentile", label)] > 0
+    assert samples[("kafka_network_requestmetrics_responsesendtimems_count", label)] == 1
+    send_p99 = samples[("kafka_network_requestmetrics_responsesendtimems_99thpercentile", label)]
+    assert send_p99 == pytest.approx(0.0015, rel=0.07)
+    for attribute in ("50th", "75th", "95th", "98th", "99th", "999th"):
+        name = f"kafka_network_requestmetrics_totaltimems_{attribute}percentile"
+        assert samples[(name, label)] >= 5 * (1 - 1 / 16)  # a bucket's middle, within 1/16
 
 
 def _fake_broker() -> Any:
@@ -126,6 +173,7 @@ def _fake_broker() -> Any:
         is_leader=True,
         is_under_replicated=True,
         is_under_min_isr=False,
+        is_at_min_isr=True,
         leader_high_watermark=-1,
         log_end_offset=10,
         log_start_offset=0,
@@ -149,7 +197,19 @@ def _fake_broker() -> Any:
         group_coordinator=SimpleNamespace(
             manager=SimpleNamespace(groups={"g": group}), offset_commits=7
         ),
-        socket_servers=[SimpleNamespace(listener="PLAINTEXT", connections={1, 2})],
+        socket_servers=[
+            SimpleNamespace(
+                listener="PLAINTEXT",
+                connections={1, 2},
+                incoming_bytes=100,
+                outgoing_bytes=200,
+                connections_created=5,
+                connections_closed=3,
+                authentications_succeeded=5,
+                authentications_failed=1,
+                handshakes_failed=1,
+            )
+        ],
         zk=None,
     )
 
@@ -185,6 +245,9 @@ def test_exporter_serves_the_snapshot_over_http() -> None:
     assert samples[(messages, (("topic", ""),))] == 10
     assert samples[("kafka_server_replicamanager_underreplicatedpartitions_value", ())] == 1
     assert samples[("kafka_server_replicamanager_leadercount_value", ())] == 1
+    assert samples[("kafka_server_replicamanager_atminisrpartitioncount_value", ())] == 1
+    assert ("kafka_log_logflushstats_logflushrateandtimems_count", ()) in samples
+    assert ("kafka_log_logflushstats_logflushrateandtimems_99thpercentile", ()) in samples
     assert samples[("kafka_server_replicamanager_offlinereplicacount_value", ())] == 1
     assert samples[("kafka_log_logmanager_offlinelogdirectorycount_value", ())] == 1
     size = ("kafka_log_log_size_value", (("partition", "0"), ("topic", "orders")))
@@ -192,8 +255,18 @@ def test_exporter_serves_the_snapshot_over_http() -> None:
     lag_labels = (("consumergroup", "g"), ("partition", "0"), ("topic", "orders"))
     assert samples[("kafka_consumergroup_lag", lag_labels)] == 6
     assert samples[("kafka_coordinator_group_groupmetadatamanager_numgroupsstable_value", ())] == 1
-    connections = "kafka_server_socket_server_metrics_connection_count"
-    assert samples[(connections, (("listener", "PLAINTEXT"),))] == 2
+    listener = (("listener", "PLAINTEXT"),)
+    socket_server = "kafka_server_socket_server_metrics_"
+    for attribute, value in (
+        ("connection_count", 2),
+        ("incoming_byte_total", 100),
+        ("outgoing_byte_total", 200),
+        ("connection_creation_total", 5),
+        ("connection_close_total", 3),
+        ("successful_authentication_total", 5),
+        ("failed_authentication_total", 2),
+    ):
+        assert samples[(socket_server + attribute, listener)] == value
 
 
 def test_a_scrape_with_name_parameters_gets_only_those_samples() -> None:

@@ -45,6 +45,7 @@ def _partition(topic: str, index: int) -> Any:
         is_leader=True,
         is_under_replicated=False,
         is_under_min_isr=False,
+        is_at_min_isr=False,
         leader_high_watermark=-1,
         log_end_offset=100 + index,
         log_start_offset=0,

@@ -152,6 +152,12 @@ class Partition(PartitionIsr):
         return self.is_leader and len(self.isr) < self._min_insync_replicas()
 
     @property
+    def is_at_min_isr(self) -> bool:
+        """Led here with exactly min.insync.replicas in-sync replicas (Kafka's isAtMinIsr): one
+        more loss and acks=all produce fails."""
+        return self.is_leader and len(self.isr) == self._min_insync_replicas()
+
+    @property
     def log_end_offset(self) -> int:
         return int(self.log.log_end_offset)
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +46,7 @@ from odradek.errors import (
     KafkaStorageError,
     RecordBatchTooLargeError,
 )
+from odradek.histogram import LatencyHistogram
 from odradek.log.append_info import LogAppendInfo, append_info
 from odradek.log.config import LogConfig
 from odradek.log.leader_epoch import LeaderEpochCache
@@ -74,6 +76,10 @@ from odradek.protocol.record_batch import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Kafka's LogFlushStats.LogFlushRateAndTimeMs: every flush that fsynced something (a roll's flush
+# of the segments before the new one, a shutdown's), of every log of this process, in ns.
+LOG_FLUSH_TIMES = LatencyHistogram()
 
 EARLIEST_TIMESTAMP = -2
 """ListOffsets' "earliest" sentinel: answered with the log start offset."""
@@ -505,12 +511,14 @@ class Log(LogRetention):
         end = self._log_end_offset if up_to is None else min(up_to, self._log_end_offset)
         if end <= self._recovery_point:
             return
+        started = time.perf_counter_ns()
         for segment in self._segments_from(self._recovery_point):
             if segment.base_offset >= end:
                 break
             segment.flush()
         self._leader_epoch_cache.sync()
         self._recovery_point = end
+        LOG_FLUSH_TIMES.record_ns(time.perf_counter_ns() - started)
 
     @storage_errors
     def close(self) -> None:

@@ -100,13 +100,20 @@ class ClientConnection(asyncio.Protocol):
         self._socket_fd = -1  # the socket for sendfile; -1 on TLS connections (copying path)
         self._throttled_until = 0.0  # monotonic time until which a quota mutes the connection
         self._unmute: asyncio.TimerHandle | None = None
-        self._held: deque[tuple[bytes, int]] = deque()  # frames read while throttled, and sizes
+        # frames read while throttled, their sizes and when they were read (perf_counter_ns)
+        self._held: deque[tuple[bytes, int, int]] = deque()
+        # (api key, send start) of responses written while the transport's buffer was above its
+        # high-water mark: their send ends when it drains (`resume_writing`). Empty but for slow
+        # readers.
+        self._unflushed: list[tuple[int, int]] = []
+        self._file_send: tuple[int, int] | None = None  # the same, for a response in `_send_rest`
 
     # asyncio.Protocol callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._server.connections.add(self)
+        self._server.connections_created += 1
         security = self._server.security
         sock = transport.get_extra_info("socket")
         if security.ssl_context is None and sock is not None:
@@ -118,6 +125,7 @@ class ClientConnection(asyncio.Protocol):
                 self.principal = security.principal_for_certificate(der)
         except AuthenticationRefused as e:
             log.info("Failed authentication with %s (%s)", self.peer, e)
+            self._server.authentications_failed += 1
             self.close("")
             return
         if security.new_sasl_session is not None:
@@ -125,6 +133,9 @@ class ClientConnection(asyncio.Protocol):
             self._decoder.max_frame_bytes = min(
                 self._server.max_request_bytes, self._sasl.max_receive_size
             )
+        else:
+            # PLAINTEXT and TLS: the principal is known now (Kafka counts these too).
+            self._server.authentications_succeeded += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._set_state(ConnectionState.CLOSED)
@@ -137,6 +148,8 @@ class ClientConnection(asyncio.Protocol):
             os.close(self._poll_fd)
             self._poll_fd = -1
         self._server.on_connection_closed(self)
+        self._unflushed.clear()
+        self._file_send = None
         for _header, result, _size in self._pending:
             if isinstance(result, asyncio.Future):
                 result.cancel()
@@ -145,6 +158,8 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.state is not ConnectionState.OPEN:
             return
+        received = time.perf_counter_ns()
+        self._server.incoming_bytes += len(data)
         self.last_activity = time.monotonic()
         try:
             frames = self._decoder.feed(data)
@@ -165,9 +180,9 @@ class ClientConnection(asyncio.Protocol):
             if self._unmute is not None or self._held:
                 # Throttled by a quota: the frames read with the throttled one wait, as the
                 # unread ones do, until the throttle ends (Kafka reads one request at a time).
-                self._held.append((item, size))
+                self._held.append((item, size, received))
                 continue
-            self._handle(item, size, final=index == len(frames) - 1)
+            self._handle(item, size, received, final=index == len(frames) - 1)
         if self.state is ConnectionState.OPEN:
             self._reserve_partial_frame()
             self._update_reading()
@@ -178,6 +193,13 @@ class ClientConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        if self._unflushed:  # drained below the low-water mark: those responses are sent
+            now = time.perf_counter_ns()
+            sent = self._server.response_sent
+            for api_key, started in self._unflushed:
+                if sent is not None:
+                    sent(api_key, now - started)
+            self._unflushed.clear()
         self._update_reading()
 
     # memory (queued.max.request.bytes)
@@ -215,7 +237,7 @@ class ClientConnection(asyncio.Protocol):
         pool = self._server.memory_pool
         pool.forget(id(self))
         released = self._reserved + sum(size for _h, _r, size in self._pending)
-        released += sum(size for _frame, size in self._held)
+        released += sum(size for _frame, size, _received in self._held)
         self._reserved = 0
         self._pending.clear()
         self._held.clear()
@@ -223,11 +245,11 @@ class ClientConnection(asyncio.Protocol):
 
     # request handling
 
-    def _handle(self, data: bytes, size: int, final: bool) -> None:
+    def _handle(self, data: bytes, size: int, received: int, final: bool) -> None:
         sasl = self._sasl
-        now_ms = int(time.time() * 1000)
         if sasl is not None and sasl.authenticating:
-            self._apply(sasl.receive_frame(data, now_ms), None, data, size)
+            now_ms = int(time.time() * 1000)
+            self._apply(sasl.receive_frame(data, now_ms), None, data, size, received)
             return
         try:
             header = parse_request_header(data)
@@ -236,12 +258,18 @@ class ClientConnection(asyncio.Protocol):
             self.close(f"malformed request: {e}")
             return
         if sasl is not None:
-            self._apply(sasl.on_request(header, data, now_ms), header, data, size)
+            now_ms = int(time.time() * 1000)
+            self._apply(sasl.on_request(header, data, now_ms), header, data, size, received)
             return
-        self._dispatch(header, data, size)
+        self._dispatch(header, data, size, received)
 
     def _apply(
-        self, actions: Sequence[Action], header: RequestHeader | None, data: bytes, size: int
+        self,
+        actions: Sequence[Action],
+        header: RequestHeader | None,
+        data: bytes,
+        size: int,
+        received: int,
     ) -> None:
         """Carry out a SASL session's actions, in order."""
         used = False
@@ -253,10 +281,14 @@ class ClientConnection(asyncio.Protocol):
             elif isinstance(action, SetPrincipal):
                 self.principal = action.principal
                 self._decoder.max_frame_bytes = self._server.max_request_bytes
+                self._server.authentications_succeeded += 1
             elif isinstance(action, Proceed) and header is not None:
                 used = True
-                self._dispatch(header, data, size)
+                self._dispatch(header, data, size, received)
             elif isinstance(action, Close):
+                # The SASL session ends the connection: a failed (re-)authentication, an expired
+                # session or a request out of place in it.
+                self._server.authentications_failed += 1
                 self._write_ready_responses()
                 self._server.memory_pool.release(0 if used else size)
                 self._close_after_flush(action.reason)
@@ -265,7 +297,7 @@ class ClientConnection(asyncio.Protocol):
             self._server.memory_pool.release(size)
         self._write_ready_responses()
 
-    def _dispatch(self, header: RequestHeader, data: bytes, size: int) -> None:
+    def _dispatch(self, header: RequestHeader, data: bytes, size: int, received: int) -> None:
         security = self._server.security
         try:
             context = RequestContext(
@@ -277,6 +309,7 @@ class ClientConnection(asyncio.Protocol):
                 security.security_protocol,
                 len(data),
                 self._throttle,
+                received,
             )
             result = self._server.dispatch(context, data)
         except ProtocolError as e:
@@ -311,7 +344,9 @@ class ClientConnection(asyncio.Protocol):
             header, result, size = pending[0]
             if header is None:  # a raw SASL token
                 pending.popleft()
-                transport.write(frame(result))
+                token = frame(result)
+                transport.write(token)
+                self._server.outgoing_bytes += len(token)
                 continue
             if isinstance(result, asyncio.Future):
                 if not result.done():
@@ -343,10 +378,14 @@ class ClientConnection(asyncio.Protocol):
             pool.release(size)
             if response is NO_RESPONSE:
                 continue
+            started = time.perf_counter_ns()
             if isinstance(response, EncodedResponse):
                 self.last_activity = time.monotonic()
                 if not self._write_parts(response.parts):
+                    if self._sending_file:  # the send ends with `_send_rest`
+                        self._file_send = (header.api_key, started)
                     return  # the rest goes out from `_send_rest`, which resumes the queue
+                self._handed_over(header.api_key, started)
                 continue
             try:
                 data = encode_response(header, response)
@@ -355,7 +394,19 @@ class ClientConnection(asyncio.Protocol):
                 self.close("response encoding failed")
                 return
             transport.write(data)
+            self._server.outgoing_bytes += len(data)
             self.last_activity = time.monotonic()
+            self._handed_over(header.api_key, started)
+
+    def _handed_over(self, api_key: int, started: int) -> None:
+        """A response's bytes are all with the transport: its send is over unless the transport
+        is holding more than its high-water mark (then it ends at `resume_writing`)."""
+        if self._writing_paused:
+            self._unflushed.append((api_key, started))
+            return
+        sent = self._server.response_sent
+        if sent is not None:
+            sent(api_key, time.perf_counter_ns() - started)
 
     # zero-copy writes (sendfile)
 
@@ -368,6 +419,7 @@ class ClientConnection(asyncio.Protocol):
         and responses after this one wait for it (False)."""
         transport = require(self._transport, "the connection's transport")
         socket_fd = self._socket_fd
+        server = self._server
         buffered: list[bytes] = []
         for index, part in enumerate(parts):
             if not isinstance(part, FileRecords):
@@ -377,7 +429,9 @@ class ClientConnection(asyncio.Protocol):
                 buffered.append(part.read())
                 continue
             if buffered:
-                transport.write(b"".join(buffered) if len(buffered) > 1 else buffered[0])
+                joined = b"".join(buffered) if len(buffered) > 1 else buffered[0]
+                transport.write(joined)
+                server.outgoing_bytes += len(joined)
                 buffered = []
             sent = 0
             if transport.get_write_buffer_size() == 0:
@@ -387,6 +441,7 @@ class ClientConnection(asyncio.Protocol):
                         if n == 0:
                             raise OSError("the segment ended before the range sent")
                         sent += n
+                        server.outgoing_bytes += n
                 except BlockingIOError:
                     pass
                 except OSError as e:
@@ -402,7 +457,9 @@ class ClientConnection(asyncio.Protocol):
             self._send_task = asyncio.ensure_future(self._send_rest(rest))
             return False
         if buffered:
-            transport.write(b"".join(buffered) if len(buffered) > 1 else buffered[0])
+            joined = b"".join(buffered) if len(buffered) > 1 else buffered[0]
+            transport.write(joined)
+            server.outgoing_bytes += len(joined)
         return True
 
     async def _send_rest(self, parts: list[bytes | FileRecords]) -> None:
@@ -418,6 +475,7 @@ class ClientConnection(asyncio.Protocol):
                     return
                 if not isinstance(part, FileRecords):
                     transport.write(part)
+                    self._server.outgoing_bytes += len(part)
                     continue
                 position, remaining = part.position, part.size
                 while remaining:
@@ -434,6 +492,7 @@ class ClientConnection(asyncio.Protocol):
                     if sent > 0:
                         position += sent
                         remaining -= sent
+                        self._server.outgoing_bytes += sent
                         continue
                     await self._socket_writable()
         except OSError as e:
@@ -442,6 +501,9 @@ class ClientConnection(asyncio.Protocol):
         finally:
             self._sending_file = False
             self._send_task = None
+        file_send, self._file_send = self._file_send, None
+        if file_send is not None and self.state is not ConnectionState.CLOSED:
+            self._handed_over(*file_send)
         if self.state is ConnectionState.OPEN:
             self._write_ready_responses()
             self._update_reading()
@@ -483,8 +545,8 @@ class ClientConnection(asyncio.Protocol):
         self._unmute = None
         self._throttled_until = 0.0
         while self._held and self._unmute is None and self.state is ConnectionState.OPEN:
-            frame, size = self._held.popleft()
-            self._handle(frame, size, final=not self._held)
+            frame, size, received = self._held.popleft()
+            self._handle(frame, size, received, final=not self._held)
         self._update_reading()
 
     @property

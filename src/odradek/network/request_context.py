@@ -12,6 +12,7 @@ listener the connection came in on (Metadata answers with that listener's addres
 `size` is the request's size in bytes (what a produce quota counts); `throttle(ms)` mutes the
 connection — it reads no further request from the client — for `ms` milliseconds from the time its
 response is ready (KIP-219: quotas throttle by muting the channel, not by delaying the response).
+`received_ns` is when the request was read off the socket (for RequestQueueTimeMs).
 """
 
 from __future__ import annotations
@@ -39,3 +40,6 @@ class RequestContext:
     size: int = 0
     throttle: Callable[[int], None] | None = None
     """Mute the connection for that many milliseconds (None: a context without a connection)."""
+    received_ns: int = 0
+    """`time.perf_counter_ns()` at the read that completed the request's frame (0: unknown);
+    RequestQueueTimeMs runs from here to the handler's start."""

@@ -83,6 +83,17 @@ class SocketServer:
         self.connections_max_idle_ms = connections_max_idle_ms
         self.connections: set[ClientConnection] = set()
         self.handshakes_failed = 0
+        # Kafka's socket-server-metrics of this listener (cumulative; read at scrape time):
+        # bytes read and written (sendfile included), connections accepted and closed, and
+        # authentications (see `ClientConnection`; failed TLS handshakes are `handshakes_failed`).
+        self.incoming_bytes = 0
+        self.outgoing_bytes = 0
+        self.connections_created = 0
+        self.connections_closed = 0
+        self.authentications_succeeded = 0
+        self.authentications_failed = 0
+        # (api key, ns) for each response sent: RequestMetrics' ResponseSendTimeMs (None: untimed).
+        self.response_sent: Callable[[int, int], None] | None = None
         self._socket: socket.socket | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._accept_task: asyncio.Task[None] | None = None
@@ -181,6 +192,7 @@ class SocketServer:
     def on_connection_closed(self, connection: ClientConnection) -> None:
         if connection in self.connections:
             self.connections.discard(connection)
+            self.connections_closed += 1
             self.quotas.release(self.listener, connection.client_host)
 
     async def _idle_loop(self) -> None:

@@ -248,6 +248,7 @@ class Broker(BrokerZk):
                 memory_pool=pool,
                 connections_max_idle_ms=config["connections.max.idle.ms"],
             )
+            server.response_sent = self.request_metrics.response_sent
             self.socket_servers.append(server)
             await server.start()
         self.dynamic_config_manager.reconfigure_listeners()

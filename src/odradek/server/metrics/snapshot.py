@@ -12,14 +12,18 @@ replica of, as that replica's high watermark minus the committed offset.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric, UnknownMetricFamily
 
+from odradek.histogram import LatencyHistogram
+from odradek.log.log import LOG_FLUSH_TIMES
 from odradek.server.metrics.filters import ReplicaFilter
 from odradek.server.metrics.names import jmx_metric_name, request_name
-from odradek.server.metrics.request_metrics import RequestMetrics
+from odradek.server.metrics.request_metrics import UNKNOWN_SERVER_ERROR, RequestMetrics
+from odradek.server.metrics.timers import timer_families
 
 # BrokerTopicMetrics: MBean name -> TopicMeters field.
 _TOPIC_METERS = {
@@ -30,6 +34,15 @@ _TOPIC_METERS = {
     "FailedFetchRequestsPerSec": "failed_fetch_requests",
     "TotalProduceRequestsPerSec": "total_produce_requests",
     "TotalFetchRequestsPerSec": "total_fetch_requests",
+}
+
+# RequestMetrics' time histograms: MBean name -> ApiRequestStats field.
+_REQUEST_TIMES = {
+    "RequestQueueTimeMs": "queue",
+    "LocalTimeMs": "local",
+    "RemoteTimeMs": "remote",
+    "TotalTimeMs": "total",
+    "ResponseSendTimeMs": "response_send",
 }
 
 # Kafka's ControllerState values (kafka.controller.ControllerState), by odradek event class name.
@@ -100,9 +113,20 @@ def collect(
     counts = names is None or any(n.startswith(_COUNT_PREFIXES) for n in names)
     families: list[Metric] = []
     families.extend(_broker_topic_metrics(broker))
-    families.extend(_request_metrics(request_metrics))
+    families.extend(_request_metrics(request_metrics, names))
     families.extend(_replica_manager(broker, logs, replicas, counts))
-    families.extend(_controller(broker))
+    families.extend(_controller(broker, names))
+    families.extend(
+        timer_families(
+            "kafka.log",
+            "LogFlushStats",
+            "LogFlushRateAndTimeMs",
+            "log flushes (fsync)",
+            (),
+            [((), LOG_FLUSH_TIMES)],
+            names,
+        )
+    )
     families.extend(_group_coordinator(broker))
     families.extend(_network(broker))
     families.extend(_zookeeper(broker))
@@ -142,37 +166,45 @@ def _broker_topic_metrics(broker: Any) -> Iterator[Metric]:
         yield family
 
 
-def _request_metrics(request_metrics: RequestMetrics) -> Iterator[Metric]:
-    def family(mbean: str, attribute: str, doc: str) -> UnknownMetricFamily:
+def _error_name(code: Any) -> str:
+    if code == UNKNOWN_SERVER_ERROR:
+        return "UNKNOWN_SERVER_ERROR"
+    try:
+        return ErrorCode(int(code)).name.upper()
+    except ValueError:
+        return str(int(code))
+
+
+def _request_metrics(
+    request_metrics: RequestMetrics, names: Collection[str] | None
+) -> Iterator[Metric]:
+    def family(mbean: str, attribute: str, doc: str, labels: list[str]) -> UnknownMetricFamily:
         return _untyped(
-            jmx_metric_name("kafka.network", "RequestMetrics", mbean, attribute), doc, ["request"]
+            jmx_metric_name("kafka.network", "RequestMetrics", mbean, attribute), doc, labels
         )
 
-    requests = family("RequestsPerSec", "Count", "requests received, per API")
-    errors = family("ErrorsPerSec", "Count", "requests that failed in their handler, per API")
-    times = {
-        (mbean, attribute): family(mbean, attribute, f"{mbean} {attribute.lower()}, per API")
-        for mbean in ("TotalTimeMs", "LocalTimeMs", "RemoteTimeMs")
-        for attribute in ("Count", "Mean")
-    }
-    total_max = family("TotalTimeMs", "Max", "TotalTimeMs max, per API")
-    for api_key, stats in sorted(request_metrics.by_api.items()):
-        label = [request_name(api_key)]
-        requests.add_metric(label, stats.requests)
-        errors.add_metric(label, stats.errors)
-        done = stats.requests - stats.errors
-        for mbean, summed in (
-            ("TotalTimeMs", stats.total_ms),
-            ("LocalTimeMs", stats.local_ms),
-            ("RemoteTimeMs", stats.remote_ms),
-        ):
-            times[(mbean, "Count")].add_metric(label, done)
-            times[(mbean, "Mean")].add_metric(label, summed / done if done else 0.0)
-        total_max.add_metric(label, stats.total_max_ms)
+    requests = family("RequestsPerSec", "Count", "requests received, per API", ["request"])
+    errors = family(
+        "ErrorsPerSec",
+        "Count",
+        "responses by top-level error code (NONE included), per API",
+        ["request", "error"],
+    )
+    apis = sorted(request_metrics.by_api.items())
+    for api_key, stats in apis:
+        label = request_name(api_key)
+        requests.add_metric([label], stats.requests)
+        for code, count in sorted(stats.errors.items(), key=lambda item: int(item[0])):
+            errors.add_metric([label, _error_name(code)], count)
     yield requests
     yield errors
-    yield from times.values()
-    yield total_max
+    for mbean, field in _REQUEST_TIMES.items():
+        rows: list[tuple[tuple[str, ...], LatencyHistogram]] = [
+            ((request_name(api_key),), getattr(stats, field)) for api_key, stats in apis
+        ]
+        yield from timer_families(
+            "kafka.network", "RequestMetrics", mbean, f"{mbean}, per API", ("request",), rows, names
+        )
 
 
 def _replica_manager(
@@ -206,6 +238,11 @@ def _replica_manager_counts(broker: Any, replica_manager: Any) -> Iterator[Metri
         "UnderMinIsrPartitionCount",
         "partitions led here with fewer in-sync replicas than min.insync.replicas",
         sum(1 for p in partitions if p.is_under_min_isr),
+    )
+    yield gauge(
+        "AtMinIsrPartitionCount",
+        "partitions led here with exactly min.insync.replicas in-sync replicas",
+        sum(1 for p in partitions if p.is_at_min_isr),
     )
     yield gauge("PartitionCount", "partitions hosted here", len(partitions))
     yield gauge("LeaderCount", "partitions led here", sum(1 for p in partitions if p.is_leader))
@@ -287,10 +324,11 @@ def _hosted_replicas(hosted: dict[Any, Any], replicas: ReplicaFilter | None) -> 
     return sorted(chosen, key=lambda p: (p.topic, p.partition))
 
 
-def _controller(broker: Any) -> Iterator[Metric]:
+def _controller(broker: Any, names: Collection[str] | None = None) -> Iterator[Metric]:
     controller = broker.controller
     if controller is None:
         return
+    yield from _controller_stats(controller.stats, names)
     active = controller.is_active
     context = controller.context
     event_manager = controller.event_manager
@@ -324,6 +362,36 @@ def _controller(broker: Any) -> Iterator[Metric]:
     )
     queue.add_metric([], event_manager.queue_size if event_manager is not None else 0)
     yield queue
+
+
+def _controller_stats(stats: Any, names: Collection[str] | None) -> Iterator[Metric]:
+    """ControllerStats and the event queue time: on every broker (0 where never controller)."""
+    yield from timer_families(
+        "kafka.controller",
+        "ControllerStats",
+        "LeaderElectionRateAndTimeMs",
+        "BrokerChange events (a broker came or went: leaders elected), processing time",
+        (),
+        [((), stats.leader_election)],
+        names,
+    )
+    unclean = _untyped(
+        jmx_metric_name(
+            "kafka.controller", "ControllerStats", "UncleanLeaderElectionsPerSec", "Count"
+        ),
+        "leaders this broker's controller elected from outside the ISR",
+    )
+    unclean.add_metric([], stats.unclean_leader_elections)
+    yield unclean
+    yield from timer_families(
+        "kafka.controller",
+        "ControllerEventManager",
+        "EventQueueTimeMs",
+        "controller events' wait in the queue",
+        (),
+        [((), stats.event_queue)],
+        names,
+    )
 
 
 def _group_coordinator(broker: Any) -> Iterator[Metric]:
@@ -386,6 +454,38 @@ def _network(broker: Any) -> Iterator[Metric]:
     for server in broker.socket_servers:
         connections.add_metric([server.listener], len(server.connections))
     yield connections
+    for attribute, doc, value in _SOCKET_SERVER_TOTALS:
+        family = _untyped(
+            jmx_metric_name("kafka.server", "socket-server-metrics", None, attribute),
+            f"{doc}, per listener",
+            ["listener"],
+        )
+        for server in broker.socket_servers:
+            family.add_metric([server.listener], value(server))
+        yield family
+
+
+# socket-server-metrics' cumulative attributes: name, doc, value of a SocketServer.
+_SOCKET_SERVER_TOTALS: tuple[tuple[str, str, Callable[[Any], float]], ...] = (
+    ("incoming-byte-total", "bytes read from clients", lambda s: s.incoming_bytes),
+    (
+        "outgoing-byte-total",
+        "bytes written to clients (sendfile included)",
+        lambda s: s.outgoing_bytes,
+    ),
+    ("connection-creation-total", "connections accepted", lambda s: s.connections_created),
+    ("connection-close-total", "connections closed", lambda s: s.connections_closed),
+    (
+        "successful-authentication-total",
+        "connections authenticated (PLAINTEXT and TLS: every connection; SASL: each success)",
+        lambda s: s.authentications_succeeded,
+    ),
+    (
+        "failed-authentication-total",
+        "failed authentications (TLS handshakes included)",
+        lambda s: s.authentications_failed + s.handshakes_failed,
+    ),
+)
 
 
 def _zookeeper(broker: Any) -> Iterator[Metric]:
