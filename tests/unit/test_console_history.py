@@ -172,6 +172,12 @@ def test_topic_page_scrapes_and_history_against_a_real_endpoint() -> None:
             logs, errors = await sampler.topic_logs("orders", [3, 4, 5, 9], wait_s=10)
             again = await sampler.topic_logs("orders", [3, 4, 5, 9], wait_s=10)
             assert await sampler.topic_logs("orders", [], wait_s=10) == ({}, [])
+            # The reassignments page: only the moving partitions, one scrape per topic.
+            moving, moving_errors = await sampler.moving_logs(
+                [("orders", 7), ("payments", 2), ("orders", 1)], wait_s=10
+            )
+            assert moving_errors == [] and sampler.scrapes == 3
+            assert sorted(moving[1]) == [("orders", 1), ("orders", 7), ("payments", 2)]
             answers = await ask({1: url}, "/state-changes", {"topic": "orders", "partition": 0})
             return (logs, errors, sampler.scrapes, again), answers, None
         finally:
@@ -180,7 +186,7 @@ def test_topic_page_scrapes_and_history_against_a_real_endpoint() -> None:
     (logs, errors, scrapes, again), answers, _ = asyncio.run(run())
     assert errors == [] and sorted(logs[1]) == [("orders", p) for p in (3, 4, 5, 9)]
     assert logs[1][("orders", 4)].log_end_offset == 104 and logs[1][("orders", 4)].size == 1004
-    assert scrapes == 1 and again[0] is logs  # the second call was served from the last round
+    assert scrapes == 3 and again[0] is logs  # the second call was served from the last round
     rows, errors = merge_history(answers)
     assert errors == [] and [r.to_state for r in rows] == [
         "OnlinePartition",

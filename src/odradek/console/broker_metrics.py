@@ -8,7 +8,8 @@ broker answers off its request path (see `odradek.server.metrics.exporter`). Eac
 the samples it wants (`name[]`), so the overview's rounds cost a broker hosting 10,000 replicas
 nothing measurable. A topic's page asks for the per-replica gauges of only its page of
 partitions (`topic=T&partition=0-99`, `topic_logs`), which the broker builds for those replicas
-alone; only the reassignments page still asks for every hosted replica's.
+alone, and the reassignments page for only the partitions being moved (`moving_logs`: one such
+scrape per topic).
 
 From each scrape it keeps:
 
@@ -17,8 +18,8 @@ From each scrape it keeps:
   `HISTORY` samples are what the overview charts;
 * a few gauges per broker: partitions and leaders hosted, under-replicated partitions, and on the
   controller its ControllerState and event queue size (the controller's live work);
-* every hosted replica's `kafka_log_log_{size,logendoffset,logstartoffset}_value{topic,partition}`:
-  a replica's log end offset and size for the topic page.
+* the `kafka_log_log_{size,logendoffset,logstartoffset}_value{topic,partition}` of the replicas a
+  page shows: a replica's log end offset and size (the topic page, the reassignments page).
 
 The parser reads Prometheus' text format line by line and keeps only the families it wants, so a
 scrape of a broker hosting 10,000 replicas is parsed in tens of milliseconds (off the loop, in a
@@ -200,7 +201,6 @@ def scrape_url(
 
 
 TOTALS = (*_COUNTERS, *_GAUGES)
-WITH_LOGS = (*TOTALS, *_LOG)
 LOGS = tuple(_LOG)
 # Topic-filtered scrapes kept (one per topic page and partition page being watched).
 TOPIC_LOGS_KEPT = 32
@@ -221,22 +221,17 @@ class _TopicLogs:
 class MetricsSampler:
     """Scrapes of every broker's endpoint, at most one round per `interval_s` (see the module
     docstring). A round asks only for the totals and gauges (cheap for the broker at any
-    partition count) unless a page needs the per-replica logs (`replica_logs`), which the broker
-    builds per hosted replica. Loop-thread only; the scrapes run in threads."""
+    partition count); the per-replica logs are asked for one topic's partitions at a time
+    (`topic_logs`, `moving_logs`). Loop-thread only; the scrapes run in threads."""
 
     def __init__(self, endpoints: Mapping[int, str], interval_s: float = 5.0) -> None:
         self.endpoints = dict(endpoints)
         self.interval_s = interval_s
-        # The per-replica gauges cost a broker time per hosted replica (tens of milliseconds at
-        # a few thousand): asked for a third as often as the totals.
-        self.logs_interval_s = 3 * interval_s
         self.latest: dict[int, BrokerScrape] = {}
-        self.logs: dict[int, dict[tuple[str, int], ReplicaLog]] = {}
         self.history: deque[Rates] = deque(maxlen=HISTORY)
         self.scrapes = 0
         self._round: asyncio.Task[None] | None = None
         self._last_round = 0.0
-        self._last_logs_round = 0.0
         self._topic_logs: dict[tuple[str, str], _TopicLogs] = {}
 
     @property
@@ -250,25 +245,28 @@ class MetricsSampler:
             return {}
         limit = self.interval_s if max_age_s is None else max_age_s
         if time.time() - self._last_round >= limit:
-            await self._round_done(logs=False)
+            await self._round_done()
         return self.latest
 
-    async def replica_logs(
-        self, wait_s: float | None = None
-    ) -> dict[int, dict[tuple[str, int], ReplicaLog]]:
-        """Each broker's hosted replicas' log end offsets and sizes, scraped again when older
-        than `logs_interval_s`. With `wait_s`, waits at most that long for the new round and returns
-        what it has (the round goes on, for the page's next refresh): a broker hosting 10,000
-        replicas takes a while to build their gauges, and a page must not wait on it."""
-        if not self.endpoints:
-            return {}
-        if time.time() - self._last_logs_round >= self.logs_interval_s:
-            pending = asyncio.ensure_future(self._round_done(logs=True))
-            try:
-                await asyncio.wait_for(asyncio.shield(pending), wait_s)
-            except TimeoutError:
-                pass
-        return self.logs
+    async def moving_logs(
+        self, partitions: Iterable[tuple[str, int]], wait_s: float | None = None
+    ) -> tuple[ReplicaLogs, list[str]]:
+        """The log end offsets and sizes of the replicas of `partitions` (topic, partition) on
+        each broker, and the scrape errors: one `topic_logs` scrape per topic, in parallel, so the
+        brokers build the gauges of those replicas alone (the reassignments page)."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        answers = await asyncio.gather(
+            *(self.topic_logs(t, ps, wait_s) for t, ps in sorted(by_topic.items()))
+        )
+        logs: ReplicaLogs = {}
+        errors: list[str] = []
+        for topic_logs, topic_errors in answers:
+            for broker_id, hosted in topic_logs.items():
+                logs.setdefault(broker_id, {}).update(hosted)
+            errors.extend(e for e in topic_errors if e not in errors)
+        return logs, errors
 
     async def topic_logs(
         self, topic: str, partitions: Iterable[int], wait_s: float | None = None
@@ -310,19 +308,17 @@ class MetricsSampler:
         finally:
             kept.task = None
 
-    async def _round_done(self, logs: bool) -> None:
+    async def _round_done(self) -> None:
         if self._round is not None and not self._round.done():
             await asyncio.shield(self._round)  # join the round under way
-            if not logs or time.time() - self._last_logs_round < self.logs_interval_s:
-                return
-        self._round = asyncio.create_task(self._scrape_all(logs))
+            return
+        self._round = asyncio.create_task(self._scrape_all())
         await asyncio.shield(self._round)
 
-    async def _scrape_all(self, logs: bool) -> None:
-        names = WITH_LOGS if logs else TOTALS
+    async def _scrape_all(self) -> None:
         results = await asyncio.gather(
             *(
-                asyncio.to_thread(_scrape, b, scrape_url(url, names))
+                asyncio.to_thread(_scrape, b, scrape_url(url, TOTALS))
                 for b, url in sorted(self.endpoints.items())
             )
         )
@@ -342,6 +338,3 @@ class MetricsSampler:
         self.latest = latest
         self.scrapes += len(results)
         self._last_round = time.time()
-        if logs:
-            self.logs = {r.broker_id: r.logs for r in results if r.error is None}
-            self._last_logs_round = self._last_round

@@ -7,6 +7,7 @@ gets only that region's fragment.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from typing import Any
 
 from starlette.requests import Request
@@ -43,12 +44,17 @@ async def _scrapes(request: Request) -> tuple[dict[int, BrokerScrape], str | Non
     return scrapes, ("; ".join(errors) if errors else None)
 
 
-async def _replica_logs(request: Request) -> tuple[dict[int, Any], str | None]:
+async def _moving_logs(
+    request: Request, partitions: Iterable[PartitionRow]
+) -> tuple[dict[int, Any], str | None]:
+    """The replica logs of the partitions being moved, and only those (one topic-filtered
+    scrape per topic: the brokers build no other replica's gauges)."""
     state = _state(request)
     if not state.metrics.enabled:
         return {}, None
-    logs = await state.metrics.replica_logs(wait_s=REPLICA_LOGS_WAIT_S)
-    errors = [s.error for s in state.metrics.latest.values() if s.error]
+    logs, errors = await state.metrics.moving_logs(
+        ((p.topic, p.partition) for p in partitions), wait_s=REPLICA_LOGS_WAIT_S
+    )
     return logs, ("; ".join(errors) if errors else None)
 
 
@@ -339,7 +345,11 @@ def reassignment_progress(
 async def reassignments(request: Request) -> Response:
     state = _state(request)
     snapshot: ClusterSnapshot = await state.zk.current()
-    logs, metrics_error = await _replica_logs(request) if snapshot.reassignments else ({}, None)
+    logs, metrics_error = (
+        await _moving_logs(request, snapshot.reassignments)
+        if snapshot.reassignments
+        else ({}, None)
+    )
     moving = [
         {"partition": p, "progress": reassignment_progress(p, logs)} for p in snapshot.reassignments
     ]
