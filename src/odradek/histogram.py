@@ -94,6 +94,15 @@ class LatencyHistogram:
         if value_ns > self.max_ns:
             self.max_ns = value_ns
 
+    def copy(self) -> LatencyHistogram:
+        """A snapshot (the bucket list copied in C: about a microsecond)."""
+        copied = LatencyHistogram.__new__(LatencyHistogram)
+        copied.counts = self.counts.copy()
+        copied.count = self.count
+        copied.sum_ns = self.sum_ns
+        copied.max_ns = self.max_ns
+        return copied
+
     @property
     def mean_ms(self) -> float:
         return self.sum_ns / self.count / 1e6 if self.count else 0.0

@@ -326,7 +326,9 @@ class Broker(BrokerZk):
             self.metrics_exporter = MetricsExporter(
                 host,
                 port,
-                lambda names, replicas: collect_metrics(self, self.request_metrics, names, replicas),
+                lambda names, replicas: collect_metrics(
+                    self, self.request_metrics, names, replicas, defer=True
+                ),
                 broker_json_endpoints(self),
             )
             self.metrics_exporter.start()

@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from odradek.errors import OperatorError
 from odradek.server.metrics.filters import BadQuery, ReplicaFilter, parse_replica_filter
+from odradek.server.metrics.timers import Deferred, expand
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,9 @@ def parse_metrics_listener(value: str) -> tuple[str, int]:
     return parts.hostname or "0.0.0.0", parts.port
 
 
-# snapshot(names, replicas): every family, or only the named samples, of only some replicas.
-Snapshot = Callable[[Collection[str] | None, ReplicaFilter | None], list[Metric]]
+# snapshot(names, replicas): every family, or only the named samples, of only some replicas;
+# `Deferred` items are built on the HTTP thread (`timers.expand`).
+Snapshot = Callable[[Collection[str] | None, ReplicaFilter | None], list[Metric | Deferred]]
 # A JSON endpoint: given the query's parameters (HTTP thread; raises BadQuery), a function to run
 # on the event loop whose JSON-serialisable result is the answer.
 JsonEndpoint = Callable[[Mapping[str, Sequence[str]]], Callable[[], Any]]
@@ -73,11 +75,11 @@ class _LoopSnapshot(Collector):
         self._replicas = replicas
 
     def collect(self) -> Iterator[Metric]:
-        async def on_loop() -> list[Metric]:
+        async def on_loop() -> list[Metric | Deferred]:
             return self._snapshot(self._names, self._replicas)
 
         future = asyncio.run_coroutine_threadsafe(on_loop(), self._loop)
-        yield from future.result(timeout=SNAPSHOT_TIMEOUT_S)
+        yield from expand(future.result(timeout=SNAPSHOT_TIMEOUT_S))
 
 
 class _SnapshotRegistry(CollectorRegistry):

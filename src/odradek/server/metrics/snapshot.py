@@ -18,12 +18,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from prometheus_client.core import GaugeMetricFamily, Metric, UnknownMetricFamily
 
-from odradek.histogram import LatencyHistogram
 from odradek.log.log import LOG_FLUSH_TIMES
 from odradek.server.metrics.filters import ReplicaFilter
 from odradek.server.metrics.names import jmx_metric_name, request_name
 from odradek.server.metrics.request_metrics import UNKNOWN_SERVER_ERROR, RequestMetrics
-from odradek.server.metrics.timers import timer_families
+from odradek.server.metrics.timers import Deferred, Row, expand, timer_families
 
 # BrokerTopicMetrics: MBean name -> TopicMeters field.
 _TOPIC_METERS = {
@@ -91,12 +90,17 @@ _COUNT_PREFIXES = (
 )
 
 
+# One timer MBean name: domain, type, name, doc, label names, and its rows (histograms copied).
+TimerSpec = tuple[str, str, str, str, tuple[str, ...], list[Row]]
+
+
 def collect(
     broker: Any,
     request_metrics: RequestMetrics,
     names: Collection[str] | None = None,
     replicas: ReplicaFilter | None = None,
-) -> list[Metric]:
+    defer: bool = False,
+) -> list[Any]:
     """All families of `broker` now, or only the samples named in `names` (a scrape with
     Prometheus' `name[]` parameters), and with `replicas` (`topic=`, `partition=`; see `filters`)
     only the samples of that topic among those with a `topic` label. Call on the broker's event
@@ -106,38 +110,44 @@ def collect(
     gauges -- is not even built unless one of them is asked for (`names`), and with `replicas`
     it is built only for those replicas: a scrape of the few totals a dashboard or the console's
     overview needs, or of one page of one topic's replicas, costs a broker hosting 10,000
-    replicas next to nothing, where the whole text costs it tens of milliseconds."""
+    replicas next to nothing, where the whole text costs it tens of milliseconds.
+
+    The timers (request times per API, the controller's, log flushes) are copied here and their
+    families built from the copies: with `defer`, later, by `timers.expand` off the loop (the
+    exporter), the last item of the list being a `timers.Deferred`; else before returning."""
     logs = names is None or any(n.startswith(LOG_PREFIX) for n in names)
     # The ReplicaManager's counts walk every hosted partition too: not for a scrape of only the
     # per-replica gauges of one topic's page (the console's topic page).
     counts = names is None or any(n.startswith(_COUNT_PREFIXES) for n in names)
     families: list[Metric] = []
+    timers: list[TimerSpec] = []
     families.extend(_broker_topic_metrics(broker))
-    families.extend(_request_metrics(request_metrics, names))
+    families.extend(_request_metrics(request_metrics, timers))
     families.extend(_replica_manager(broker, logs, replicas, counts))
-    families.extend(_controller(broker, names))
-    families.extend(
-        timer_families(
+    families.extend(_controller(broker, timers))
+    flushes = LOG_FLUSH_TIMES.copy()
+    timers.append(
+        (
             "kafka.log",
             "LogFlushStats",
             "LogFlushRateAndTimeMs",
             "log flushes (fsync)",
             (),
-            [((), LOG_FLUSH_TIMES)],
-            names,
+            [((), flushes)],
         )
     )
     families.extend(_group_coordinator(broker))
     families.extend(_network(broker))
     families.extend(_zookeeper(broker))
-    if replicas is not None:
+    if replicas is not None:  # (no timer has a topic label)
         for family in families:
             family.samples = [s for s in family.samples if _kept(s.labels, replicas)]
-    if names is None:
-        return families
-    wanted = set(names)
-    restricted = (family._restricted_metric(wanted) for family in families)
-    return [family for family in restricted if family is not None]
+    if names is not None:
+        wanted = set(names)
+        restricted = (family._restricted_metric(wanted) for family in families)
+        families = [family for family in restricted if family is not None]
+    deferred = Deferred(lambda: [f for spec in timers for f in timer_families(*spec, names)], names)
+    return [*families, deferred] if defer else [*families, *expand([deferred])]
 
 
 def _kept(labels: dict[str, str], replicas: ReplicaFilter) -> bool:
@@ -175,9 +185,7 @@ def _error_name(code: Any) -> str:
         return str(int(code))
 
 
-def _request_metrics(
-    request_metrics: RequestMetrics, names: Collection[str] | None
-) -> Iterator[Metric]:
+def _request_metrics(request_metrics: RequestMetrics, timers: list[TimerSpec]) -> Iterator[Metric]:
     def family(mbean: str, attribute: str, doc: str, labels: list[str]) -> UnknownMetricFamily:
         return _untyped(
             jmx_metric_name("kafka.network", "RequestMetrics", mbean, attribute), doc, labels
@@ -199,11 +207,11 @@ def _request_metrics(
     yield requests
     yield errors
     for mbean, field in _REQUEST_TIMES.items():
-        rows: list[tuple[tuple[str, ...], LatencyHistogram]] = [
-            ((request_name(api_key),), getattr(stats, field)) for api_key, stats in apis
+        rows: list[Row] = [
+            ((request_name(api_key),), getattr(stats, field).copy()) for api_key, stats in apis
         ]
-        yield from timer_families(
-            "kafka.network", "RequestMetrics", mbean, f"{mbean}, per API", ("request",), rows, names
+        timers.append(
+            ("kafka.network", "RequestMetrics", mbean, f"{mbean}, per API", ("request",), rows)
         )
 
 
@@ -324,13 +332,13 @@ def _hosted_replicas(hosted: dict[Any, Any], replicas: ReplicaFilter | None) -> 
     return sorted(chosen, key=lambda p: (p.topic, p.partition))
 
 
-def _controller(broker: Any, names: Collection[str] | None = None) -> Iterator[Metric]:
+def _controller(broker: Any, timers: list[TimerSpec]) -> Iterator[Metric]:
     controller = broker.controller
     if controller is None:
         return
     stats = getattr(controller, "stats", None)  # None: a test's stand-in controller
     if stats is not None:
-        yield from _controller_stats(stats, names)
+        yield from _controller_stats(stats, timers)
     active = controller.is_active
     context = controller.context
     event_manager = controller.event_manager
@@ -366,16 +374,17 @@ def _controller(broker: Any, names: Collection[str] | None = None) -> Iterator[M
     yield queue
 
 
-def _controller_stats(stats: Any, names: Collection[str] | None) -> Iterator[Metric]:
+def _controller_stats(stats: Any, timers: list[TimerSpec]) -> Iterator[Metric]:
     """ControllerStats and the event queue time: on every broker (0 where never controller)."""
-    yield from timer_families(
-        "kafka.controller",
-        "ControllerStats",
-        "LeaderElectionRateAndTimeMs",
-        "BrokerChange events (a broker came or went: leaders elected), processing time",
-        (),
-        [((), stats.leader_election)],
-        names,
+    timers.append(
+        (
+            "kafka.controller",
+            "ControllerStats",
+            "LeaderElectionRateAndTimeMs",
+            "BrokerChange events (a broker came or went: leaders elected), processing time",
+            (),
+            [((), stats.leader_election.copy())],
+        )
     )
     unclean = _untyped(
         jmx_metric_name(
@@ -385,14 +394,15 @@ def _controller_stats(stats: Any, names: Collection[str] | None) -> Iterator[Met
     )
     unclean.add_metric([], stats.unclean_leader_elections)
     yield unclean
-    yield from timer_families(
-        "kafka.controller",
-        "ControllerEventManager",
-        "EventQueueTimeMs",
-        "controller events' wait in the queue",
-        (),
-        [((), stats.event_queue)],
-        names,
+    timers.append(
+        (
+            "kafka.controller",
+            "ControllerEventManager",
+            "EventQueueTimeMs",
+            "controller events' wait in the queue",
+            (),
+            [((), stats.event_queue.copy())],
+        )
     )
 
 
