@@ -274,7 +274,8 @@ class MetricsSampler:
         """The log end offsets and sizes of `topic`'s replicas of `partitions` on each broker, and
         the scrape errors; scraped again (only those replicas: the broker builds nothing else) when
         older than `interval_s`. With `wait_s`, waits at most that long for a new round and
-        returns what it has, like `replica_logs`."""
+        returns what it has (the round goes on, for the page's next refresh): a page must not
+        wait on a slow broker."""
         ranges = format_partition_ranges(partitions)
         if not self.endpoints or not ranges:  # no partitions: not the whole topic
             return {}, []
