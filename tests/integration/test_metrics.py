@@ -5,7 +5,9 @@ over HTTP as Prometheus would, and checked against what real clients did: Active
 sums to 1; MessagesInPerSec/BytesInPerSec follow produced records (bytes in equal the leader's log
 size of a fresh partition); a paused consumer's lag follows what is produced past its commit;
 UnderReplicatedPartitions rises after a broker's SIGKILL and returns to 0 once it is restarted and
-caught up. The fault test runs last: it leaves every broker running.
+caught up, and the controller's LeaderElectionRateAndTimeMs counts the election; produce and fetch
+traffic moves the request-time histograms (queue, send, percentiles), the per-listener byte and
+connection totals and the log flush timer. The fault test runs last: it leaves every broker running.
 """
 
 from __future__ import annotations
@@ -154,6 +156,77 @@ def test_consumer_lag_follows_a_paused_consumer(cluster: LocalCluster) -> None:
         consumer.close()
 
 
+def test_request_times_network_totals_and_flushes_move_with_traffic(cluster: LocalCluster) -> None:
+    """Produce (acks=all) and fetch through the leader of a one-partition topic whose segments
+    roll every few records: its request-time histograms, byte and connection totals and log
+    flushes all move; the percentiles are served per API and ordered."""
+    topic = unique_topic("metrics-times")
+    create_topic(cluster, topic, [[1, 2, 3]], configs={"segment.bytes": "2048"})
+    before = scrape(cluster, 1)
+    # Batches of at most 5 records (~600 bytes): a batch larger than a segment is refused
+    # (RECORD_BATCH_TOO_LARGE, as in Kafka).
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "batch.num.messages": 5}
+    )
+    failed: list[object] = []
+    for i in range(200):
+        producer.produce(
+            topic,
+            value=b"x" * 100,
+            key=str(i).encode(),
+            on_delivery=lambda error, _message: error is not None and failed.append(error),
+        )
+    assert producer.flush(30) == 0 and failed == []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": unique_topic("metrics-times-group"),
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe([topic])
+        read = 0
+
+        def consumed_all() -> bool:
+            nonlocal read
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                read += 1
+            return read >= 200
+
+        wait_until(consumed_all, TIMEOUT_S, "the 200 records consumed", interval=0)
+    finally:
+        consumer.close()
+    after = scrape(cluster, 1)
+
+    def grew(name: str, labels: tuple[tuple[str, str], ...] = ()) -> float:
+        return after.get((name, labels), 0) - before.get((name, labels), 0)
+
+    times = "kafka_network_requestmetrics_"
+    for request in ("Produce", "Fetch"):
+        label = (("request", request),)
+        for mbean in ("requestqueuetimems", "localtimems", "totaltimems", "responsesendtimems"):
+            assert grew(f"{times}{mbean}_count", label) > 0, (mbean, request)
+        percentiles = [
+            after[(f"{times}totaltimems_{p}percentile", label)]
+            for p in ("50th", "75th", "95th", "98th", "99th", "999th")
+        ]
+        assert percentiles == sorted(percentiles) and percentiles[-1] > 0
+        assert percentiles[-1] <= after[(f"{times}totaltimems_max", label)] * 1.07
+    # ApiVersions answers carry a top-level error code: counted, by code.
+    api_versions = (("error", "NONE"), ("request", "ApiVersions"))
+    assert grew(f"{times}errorspersec_count", api_versions) >= 1
+    listener = (("listener", "PLAINTEXT"),)
+    network = "kafka_server_socket_server_metrics_"
+    assert grew(network + "incoming_byte_total", listener) > 200 * 100  # the produced values
+    assert grew(network + "outgoing_byte_total", listener) > 200 * 100  # fetched back
+    assert grew(network + "connection_creation_total", listener) >= 1
+    assert grew(network + "successful_authentication_total", listener) >= 1
+    # 200 records of ~170 bytes in 2 KB segments: rolls, each flushing the segment before.
+    assert grew("kafka_log_logflushstats_logflushrateandtimems_count") > 0
+
+
 def test_under_replicated_partitions_follow_a_killed_broker(cluster: LocalCluster) -> None:
     topic = unique_topic("metrics-urp")
     create_topic(cluster, topic, [[1, 2, 3], [2, 3, 1], [3, 1, 2]])
@@ -165,6 +238,8 @@ def test_under_replicated_partitions_follow_a_killed_broker(cluster: LocalCluste
     victim = next(b for b in cluster.broker_ids if b != controller)
     live = [b for b in cluster.broker_ids if b != victim]
     expands_before = total(cluster, expands, live)
+    elections = "kafka_controller_controllerstats_leaderelectionrateandtimems_count"
+    elections_before = scrape(cluster, controller)[(elections, ())]
     assert cluster.kill(victim)
     try:
         # The dead broker's partitions stay led elsewhere with a smaller ISR: at least the two
@@ -174,6 +249,15 @@ def test_under_replicated_partitions_follow_a_killed_broker(cluster: LocalCluste
             TIMEOUT_S,
             "under-replicated partitions after the kill",
         )
+        # The victim led partition 1 (or 2): the controller's BrokerChange elected a new leader.
+        wait_until(
+            lambda: scrape(cluster, controller)[(elections, ())] > elections_before,
+            TIMEOUT_S,
+            "LeaderElectionRateAndTimeMs counted on the controller",
+        )
+        samples = scrape(cluster, controller)
+        assert samples[(elections.replace("_count", "_99thpercentile"), ())] > 0
+        assert samples[("kafka_controller_controllereventmanager_eventqueuetimems_count", ())] > 0
     finally:
         cluster.start_broker(victim, timeout=120)
     wait_until(lambda: total(cluster, urp) == 0, TIMEOUT_S, "URP back to 0 after the restart")
