@@ -13,6 +13,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from odradek.controller.event_manager import ControllerEventManager
+from odradek.controller.stats import ControllerStats
 from odradek.histogram import (
     BUCKETS,
     OVERFLOW_BUCKET,
@@ -25,6 +27,7 @@ from odradek.histogram import (
 from odradek.network.request_context import RequestContext
 from odradek.protocol.codec import ApiKey
 from odradek.server.metrics.request_metrics import RequestMetrics
+from odradek.server.metrics.snapshot import collect
 
 QUANTILES = tuple(q for _name, q in PERCENTILES)
 # Durations up to ~18 hours: past the overflow bound (2**44 ns, ~4.9 hours).
@@ -167,3 +170,57 @@ def test_the_async_path_records_each_request_once() -> None:
     stats = metrics.stats(ApiKey.FETCH)
     assert stats.requests == stats.total.count == stats.remote.count == 100
     assert sum(stats.errors.values()) == 100
+
+
+def test_controller_stats_time_broker_changes_and_every_events_queue_wait() -> None:
+    """The event manager's hook feeds ControllerStats: every event's queue time, and the
+    processing time of the BrokerChange-state events as LeaderElectionRateAndTimeMs; served with
+    the unclean election count on the broker's scrape."""
+    stats = ControllerStats()
+
+    async def run() -> None:
+        release = asyncio.Event()
+
+        class Processor:
+            async def process(self, event: Any) -> None:
+                if event.name == "BrokerChange":
+                    await release.wait()
+
+            def preempt(self, event: Any) -> None:
+                pass
+
+            async def on_error(self, event: Any, error: BaseException) -> None:
+                pass
+
+        manager = ControllerEventManager(Processor(), asyncio.get_running_loop())
+        manager.on_processed = stats.event_processed
+        manager.start()
+        for name in ("BrokerChange", "TopicChange", "BrokerModification"):
+            manager.put(SimpleNamespace(name=name))
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.02, release.set)  # the first BrokerChange takes at least 20 ms
+        async with asyncio.timeout(10):
+            while manager.events_processed < 3:
+                await asyncio.sleep(0.001)
+        await manager.close()
+
+    asyncio.run(run())
+    assert stats.event_queue.count == 3 and stats.leader_election.count == 2
+    assert stats.leader_election.max_ns >= 20_000_000
+    assert stats.event_queue.max_ns >= 20_000_000  # TopicChange waited behind it
+    stats.unclean_leader_elections = 2
+    broker = SimpleNamespace(
+        replica_manager=None,
+        controller=SimpleNamespace(
+            stats=stats, is_active=False, context=SimpleNamespace(), event_manager=None
+        ),
+        group_coordinator=None,
+        socket_servers=[],
+        zk=None,
+    )
+    samples = {s.name: s.value for f in collect(broker, RequestMetrics()) for s in f.samples}
+    elections = "kafka_controller_controllerstats_leaderelectionrateandtimems_"
+    assert samples[elections + "count"] == 2 and samples[elections + "max"] >= 20
+    assert samples[elections + "99thpercentile"] >= 20 * (1 - 1 / 16)
+    assert samples["kafka_controller_controllerstats_uncleanleaderelectionspersec_count"] == 2
+    assert samples["kafka_controller_controllereventmanager_eventqueuetimems_count"] == 3

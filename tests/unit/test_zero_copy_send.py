@@ -122,18 +122,35 @@ def test_pipelined_file_range_responses_arrive_whole_and_in_order(
         )
         client.check_hostname = False
 
+    sends: list[tuple[int, int]] = []
+    totals: dict[str, int] = {}
+
     async def main() -> list[bytes]:
         server = SocketServer("127.0.0.1", 0, _dispatcher(fd, sizes), 10 << 20, security=security)
+        server.response_sent = lambda api_key, ns: sends.append((api_key, ns))
         await server.start()
         try:
             return await _exchange(server.port, 8, client)
         finally:
             await server.stop()
+            totals.update(
+                incoming=server.incoming_bytes,
+                outgoing=server.outgoing_bytes,
+                created=server.connections_created,
+                succeeded=server.authentications_succeeded,
+            )
 
     try:
         frames = _run(main(), loop)
     finally:
         os.close(fd)
+    # ResponseSendTimeMs: one record per response, whichever way its bytes went (written at
+    # once, after the transport drained below its low-water mark, or by the last sendfile).
+    assert len(sends) == 8 and all(api == API_VERSIONS and ns >= 0 for api, ns in sends)
+    # Byte totals count the frames, not TLS's overhead; sendfile included.
+    assert totals["incoming"] == 8 * len(_frame(1))
+    assert totals["outgoing"] == sum(4 + len(f) for f in frames)
+    assert totals["created"] == totals["succeeded"] == 1
     if tls:
         assert not sendfile_calls and not rests  # TLS copies
     else:
