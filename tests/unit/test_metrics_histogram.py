@@ -10,6 +10,7 @@ from fractions import Fraction
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from odradek.network.request_context import RequestContext
 from odradek.protocol.codec import ApiKey
 from odradek.server.metrics.request_metrics import RequestMetrics
 from odradek.server.metrics.snapshot import collect
+from odradek.server.metrics.timers import Deferred, expand
 
 QUANTILES = tuple(q for _name, q in PERCENTILES)
 # Durations up to ~18 hours: past the overflow bound (2**44 ns, ~4.9 hours).
@@ -224,3 +226,34 @@ def test_controller_stats_time_broker_changes_and_every_events_queue_wait() -> N
     assert samples[elections + "99thpercentile"] >= 20 * (1 - 1 / 16)
     assert samples["kafka_controller_controllerstats_uncleanleaderelectionspersec_count"] == 2
     assert samples["kafka_controller_controllereventmanager_eventqueuetimems_count"] == 3
+
+
+def test_a_named_scrape_copies_and_builds_only_the_timers_it_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    metrics = RequestMetrics()
+    for api_key in (ApiKey.PRODUCE, ApiKey.FETCH):
+        metrics.stats(api_key).total.record_ns(3_000_000)
+    copies: list[LatencyHistogram] = []
+    real_copy = LatencyHistogram.copy
+
+    def counting_copy(self: LatencyHistogram) -> LatencyHistogram:
+        copies.append(self)
+        return real_copy(self)
+
+    monkeypatch.setattr(LatencyHistogram, "copy", counting_copy)
+    broker = SimpleNamespace(
+        replica_manager=None, controller=None, group_coordinator=None, socket_servers=[], zk=None
+    )
+    p99 = "kafka_network_requestmetrics_totaltimems_99thpercentile"
+    items = collect(broker, metrics, {p99}, defer=True)
+    assert len(copies) == 2  # TotalTimeMs of the two APIs, nothing else
+    assert isinstance(items[-1], Deferred)
+    samples = {(s.name, s.labels["request"]): s.value for f in expand(items) for s in f.samples}
+    assert samples == {
+        (p99, "Produce"): pytest.approx(3.0, rel=1 / 16),
+        (p99, "Fetch"): pytest.approx(3.0, rel=1 / 16),
+    }
+    copies.clear()
+    assert expand(collect(broker, metrics, {"kafka_server_replicamanager_leadercount_value"})) == []
+    assert copies == []

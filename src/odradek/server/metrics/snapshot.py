@@ -125,7 +125,6 @@ def collect(
     families.extend(_request_metrics(request_metrics, timers))
     families.extend(_replica_manager(broker, logs, replicas, counts))
     families.extend(_controller(broker, timers))
-    flushes = LOG_FLUSH_TIMES.copy()
     timers.append(
         (
             "kafka.log",
@@ -133,7 +132,7 @@ def collect(
             "LogFlushRateAndTimeMs",
             "log flushes (fsync)",
             (),
-            [((), flushes)],
+            [((), LOG_FLUSH_TIMES)],
         )
     )
     families.extend(_group_coordinator(broker))
@@ -146,8 +145,20 @@ def collect(
         wanted = set(names)
         restricted = (family._restricted_metric(wanted) for family in families)
         families = [family for family in restricted if family is not None]
-    deferred = Deferred(lambda: [f for spec in timers for f in timer_families(*spec, names)], names)
+    # The histograms go on changing on this loop: the families are built from copies (only of
+    # the timers the scrape asks for).
+    copies = [
+        (*spec[:5], [(labels, histogram.copy()) for labels, histogram in spec[5]])
+        for spec in timers
+        if names is None or _timer_named(spec, names)
+    ]
+    deferred = Deferred(lambda: [f for spec in copies for f in timer_families(*spec, names)], names)
     return [*families, deferred] if defer else [*families, *expand([deferred])]
+
+
+def _timer_named(spec: TimerSpec, names: Collection[str]) -> bool:
+    prefix = jmx_metric_name(spec[0], spec[1], spec[2], "")  # kafka_..._totaltimems_
+    return any(n.startswith(prefix) for n in names)
 
 
 def _kept(labels: dict[str, str], replicas: ReplicaFilter) -> bool:
@@ -208,7 +219,7 @@ def _request_metrics(request_metrics: RequestMetrics, timers: list[TimerSpec]) -
     yield errors
     for mbean, field in _REQUEST_TIMES.items():
         rows: list[Row] = [
-            ((request_name(api_key),), getattr(stats, field).copy()) for api_key, stats in apis
+            ((request_name(api_key),), getattr(stats, field)) for api_key, stats in apis
         ]
         timers.append(
             ("kafka.network", "RequestMetrics", mbean, f"{mbean}, per API", ("request",), rows)
@@ -383,7 +394,7 @@ def _controller_stats(stats: Any, timers: list[TimerSpec]) -> Iterator[Metric]:
             "LeaderElectionRateAndTimeMs",
             "BrokerChange events (a broker came or went: leaders elected), processing time",
             (),
-            [((), stats.leader_election.copy())],
+            [((), stats.leader_election)],
         )
     )
     unclean = _untyped(
@@ -401,7 +412,7 @@ def _controller_stats(stats: Any, timers: list[TimerSpec]) -> Iterator[Metric]:
             "EventQueueTimeMs",
             "controller events' wait in the queue",
             (),
-            [((), stats.event_queue.copy())],
+            [((), stats.event_queue)],
         )
     )
 
