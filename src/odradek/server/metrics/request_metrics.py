@@ -23,7 +23,7 @@ does), for the APIs whose responses have one; a handler that raised counts as
 `UNKNOWN_SERVER_ERROR`. Per-partition codes (Produce, Fetch, ...) are not walked -- that is per
 partition work on the request path; BrokerTopicMetrics' Failed*RequestsPerSec count those.
 
-Per request: five clock reads, four histogram records (a few integer operations each, no per-record
+Per request: three clock reads, four histogram records (a few integer operations each, no per-record
 or per-partition work) and a dict increment for the error code; no lock (event loop thread only).
 """
 
