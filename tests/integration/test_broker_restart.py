@@ -12,6 +12,8 @@ kill), so a registration back within 20 s of the kill can only come from the ses
   the controller handled it as a broker that went and came back (dead then new, or bounced: new
   leaders for what it led, then it follows), it is back in every ISR, a consumer reads through it
   and the producer's records are all acknowledged and on every replica.
+* *A corrupt session record* (garbage where the record was): a warning, nothing closed, and the
+  broker registers once its old session has expired, as before (session timeout 20 s here).
 * *The controller*: `/controller` went with its old session, so another broker (or the restarted
   one) is controller with a higher epoch well before the session timeout, the restarted broker is
   registered with a new epoch, every ISR is whole again and acks=all writes are acknowledged.
@@ -32,6 +34,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.codec import ApiKey
+from odradek.server.session_reclaim import SESSION_FILE
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._clients import consume
@@ -257,3 +260,27 @@ def test_a_killed_controller_restarted_at_once_gives_way_to_a_new_controller_at_
             f"broker {broker_id} to name controller {final['id']}",
         )
     _assert_acknowledged_everywhere(cluster, topic, deliveries)
+
+
+def test_a_corrupt_session_record_is_ignored_and_the_restart_waits_for_the_expiry(
+    make_cluster: Callable[..., LocalCluster],
+):
+    """A record torn or overwritten with garbage while the broker was down: the new process warns,
+    does not close anything, and registers once the old session has expired, as before."""
+    # Long enough that the old registration is still there when the new process looks (the
+    # record is read only then), even on a loaded machine.
+    cluster = make_cluster(brokers=1, zookeeper_session_timeout_ms=20_000)
+    epoch_before = cluster.registered_epochs()[1]
+    log_size = _log_size(cluster, 1)
+    assert cluster.kill(1)
+    record = cluster.broker(1).data_dir / SESSION_FILE
+    record.write_bytes(record.read_bytes()[:25] + b"\x00\xffgarbage")
+    cluster.start_broker(1, wait=False)
+    epoch = wait_until(
+        lambda: _registered_anew(cluster, 1, epoch_before), TIMEOUT_S, "broker 1 to register"
+    )
+    assert epoch > epoch_before
+    log_text = _log_since(cluster, 1, log_size)
+    assert f"ignoring {record}" in log_text
+    assert not CLOSED_LINE.search(log_text)
+    assert cluster.is_alive(1)
