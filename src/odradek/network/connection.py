@@ -16,6 +16,11 @@ frame goes to the connection's `SaslSession` until it has authenticated (frames 
 A frame that is too large, a header or body that cannot be parsed, or a request the dispatcher rejects
 as malformed closes that one connection with a log line; every other connection is unaffected.
 
+Metrics (O(1) per read and per response): the read's time travels with each request
+(`RequestContext.received_ns`, for RequestQueueTimeMs); each response's send time goes to the
+server's `response_sent` (see `odradek.server.metrics.request_metrics`); bytes, connections and
+authentications are counted on the `SocketServer`.
+
 State (`ConnectionState`, changed only in `_set_state`): OPEN → CLOSING (a final response is being
 flushed before a graceful close: after a failed authentication) → CLOSED.
 
