@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from odradek.controller.context import LeaderAndIsr, TopicPartition
@@ -257,8 +256,14 @@ class ControllerZk:
             if isinstance(result, ZkError):
                 written[tp] = result
             else:
-                version = 0 if create else result.version  # type: ignore[union-attr]
-                written[tp] = replace(states[tp], zk_version=version)
+                state = states[tp]
+                written[tp] = LeaderAndIsr(
+                    leader=state.leader,
+                    leader_epoch=state.leader_epoch,
+                    isr=state.isr,
+                    controller_epoch=state.controller_epoch,
+                    zk_version=0 if create else result.version,  # type: ignore[union-attr]
+                )
         return written
 
     # ISR change notifications

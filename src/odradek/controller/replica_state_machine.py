@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import replace
 
 from odradek.controller.channel_manager import ControllerBrokerRequestBatch
 from odradek.controller.context import (
@@ -220,12 +219,12 @@ class ReplicaStateMachine:
                 leader, isr = remove_replica_from_isr(current.leader, current.isr, replica_id)
                 if current.leader == replica_id and leader == current.leader:
                     leader = -1
-                updates[tp] = replace(
-                    current,
+                updates[tp] = LeaderAndIsr(
                     leader=leader,
                     leader_epoch=current.leader_epoch + 1,
                     isr=tuple(isr),
                     controller_epoch=context.epoch,
+                    zk_version=current.zk_version,
                 )
             if not updates:
                 break

@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cluster.partition import PartitionStateInfo
 from odradek.cluster.replica_roles import LeaderAndIsrPartition
+from odradek.controller.gc_pause import paused_gc
 from odradek.errors import KafkaError
 from odradek.protocol.build import build_response
 from odradek.protocol.topic_ids import uuid_to_topic_id
@@ -113,6 +114,12 @@ def handle_leader_and_isr(broker: BrokerServices, context: RequestContext, reque
         await broker.topic_configs.ensure_loaded(list(topic_ids))
         if request.controller_epoch < broker.latest_controller_epoch:
             return error_response(ErrorCode.stale_controller_epoch)
+        # Thousands of partitions at once after a failover: the collector would walk the whole
+        # heap many times over (odradek.controller.gc_pause).
+        with paused_gc():
+            return apply_states()
+
+    def apply_states() -> Any:
         states = [
             LeaderAndIsrPartition(
                 topic.topic_name,
@@ -126,9 +133,10 @@ def handle_leader_and_isr(broker: BrokerServices, context: RequestContext, reque
                     replicas=tuple(p.replicas),
                     is_new=p.is_new,
                 ),
-                topic_id=uuid_to_topic_id(topic.topic_id) if topic.topic_id else None,
+                topic_id=topic_id,
             )
             for topic in request.topic_states
+            for topic_id in [uuid_to_topic_id(topic.topic_id) if topic.topic_id else None]
             for p in topic.partition_states
         ]
         live_leaders = {
@@ -180,6 +188,10 @@ def handle_update_metadata(broker: BrokerServices, context: RequestContext, requ
         return build_response(header, {"error_code": code})
 
     def apply() -> Any:
+        with paused_gc():  # as for LeaderAndIsr
+            return apply_metadata()
+
+    def apply_metadata() -> Any:
         brokers = [
             LiveBroker(
                 live.id,
