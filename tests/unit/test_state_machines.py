@@ -34,6 +34,7 @@ from odradek.controller.states import (
     ReplicaState,
     StateChangeLogger,
 )
+from odradek.controller.stats import ControllerStats
 from odradek.protocol.codec import ApiKey
 from odradek.zk.errors import (
     BadVersionError,
@@ -461,11 +462,15 @@ def test_offline_partition_election_follows_the_seed_rows(
         state=P.OfflinePartition,
     )
     mark = len(h.zk.tree.writes)
+    h.partitions.stats = stats = ControllerStats()
 
     results = run(
         h.partitions.handle_state_changes([TP], P.OnlinePartition, ElectionStrategy.OFFLINE)
     )
     h.send()
+    # UncleanLeaderElectionsPerSec: only the row that elects outside the ISR [1, 2, 3].
+    unclean_elected = expected is not None and expected[0] not in (1, 2, 3)
+    assert stats.unclean_leader_elections == int(unclean_elected)
 
     if expected is None:
         assert isinstance(results[TP], NoEligibleLeaderError)
