@@ -1,0 +1,173 @@
+"""The controller's own work for one event over N partitions, in-process: no ZooKeeper server, no
+brokers, no sockets, so that the figures repeat on a loaded machine where `bench/failover.py`'s
+wall-clock times vary by tens of percent.
+
+A `KafkaController` runs on the fake ZooKeeper (`tests/fakes/controller_zk.py`, the real
+`ControllerZk` over an in-memory tree) with a recording channel (`tests/fakes/channel.py`) and
+the state-change log written to a file, as a broker writes it. Three brokers; broker 1 is the
+controller; N partitions (topics of 2,000) with AR [2, x, y] (RF=3, led by broker 2). Scenarios:
+
+* `broker`: broker 2's session ends; the BrokerChange event (elect leaders for its N partitions,
+  take it out of every ISR, queue LeaderAndIsr/UpdateMetadata);
+* `shutdown`: broker 2 asks for a controlled shutdown; the ControlledShutdown event (move its N
+  leaderships).
+
+Per round, one JSON line: `cpu_s` (the process's CPU time during the event: the least noisy
+figure here), `wall_s`, `gc_collections` during the event, `encode_s` (encoding the requests the
+event queued, as the channel's senders do afterwards), and the 1-minute load average. The fake
+ZooKeeper's reads and writes cost Python time of their own (not kazoo's and the server's), so
+compare trees with this, not with production.
+
+    .venv/bin/python bench/controller_events.py --partitions 1000,10000 --rounds 3
+    # an older tree (e.g. `git archive <commit> src tests | tar -x -C /tmp/old`):
+    .venv/bin/python bench/controller_events.py --tree /tmp/old
+
+Never part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import io
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+TOPIC_SIZE = 2000
+
+
+def _import_tree(tree: Path) -> None:
+    sys.path.insert(0, str(tree))
+    sys.path.insert(0, str(tree / "src"))
+
+
+async def _nothing(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
+def measure(scenario: str, partitions: int) -> dict[str, Any]:
+    from kio.serial import entity_writer
+    from tests.fakes.channel import RecordingChannelManager
+    from tests.fakes.controller_zk import FakeControllerZk, FakeZooKeeper
+    from tests.stateful.test_controller_state_machines import InlineEventQueue
+
+    from odradek.controller import controller as controller_module
+    from odradek.controller import events as ev
+    from odradek.controller.controller import KafkaController
+    from odradek.controller.states import attach_state_change_log_file
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    tree = FakeZooKeeper()
+    admin = FakeControllerZk(tree)
+    channels: list[Any] = []
+
+    def new_channel(controller_id: int, timeout: float, *_rest: Any) -> Any:
+        channels.append(RecordingChannelManager(controller_id, timeout))
+        return channels[-1]
+
+    log_dir = tempfile.mkdtemp(prefix="odradek-bench-controller-events-")
+    handler = attach_state_change_log_file(log_dir)
+    with mock.patch.object(controller_module, "ControllerChannelManager", new_channel):
+        for broker_id in (1, 2, 3):
+            admin.register_broker(broker_id)
+        zk = FakeControllerZk(tree)
+        controller = KafkaController(
+            1,
+            zk.client,  # type: ignore[arg-type]
+            request_timeout=30.0,
+            unclean_leader_election_default=False,
+            delete_topic_enable=True,
+            register_broker=_nothing,
+        )
+        queue = InlineEventQueue()
+        controller.event_manager = queue  # type: ignore[assignment]
+
+        def drain() -> None:
+            while queue.events:
+                loop.run_until_complete(controller.process(queue.events.popleft()))
+
+        queue.put(ev.Startup())
+        drain()
+        others = (1, 3)
+        for start in range(0, partitions, TOPIC_SIZE):
+            count = min(TOPIC_SIZE, partitions - start)
+            admin.create_topic(
+                f"led-{start // TOPIC_SIZE}",
+                {p: (2, others[p % 2], others[(p + 1) % 2]) for p in range(count)},
+            )
+        drain()
+        channel = channels[-1]
+        sent_before = len(channel.sent)
+        if scenario == "broker":
+            admin.deregister_broker(2)
+            event = queue.events.popleft()
+        else:
+            future = loop.create_future()
+            epoch = controller.context.live_brokers[2].broker_epoch
+            event = ev.ControlledShutdown(2, epoch, future)
+        collections: list[int] = []
+
+        def count(phase: str, info: dict[str, Any]) -> None:
+            if phase == "start":
+                collections.append(info["generation"])
+
+        gc.callbacks.append(count)
+        wall, cpu = time.perf_counter(), time.process_time()
+        loop.run_until_complete(controller.process(event))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        gc.callbacks.remove(count)
+        queued = channel.sent[sent_before:]
+        encode = time.process_time()
+        for request in queued:
+            entity_writer(type(request.request))(io.BytesIO(), request.request)
+        encode = time.process_time() - encode
+    logging.getLogger("state.change").removeHandler(handler)
+    handler.close()
+    loop.close()
+    return {
+        "bench": "controller_events",
+        "scenario": scenario,
+        "partitions": partitions,
+        "cpu_s": round(cpu, 3),
+        "wall_s": round(wall, 3),
+        "gc_collections": len(collections),
+        "requests": len(queued),
+        "encode_s": round(encode, 3),
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenarios", default="broker,shutdown")
+    parser.add_argument("--partitions", default="10000")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--tree",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent,
+        help="the source tree to import odradek (src/) and the fakes (tests/) from",
+    )
+    args = parser.parse_args()
+    _import_tree(args.tree.resolve())
+    for _ in range(args.rounds):
+        for scenario in [s.strip() for s in args.scenarios.split(",") if s.strip()]:
+            for partitions in [int(n) for n in args.partitions.split(",") if n.strip()]:
+                result = measure(scenario, partitions)
+                result["tree"] = str(args.tree)
+                print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
