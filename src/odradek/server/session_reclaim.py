@@ -60,9 +60,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from kazoo.protocol.states import ZnodeStat
-
+from odradek.errors import OdradekError
 from odradek.log.checkpoints import fsync_dir
+from odradek.zk.client import ZnodeStat
 from odradek.zk.errors import ConnectionLossError, ZkError
 from odradek.zk.session_close import close_session
 from odradek.zk.znodes import BrokerIdZNode
@@ -76,7 +76,7 @@ FILE_MODE = 0o600
 CLOSE_TIMEOUT_S = 5.0
 
 
-class InvalidSessionRecordError(Exception):
+class InvalidSessionRecordError(OdradekError):
     """A session record that cannot be used (torn, malformed, or another broker's)."""
 
 
@@ -219,7 +219,8 @@ async def reclaim_registration(
     record = reclaimable(owner, read_session_records(live_log_dirs, broker_id), live_log_dirs)
     if record is None:
         log.info(
-            "%s is held by session 0x%x, which is not our previous process's: waiting for it to go",
+            "%s is held by session 0x%x, not one our dead previous process recorded: "
+            "waiting for it to go",
             path,
             owner,
         )
