@@ -13,7 +13,8 @@ Start-up (`Broker.startup`), in Kafka's order and for the same reasons:
      wrong) — before registering, so that the controller can reach us as soon as it sees us;
   4. build the replica manager (HW checkpoint loaded), the fetchers, the admin manager;
   5. register `/brokers/ids/<id>` (ephemeral; its czxid is our broker epoch) with every advertised
-     listener and the listener→protocol map;
+     listener and the listener→protocol map, first closing the ZooKeeper session of our previous
+     process if it was killed with its registration standing (`session_reclaim`);
   6. start the controller component (it competes for `/controller`);
   7. start the periodic tasks (retention, checkpoints, ISR expiry), the log cleaner
      (`odradek.log.log_cleaner`: its checkpoints are read here; it cleans a partition only once
