@@ -48,7 +48,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -366,7 +366,7 @@ class SparkStandalone:
 
         self._wait(all_registered, timeout, f"{len(ports)} Spark workers to register")
 
-    def _wait(self, condition: Any, timeout: float, what: str) -> None:
+    def _wait(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             for daemon in self.daemons:
