@@ -6,8 +6,11 @@ every row is still written (at least once)."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -167,3 +170,84 @@ def test_leader_sigkill_mid_write_falls_back_to_the_producer(
     # At least once: every row is there; a batch whose answer was lost may be there twice.
     assert set(values) == set(range(total))
     assert sum(values.values()) >= total
+
+
+def _paced_source() -> type:
+    """A data source of `rows` 100-byte values (a 12-digit id, then padding) in two partitions,
+    10,000 a batch at most 200,000 rows/s per partition, so that a kill lands mid-write."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class PacedReader(DataSourceReader):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+        def partitions(self) -> list[InputPartition]:
+            half = self.rows // 2
+            return [InputPartition((0, half)), InputPartition((half, self.rows))]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            import time as _time
+
+            start, end = partition.value
+            for first in range(start, end, 10_000):
+                _time.sleep(0.05)
+                values = [b"%012d" % i + b"x" * 88 for i in range(first, min(first + 10_000, end))]
+                yield pa.RecordBatch.from_arrays([pa.array(values, pa.binary())], ["value"])
+
+    class PacedSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "paced-rows"
+
+        def schema(self) -> str:
+            return "value binary"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return PacedReader(int(self.options["rows"]))
+
+    return PacedSource
+
+
+def test_spark_write_through_a_leader_sigkill_writes_every_row(
+    spark: SparkSession, make_cluster: Callable[..., LocalCluster]
+) -> None:
+    cluster = make_cluster(brokers=3, min_insync_replicas=2)
+    bootstrap = cluster.bootstrap_servers
+    topic = unique_topic("fast-spark-kill")
+    create_topic(bootstrap, topic, 2, 3, {"min.insync.replicas": "2"})
+    total = 800_000
+
+    spark.dataSource.register(_paced_source())
+    df = spark.read.format("paced-rows").option("rows", total).load()
+    # The write runs on this thread (Spark finds the session's data sources there); a helper
+    # thread crashes partition 0's leader once 150,000 rows are in, while the write goes on.
+    finished = threading.Event()
+    killed: list[int] = []
+
+    def kill_mid_write() -> None:
+        deadline = time.monotonic() + 180
+        while not finished.is_set() and time.monotonic() < deadline:
+            if sum(high_watermarks(bootstrap, topic).values()) >= 150_000:
+                victim = _leader(bootstrap, topic, 0)
+                if not finished.is_set() and cluster.kill(victim):
+                    killed.append(victim)
+                return
+            finished.wait(0.2)
+
+    killer = threading.Thread(target=kill_mid_write, daemon=True)
+    killer.start()
+    try:
+        (
+            df.write.format("odradek")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", topic)
+            .mode("append")
+            .save()
+        )
+    finally:
+        finished.set()
+        killer.join(60)
+    assert killed, "no leader was killed during the write: nothing was tested"
+    values = Counter(int(r.value[:12]) for r in consume_all(bootstrap, topic, timeout=180))
+    # At least once: every row is there (a batch whose answer was lost may be there twice).
+    assert set(values) == set(range(total))
