@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import socket
-import struct
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -36,16 +34,11 @@ from confluent_kafka import Consumer, KafkaException
 
 from odradek.errors import OdradekError
 from odradek.protocol.build import build
-from odradek.protocol.codec import (
-    ApiKey,
-    ProtocolError,
-    decode_response,
-    encode_request,
-    request_class,
-)
+from odradek.protocol.codec import ApiKey, ProtocolError, request_class
 from odradek.protocol.record_batch import BatchHeader, iter_batches
 from odradek.spark.decode import ArrowDecoder
 from odradek.spark.offsets import OffsetRange
+from odradek.spark.wire import BrokerSocket, WireError
 
 __all__ = ["CHUNK_BYTES", "CHUNK_ROWS", "FETCH_MAX_BYTES", "fast_path_allowed", "fast_read"]
 
@@ -56,7 +49,6 @@ FETCH_MAX_BYTES = 32 * 1024 * 1024
 CHUNK_ROWS = 200_000
 CHUNK_BYTES = 64 * 1024 * 1024
 _MAX_WAIT_MS = 500
-_SIZE = struct.Struct(">i")
 _MAX_RESPONSE = FETCH_MAX_BYTES * 2 + (1 << 20)
 
 
@@ -67,49 +59,6 @@ def fast_path_allowed(config: Mapping[str, Any]) -> bool:
 
 class _Stop(Exception):
     """Leave the fast path; the Consumer path continues from the position reached."""
-
-
-class _Connection:
-    """A blocking connection to one broker with requests pipelined in order."""
-
-    def __init__(self, host: str, port: int, timeout_s: float) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.correlation = 0
-        self.pending: list[int] = []
-
-    def send(self, request: Any) -> None:
-        self.correlation += 1
-        frame = encode_request(
-            ApiKey.FETCH, FETCH_VERSION, self.correlation, "odradek-spark-reader", request
-        )
-        self.sock.sendall(frame)
-        self.pending.append(self.correlation)
-
-    def _exactly(self, n: int) -> bytearray:
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self.sock.recv_into(view[got:], n - got)
-            if k == 0:
-                raise _Stop("connection closed")
-            got += k
-        return buf
-
-    def receive(self) -> Any:
-        (size,) = _SIZE.unpack(self._exactly(4))
-        if size < 4 or size > _MAX_RESPONSE:
-            raise _Stop(f"response of {size} bytes")
-        correlation, response = decode_response(
-            ApiKey.FETCH, FETCH_VERSION, bytes(self._exactly(size))
-        )
-        if correlation != self.pending.pop(0):
-            raise _Stop("correlation id out of order")
-        return response
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def _leader(consumer: Consumer, topic: str, partition: int, timeout_s: float) -> tuple[str, int]:
@@ -185,11 +134,19 @@ def fast_read(
     pending_from = position  # where the decoder's rows not yet yielded start
     isolation = 1 if str(config.get("isolation.level", "")).lower() == "read_committed" else 0
     decoder = ArrowDecoder(r.topic, r.partition, schema)
-    connection: _Connection | None = None
+    connection: BrokerSocket | None = None
     started = time.monotonic()
     try:
         host, port = _leader(consumer, r.topic, r.partition, min(10.0, timeout_s))
-        connection = _Connection(host, port, min(30.0, timeout_s + _MAX_WAIT_MS / 1000))
+        connection = BrokerSocket(
+            host,
+            port,
+            min(30.0, timeout_s + _MAX_WAIT_MS / 1000),
+            ApiKey.FETCH,
+            FETCH_VERSION,
+            "odradek-spark-reader",
+            _MAX_RESPONSE,
+        )
         connection.send(_request(r, position, isolation))
         while position < r.until_offset:
             item = _partition_data(connection.receive(), r)
@@ -212,7 +169,7 @@ def fast_read(
         log.warning("fast read of %s-%s at %d: %s", r.topic, r.partition, position, e)
         decoder.take()
         position = pending_from
-    except (_Stop, OSError, ProtocolError, KafkaException) as e:
+    except (_Stop, WireError, OSError, ProtocolError, KafkaException) as e:
         log.debug(
             "fast read of %s-%s stopped at %d after %.1fs: %s",
             r.topic,
