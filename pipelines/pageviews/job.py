@@ -29,7 +29,9 @@ on the classpath: `--jars $(.venv/bin/python -m odradek.spark.connector)`) inste
 `odradek` data source; the options are the same.
 
 `--trigger` is `available-now` (process what the topic holds, then stop), or a processing-time
-interval such as `2 seconds` (run until `--run-seconds` pass or the job is interrupted).
+interval such as `2 seconds` (run until `--run-seconds` pass or the job is interrupted). Queries
+that fail before their first batch because Spark's Python worker did not connect back in time (a
+busy machine) are started again from their checkpoints, up to START_RETRIES times.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ from pathlib import Path
 from typing import Any
 
 from pageviews import DEFAULT_WATERMARK, DEFAULT_WINDOW, aggregate, parse_events
+
+WORKER_START_FAILURE = "Python worker failed to connect back"
+START_RETRIES = 5
 
 
 def session(master: str) -> Any:
@@ -149,14 +154,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def python_worker_start_failed(query: Any) -> bool:
+    """Did the query fail before its first batch because a Python worker Spark started for it
+    did not connect back within Spark's fixed 10 s (not a setting)? On a busy machine the
+    driver's worker for a Python data source can take longer to start; nothing has been read,
+    and the query can start again from its checkpoint, as one restarts any failed query."""
+    error = query.exception()
+    return error is not None and not query.recentProgress and WORKER_START_FAILURE in str(error)
+
+
 def main() -> int:
     args = parse_args()
     spark = session(args.master)
     queries = start(spark, args)
     deadline = None if args.run_seconds is None else time.monotonic() + args.run_seconds
     failed = None
+    restarts = 0
     try:
-        while any(q.isActive for q in queries):
+        while True:
+            if restarts < START_RETRIES and any(python_worker_start_failed(q) for q in queries):
+                restarts += 1
+                print(
+                    "pageviews: Spark's Python worker did not connect back within Spark's fixed"
+                    f" 10 s (busy machine): starting the queries again from their checkpoints"
+                    f" ({restarts} of {START_RETRIES})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                for query in queries:
+                    query.stop()
+                queries = start(spark, args)
+                continue
+            if not any(q.isActive for q in queries):
+                break
             for query in queries:
                 if not query.isActive and query.exception() is not None:
                     failed = query.exception()

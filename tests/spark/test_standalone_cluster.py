@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from odradek.demo import EVENT_RATE, WORKER_START_FAILURE, allowed_lateness
+from odradek.demo import EVENT_RATE, allowed_lateness
 from odradek.spark.session import LOCAL_CONF
 from odradek.testing import LocalCluster
 from odradek.testing.processes import free_ports
@@ -46,15 +46,17 @@ from tests.spark.topics import create_topic, high_watermarks
 
 # The steps below wait with deadlines of their own; this bounds the whole, cluster start-up and
 # shutdown included, on a 2-core machine shared with other work.
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "pageviews"
 INPUT, OUTPUT = "pageviews", "pageviews-per-page"
 EVENTS = 3000
 RATE = 150.0  # records per second: 20 s of producing, with the faults in the middle
 QUERIES = ("parquet", "topic")  # the job's checkpoint subdirectories, one per query
-FIRST_BATCH_TIMEOUT_S = 150.0
-DRAIN_TIMEOUT_S = 150.0
+# Spark's start and first micro-batch took 114-147 s at a load average of 4-11 on two cores, and
+# over 150 s at 12; a run on a quiet machine takes a fraction of these deadlines.
+FIRST_BATCH_TIMEOUT_S = 300.0
+DRAIN_TIMEOUT_S = 240.0
 KILL_ATTEMPTS = 3
 
 
@@ -77,7 +79,15 @@ def cluster_dir(tmp_path: Path) -> Iterator[Path]:
     fails)."""
     directory = tmp_path / "cluster"
     try:
-        odradek("cluster", "up", "--brokers=3", "--spark-workers=2", f"--dir={directory}")
+        odradek(
+            "cluster",
+            "up",
+            "--brokers=3",
+            "--spark-workers=2",
+            f"--dir={directory}",
+            "--timeout=120",  # for the brokers, and again for Spark
+            timeout=300,
+        )
         yield directory
         odradek("cluster", "down", f"--dir={directory}", "--timeout=30", timeout=120)
     finally:
@@ -245,21 +255,16 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
         "--trigger=2 seconds",
         f"--watermark={watermark}",
     ]
-    attempts = 1
-    driver = Driver(spark.master_url, job_args, tmp_path / "driver-1.log")
+    driver = Driver(spark.master_url, job_args, tmp_path / "driver.log")
     generator = None
     try:
         # 1. The first micro-batch (on the empty topic) starts the executors' Python workers.
-        # Spark gives a new Python worker a fixed 10 s to connect back; on a loaded machine the
-        # driver's can miss it and the job exits before its first batch: submitted again, from
-        # its checkpoints, as the demo restarts its queries.
+        # (Spark gives a new Python worker a fixed 10 s to connect back; on a loaded machine the
+        # driver's can miss it, and the job then starts its queries again from their
+        # checkpoints: `job.py`, START_RETRIES.)
         deadline = time.monotonic() + FIRST_BATCH_TIMEOUT_S
         while not all(committed_batches(checkpoints / q) for q in QUERIES):
-            if driver.process.poll() is not None:
-                failure = driver.output()
-                assert WORKER_START_FAILURE in failure, f"the job exited:\n{failure[-4000:]}"
-                attempts += 1
-                driver = Driver(spark.master_url, job_args, tmp_path / f"driver-{attempts}.log")
+            assert driver.process.poll() is None, f"the job exited:\n{driver.output()[-4000:]}"
             assert time.monotonic() < deadline, f"no first batch:\n{driver.output()[-4000:]}"
             time.sleep(0.2)  # polling the checkpoints; the loop's deadline bounds it
         phases.done("first micro-batch")

@@ -481,11 +481,14 @@ _MASTER_PROPERTIES = {
 
 
 def _worker_properties() -> dict[str, str]:
-    # Executor logs are written by the worker (into work/<app>/<executor>/): bounded by size.
+    # Executor logs are written by the worker (into work/<app>/<executor>/): bounded by size, and
+    # the directories of applications that ended a day ago are removed (checked every half hour).
     return {
         "spark.executor.logs.rolling.strategy": "size",
         "spark.executor.logs.rolling.maxSize": str(EXECUTOR_LOG_MAX_BYTES),
         "spark.executor.logs.rolling.maxRetainedFiles": str(EXECUTOR_LOG_FILES),
+        "spark.worker.cleanup.enabled": "true",
+        "spark.worker.cleanup.appDataTtl": str(24 * 3600),
     }
 
 
