@@ -158,6 +158,15 @@ def partition_views(
         return None
 
 
+def all_in_sync(broker: LocalBroker, partitions: set[Partition], rf: int) -> bool:
+    """Every partition has all `rf` replicas in its ISR in `broker`'s Metadata. Waited for before
+    a kill: on a loaded machine, followers still catching up on thousands of new partitions drop
+    out of the ISR for a while, and a partition whose ISR is only the killed leader stays
+    offline (clean election), which timed the bench out."""
+    view = partition_views(broker)
+    return view is not None and all(len(view.get(p, (-1, ()))[1]) >= rf for p in partitions)
+
+
 def all_led(
     brokers: Iterable[LocalBroker], partitions: set[Partition], ok: Callable[[int], bool]
 ) -> bool:
@@ -173,13 +182,22 @@ def all_led(
 # Set-up
 
 
-def start_cluster(args: argparse.Namespace, name: str) -> LocalCluster:
+# For `broker` and `shutdown`: Kafka's default (the local cluster's is 10 s). On a loaded machine,
+# followers of thousands of new partitions fall out of the ISR within 10 s, and a kill then leaves
+# partitions whose only ISR member is the victim (offline: the bench timed out).
+STEADY_ISR = {"replica.lag.time.max.ms": "30000"}
+
+
+def start_cluster(
+    args: argparse.Namespace, name: str, extra: dict[str, str] | None = None
+) -> LocalCluster:
     base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-bench-failover-"))
     directory = base / f"{name}-{time.strftime('%H%M%S')}"
     overrides = {
         "zookeeper.session.timeout.ms": str(args.session_timeout_ms),
         "controlled.shutdown.max.retries": "10",
         "controller.socket.timeout.ms": "120000",
+        **(extra or {}),
     }
     return LocalCluster.up(directory, args.brokers, overrides=overrides, timeout=300)
 
@@ -276,7 +294,7 @@ def registered(cluster: LocalCluster, broker_id: int) -> bool:
 
 
 def bench_broker(args: argparse.Namespace, count: int) -> dict[str, Any]:
-    cluster = start_cluster(args, f"broker-{count}")
+    cluster = start_cluster(args, f"broker-{count}", STEADY_ISR)
     try:
         controller = cluster.controller_id()
         victim = next(b for b in cluster.broker_ids if b != controller)
@@ -287,6 +305,7 @@ def bench_broker(args: argparse.Namespace, count: int) -> dict[str, Any]:
             cluster, assignment_led_by(victim, others, count, rf), args.topic_size, "led"
         )
         survivors = [cluster.broker(b) for b in others]
+        wait_for(lambda: all_in_sync(survivors[0], created, rf), SETUP_TIMEOUT_S, "full ISRs")
         assert controller is not None
         since = log_offsets(cluster.broker(controller))
         note("killing")
@@ -410,7 +429,7 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
 
 
 def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
-    cluster = start_cluster(args, f"shutdown-{count}")
+    cluster = start_cluster(args, f"shutdown-{count}", STEADY_ISR)
     try:
         controller = cluster.controller_id()
         victim = next(b for b in cluster.broker_ids if b != controller)
@@ -421,6 +440,7 @@ def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
             cluster, assignment_led_by(victim, others, count, rf), args.topic_size, "led"
         )
         survivors = [cluster.broker(b) for b in others]
+        wait_for(lambda: all_in_sync(survivors[0], created, rf), SETUP_TIMEOUT_S, "full ISRs")
         assert controller is not None
         since = log_offsets(cluster.broker(controller))
         result: dict[str, Any] = {}
