@@ -22,6 +22,10 @@ after the run is printed with the figures: the machine is shared.
     .venv/bin/python bench/spark_write.py --records 2000000 --rounds 2
     .venv/bin/python bench/spark_write.py --paths fast --compression lz4
     .venv/bin/python bench/spark_write.py --bootstrap 127.0.0.1:9092 --records 200000
+
+`--encoder-only` measures the native encoder alone, without Spark or a broker: `--records` rows
+(keyed with `--keyed`) in Arrow batches of 10,000 through `odradek.protocol._encoder` for each
+codec, the process CPU time and bytes out per codec.
 """
 
 from __future__ import annotations
@@ -72,6 +76,37 @@ def topic_size(bootstrap: str, topic: str) -> int:
     return sum(view.list_offsets(partitions, "latest").require().values())
 
 
+def encoder_only(records: int, record_bytes: int, keyed: bool) -> dict[str, Any]:
+    """CPU seconds the fast path's encoder takes for `records` rows, per codec."""
+    from functools import partial
+
+    import pyarrow as pa
+    from odradek.protocol._encoder import Accumulator
+
+    from odradek.protocol import compression
+    from odradek.spark.produce import BATCH_BYTES, CODECS, _binary
+
+    n = 10_000
+    values = _binary(
+        pa.array([b"%020d" % i + b"x" * max(0, record_bytes - 20) for i in range(n)], pa.binary())
+    )
+    keys = _binary(pa.array([b"key-%d" % i for i in range(n)])) if keyed else None
+    out: dict[str, Any] = {}
+    for name, codec in CODECS.items():
+        compress = partial(compression.compress, codec) if codec else None
+        accumulator = Accumulator(4, BATCH_BYTES, 0, codec, compress)
+        size = 0
+        started = time.process_time()
+        for _ in range(max(1, records // n)):
+            accumulator.append(n, keys, values, None, None, 0)
+            size += sum(len(batch) for _, _, batch in accumulator.take())
+        out[name] = {
+            "cpu_s": round(time.process_time() - started, 3),
+            "mb_out": round(size / 1e6, 1),
+        }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -90,7 +125,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--keyed", action="store_true", help="a string key per row")
     parser.add_argument("--compression", default="none", help="kafka.compression.type")
+    parser.add_argument("--encoder-only", action="store_true", help="the encoder alone, per codec")
     args = parser.parse_args()
+    if args.encoder_only:
+        report = encoder_only(args.records, args.record_bytes, args.keyed)
+        print(json.dumps({"bench": "spark_write encoder", "records": args.records, **report}))
+        return
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     unknown = [p for p in paths if p not in PATHS]
     if unknown or not paths:
