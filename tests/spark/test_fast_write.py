@@ -25,6 +25,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from odradek.errors import DataSourceSchemaError
 from odradek.spark.options import SinkOptions
 from odradek.spark.writer import write_task
 from odradek.testing import LocalCluster
@@ -251,3 +252,18 @@ def test_spark_write_through_a_leader_sigkill_writes_every_row(
     values = Counter(int(r.value[:12]) for r in consume_all(bootstrap, topic, timeout=180))
     # At least once: every row is there (a batch whose answer was lost may be there twice).
     assert set(values) == set(range(total))
+
+
+def test_a_batch_the_fast_path_refuses_goes_to_the_producer_whole(cluster3: LocalCluster) -> None:
+    # A null topic stops the fast path before the batch is split: the producer path must get
+    # the whole batch (and refuse it as it always did), not lose it.
+    bootstrap = cluster3.bootstrap_servers
+    topic = unique_topic("fast-refused")
+    create_topic(bootstrap, topic, 2)
+    options = SinkOptions.parse({"kafka.bootstrap.servers": bootstrap})
+    good = _batches(0, 100, 20, [topic])
+    bad = pa.RecordBatch.from_pydict(
+        {"value": pa.array([b"v"], pa.binary()), "topic": pa.array([None], pa.string())}
+    )
+    with pytest.raises(DataSourceSchemaError, match="null 'topic'"):
+        write_task(options, iter([good, bad]))

@@ -327,6 +327,7 @@ class FastProducer:
             for batch in batches:
                 if batch.num_rows == 0:
                     continue
+                current = [("", batch)]  # until it is split, a stop leaves all of it
                 current = self._split(batch)
                 while current:
                     topic, rows = current[0]
