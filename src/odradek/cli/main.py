@@ -97,6 +97,9 @@ def cmd_server(args: argparse.Namespace) -> int:
         from odradek.controller.states import attach_state_change_log_file
 
         attach_state_change_log_file(Path(args.state_change_log))
+    from odradek.log.fd_limit import raise_soft_limit
+
+    raise_soft_limit()  # a broker needs about one descriptor per partition (fd_limit)
     _install_uvloop()
     try:
         return asyncio.run(_run_broker(config))

@@ -45,6 +45,7 @@ from odradek.errors import (
     UnknownTopicOrPartitionError,
 )
 from odradek.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from odradek.log.fd_limit import is_descriptor_exhaustion
 from odradek.log.partition_metadata import read_partition_topic_id as read_partition_topic_id
 from odradek.log.validator import NeedsWorkerThread
 
@@ -576,8 +577,12 @@ class ReplicaManager(ReplicaRoleChanges):
             try:
                 write_offset_checkpoint(Path(log_dir) / HIGH_WATERMARK_CHECKPOINT, offsets)
             except KafkaStorageError as e:
-                # An I/O error takes the directory offline (KIP-112), like any other of its files.
-                self.log_manager.failure_channel.maybe_add_offline_log_dir(log_dir, str(e))
+                # An I/O error takes the directory offline (KIP-112), like any other of its files;
+                # running out of file descriptors does not (the next checkpoint retries).
+                if is_descriptor_exhaustion(e):
+                    log.error("high watermark checkpoint of %s not written: %s", log_dir, e)
+                else:
+                    self.log_manager.failure_channel.maybe_add_offline_log_dir(log_dir, str(e))
 
     async def _checkpoint_loop(self, interval: float) -> None:
         while True:

@@ -52,6 +52,19 @@ _INT32_MAX = 2**31 - 1
 _NO_TIMESTAMP = -1
 
 
+def fsync_path(path: Path) -> None:
+    """fsync a file that has no open descriptor (a read-only one is enough on Linux); a file
+    deleted meanwhile needs none."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class _SparseIndex:
     """Append-only file of (key, value) entries with a lazily loaded in-memory copy.
 
@@ -164,11 +177,15 @@ class _SparseIndex:
 
     # -- updates ---------------------------------------------------------------------------------
 
-    def _append_raw(self, key: int, value: int) -> None:
-        count = self.entry_count
+    def open_file(self) -> int:
+        """The file's descriptor, opening (and creating) the file if need be."""
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.pwrite(self._fd, self._ENTRY.pack(key, value), count * self._ENTRY.size)
+        return self._fd
+
+    def _append_raw(self, key: int, value: int) -> None:
+        count = self.entry_count
+        os.pwrite(self.open_file(), self._ENTRY.pack(key, value), count * self._ENTRY.size)
         self._count = count + 1
         if self._keys is not None and self._values is not None:
             self._keys.append(key)
@@ -180,9 +197,7 @@ class _SparseIndex:
     def _truncate_entries(self, count: int) -> None:
         if count >= self.entry_count:
             return
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.ftruncate(self._fd, count * self._ENTRY.size)
+        os.ftruncate(self.open_file(), count * self._ENTRY.size)
         if self._keys is not None and self._values is not None:
             del self._keys[count:]
             del self._values[count:]
@@ -192,9 +207,7 @@ class _SparseIndex:
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild from the segment data)."""
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        os.ftruncate(self._fd, 0)
+        os.ftruncate(self.open_file(), 0)
         self._keys = array(self._KEY_TYPE)
         self._values = array(self._VALUE_TYPE)
         self._count = 0
@@ -207,8 +220,11 @@ class _SparseIndex:
         self._keys = self._values = None
 
     def flush(self) -> None:
-        if self._dirty and self._fd is not None:
-            os.fsync(self._fd)
+        if self._dirty:
+            if self._fd is not None:
+                os.fsync(self._fd)
+            else:
+                fsync_path(self.path)
         self._dirty = False
 
     def ensure_file(self) -> None:
@@ -217,7 +233,10 @@ class _SparseIndex:
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644))
 
     def close(self) -> None:
-        """Close the file; the index stays usable (it reopens lazily)."""
+        """Close the file; the index stays usable (it reopens lazily). Entries written since
+        the last `flush` are still owed an fsync: the next `flush` reopens the file for it (a
+        recovered log closes its rebuilt indexes at once, without paying for that fsync at
+        start-up, and still has them on disk when its recovery point moves past them)."""
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -226,6 +245,7 @@ class _SparseIndex:
         self.close()
         self.path.unlink(missing_ok=True)
         self.reset_memory()
+        self._dirty = False
 
     def reset_memory(self) -> None:
         self._keys = self._values = None

@@ -16,6 +16,11 @@ offline, not just the partition that hit it: the disk under it is no longer trus
    operator fixes or replaces the disk and restarts the broker, whose replicas then recover by
    truncation and catch-up).
 
+Running out of file descriptors (EMFILE, ENFILE) is not such an error: the operation fails with
+`KafkaStorageError` and a message naming the limit to raise, and the directory stays online
+(fd_limit). The segment writes files only once every descriptor an append needs is open
+(`LogSegment.append`), so a refused open leaves nothing half-written.
+
 Concurrency: event loop thread only. `maybe_add_offline_log_dir` may be called from inside any log
 operation, so the listener must not call back into the log layer synchronously: the broker's
 listener only schedules its handler on the loop.
@@ -31,6 +36,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from odradek.errors import KafkaStorageError
+from odradek.log.fd_limit import descriptor_limit_message, is_descriptor_exhaustion
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +78,10 @@ class LogDirFailureChannel:
 
 
 def is_io_failure(error: BaseException) -> bool:
-    """Did this error come from the file system (and so condemn its directory)?"""
+    """Did this error come from the file system (and so condemn its directory)? Running out of
+    file descriptors (EMFILE, ENFILE) did not: the disk is fine (fd_limit)."""
+    if is_descriptor_exhaustion(error):
+        return False
     if isinstance(error, OSError):
         return True
     cause = error.__cause__
@@ -95,6 +104,11 @@ def storage_errors(method: Callable[P, R]) -> Callable[P, R]:
         try:
             return method(*args, **kwargs)
         except OSError as e:
+            if is_descriptor_exhaustion(e):
+                # Not a disk fault: the operation fails (KAFKA_STORAGE_ERROR, which clients
+                # retry) and the directory stays online.
+                message = f"{method.__qualname__}: {descriptor_limit_message(e)}"
+                raise KafkaStorageError(message) from e
             error = KafkaStorageError(f"I/O error in {method.__qualname__}: {e}")
             if channel is not None and log is not None:
                 channel.maybe_add_offline_log_dir(log.parent_dir, str(error))

@@ -57,6 +57,7 @@ from typing import Protocol
 from odradek.errors import KafkaStorageError, OperatorError
 from odradek.log.checkpoints import OffsetCheckpointFile, TopicPartition, fsync_dir
 from odradek.log.config import LogConfig
+from odradek.log.fd_limit import is_descriptor_exhaustion
 from odradek.log.log import Log
 from odradek.log.log_dir_failure import LogDirFailureChannel, is_io_failure
 from odradek.log.meta_properties import check_meta_properties
@@ -292,6 +293,8 @@ class LogManager:
             try:
                 check_meta_properties(log_dir, broker_id, cluster_id)
             except KafkaStorageError as e:
+                if is_descriptor_exhaustion(e):
+                    raise
                 self._forget_dir(log_dir)
                 self._mark_offline(log_dir, e)
         if not self.live_log_dirs:
@@ -300,6 +303,9 @@ class LogManager:
             )
 
     def _mark_offline(self, log_dir: Path, error: BaseException) -> None:
+        if is_descriptor_exhaustion(error):  # the disk is fine (fd_limit)
+            logger.error("%s: %s", log_dir, error)
+            return
         self.failure_channel.maybe_add_offline_log_dir(log_dir, str(error))
 
     # -- configs -------------------------------------------------------------------------------

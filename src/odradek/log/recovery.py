@@ -23,6 +23,11 @@ discarded (`segment_swap.complete_interrupted_swap`: `.cleaned` and `.swap` file
 files (`.tmp`, `.deleted`, indexes without a `.log`) are removed, and a segment whose index files
 are missing gets them rebuilt from its data.
 
+Either way, the loaded log holds one file descriptor: the active segment's data file. Everything
+recovery or a rebuild opened is closed again (`LogSegment.close_files`), so a log recovered after a
+crash costs no more descriptors than one opened after a clean shutdown; index files reopen on the
+next append, sealed segments on the next read.
+
 Concurrency: runs inside `Log.open`, before the log is shared with anyone.
 """
 
@@ -176,6 +181,14 @@ def load_segments(
         )
 
     log_end_offset = segments[-1].next_offset
+    # Leave every segment as a clean start does: sealed ones with no descriptor, the active one
+    # with its data file only (the tail scan read it). Recovery and index rebuilds opened more,
+    # and kept, three per log were enough for 10,000 recovered logs to exhaust a 20,000
+    # descriptor limit (issue 19's restart benchmark). Unsynced index writes are fsynced by the
+    # next flush all the same.
+    for segment in segments[:-1]:
+        segment.close_files()
+    segments[-1].close_files(keep_data_file=True)
     # After a clean shutdown everything was fsynced; after recovery, what was validated may
     # still be only in the page cache, so the old recovery point stands.
     if recover_from is not None:
@@ -229,4 +242,5 @@ def _recover(
                 del segments[index + 1 :]
                 break
             segment.on_become_inactive()
+            segment.close_files()  # one segment's descriptors at a time, however many there are
         index += 1

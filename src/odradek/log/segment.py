@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from odradek.errors import CorruptIndexError, CorruptRecordError
-from odradek.log.index import OffsetIndex, TimeIndex
+from odradek.log.index import OffsetIndex, TimeIndex, fsync_path
 from odradek.log.naming import index_file_name, log_file_name, time_index_file_name
 from odradek.log.segment_recovery import SegmentRecovery
 from odradek.protocol.record_batch import (
@@ -369,16 +369,32 @@ class LogSegment(SegmentRecovery):
         to `data`), and add index entries for them."""
         self.load_tail_state()
         position = self.size
+        # Open every file this append writes before writing any: an open refused half way
+        # (EMFILE) must not leave batches in the data file without their index entries, or a
+        # size that disagrees with the file. The index files are created with their first entry.
+        fd = self.fd
+        if self._adds_index_entry(headers):
+            self.offset_index.open_file()
+            self.time_index.open_file()
         view = memoryview(data)
         written = 0
         while written < len(view):  # pwrite may write less than asked (signals, huge writes)
-            written += os.pwrite(self.fd, view[written:], position + written)
+            written += os.pwrite(fd, view[written:], position + written)
         self._dirty = True
         if position == 0 and headers:
             self._rolling_timestamp = headers[0].max_timestamp
         for header in headers:
             self._index_batch(header, position + header.position)
         self.size = position + len(data)
+
+    def _adds_index_entry(self, headers: list[BatchHeader]) -> bool:
+        """Will appending these batches add an index entry (`_index_batch`'s rule)?"""
+        pending = self._bytes_since_last_index_entry
+        for header in headers:
+            if pending > self.index_interval_bytes:
+                return True
+            pending += header.size
+        return False
 
     def _index_batch(self, header: BatchHeader, position: int) -> None:
         """Update the tail state and the sparse indexes for a batch stored at `position`."""
@@ -470,12 +486,28 @@ class LogSegment(SegmentRecovery):
         return self._dirty
 
     def flush(self) -> None:
-        """fsync the data and both indexes."""
-        if self._dirty and self._fd is not None:
-            os.fsync(self._fd)
+        """fsync the data and both indexes (also those written and then closed by
+        `close_files`)."""
+        if self._dirty:
+            if self._fd is not None:
+                os.fsync(self._fd)
+            else:
+                fsync_path(self.log_path)
         self._dirty = False
         self.offset_index.flush()
         self.time_index.flush()
+
+    def close_files(self, *, keep_data_file: bool = False) -> None:
+        """Close the descriptors (the data file's too unless `keep_data_file`), back to the
+        state of a segment opened lazily: each reopens on its next use, and what was written
+        and not yet fsynced is fsynced by the next `flush` all the same. Recovery calls this
+        so that a log recovered after a crash holds no more descriptors than one opened after
+        a clean shutdown."""
+        if not keep_data_file and self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.offset_index.close()
+        self.time_index.close()
 
     def close(self) -> None:
         """Seal (see `on_become_inactive`) and close the data file."""

@@ -97,6 +97,9 @@ class SegmentRecovery:
         number of bytes truncated.
         """
         file_size = os.fstat(self.fd).st_size
+        # Until the end, the tail state is being rebuilt: an error half way (EMFILE on an
+        # index file) must leave it to be loaded again, not trusted half reset.
+        self._tail_loaded = False
         self._reset_tail_state()
         self.offset_index.reset()
         self.time_index.reset()
@@ -191,6 +194,7 @@ class SegmentRecovery:
 
     def rebuild_indexes(self) -> None:
         """Recreate both indexes from the data (which is trusted: no CRC checks)."""
+        self._tail_loaded = False  # as in `recover`
         self._reset_tail_state()
         self.offset_index.reset()
         self.time_index.reset()

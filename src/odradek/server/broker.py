@@ -58,6 +58,7 @@ from odradek.coordinator.group.zk_import import ZkLegacyOffsets
 from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
 from odradek.errors import InvariantError, KafkaError, OperatorError, require
+from odradek.log.fd_limit import descriptor_limit_message, is_descriptor_exhaustion
 from odradek.log.log_cleaner import CleanerConfig, LogCleaner
 from odradek.log.log_dir_failure import LogDirFailureChannel
 from odradek.log.log_manager import LogManager
@@ -190,6 +191,10 @@ class Broker(BrokerZk):
         try:
             self._log_manager.startup(now_ms)
         except (OSError, KafkaError) as e:
+            if is_descriptor_exhaustion(e):
+                raise OperatorError(
+                    f"cannot open the logs: {descriptor_limit_message(e)}"
+                ) from None
             raise OperatorError(
                 f"cannot open log dirs {[str(d) for d in config.log_dirs]}: {e}"
             ) from None
