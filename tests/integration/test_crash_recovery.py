@@ -1,6 +1,6 @@
 """A single broker that crashes keeps what it acknowledged, and recovers a torn log tail.
 
-Both tests use a private one-broker cluster (`make_cluster(1)`): they SIGKILL the broker and
+The tests use a private one-broker cluster (`make_cluster(1)`): they SIGKILL the broker and
 edit its segment files while it is down, which the shared `cluster3` must never see.
 
 * `test_sigkill_while_producing_loses_no_acknowledged_record`: a confluent-kafka producer with
@@ -13,17 +13,22 @@ edit its segment files while it is down, which the shared `cluster3` must never 
   it -- cut in the middle of the last batch, garbage appended, a whole batch with a bad CRC
   appended -- and restarted. Recovery must cut the segment after the last valid batch (see
   `odradek.log.recovery`), serve everything before it, and continue appending from there.
+* `test_a_broker_with_too_few_descriptors_for_three_per_log_restarts_after_a_kill`: under a soft
+  and hard RLIMIT_NOFILE of 1,024, a broker hosting 600 partitions is SIGKILLed and restarted; it
+  recovers every log (holding one descriptor per log, not three) and serves every record.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import re
 import struct
 from pathlib import Path
 from typing import Any
 
 from odradek.log.naming import log_dir_name
-from odradek.protocol.record_batch import build_batch, iter_batches
+from odradek.protocol.record_batch import build_batch, decode_records, iter_batches
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
@@ -191,3 +196,95 @@ def test_torn_tail_is_truncated_to_the_last_valid_batch(make_cluster: Any):
     cluster.start_broker(1, timeout=RESTART_TIMEOUT_S)
     assert_recovered(cluster, topic, 97)
     assert list(iter_batches(segment.read_bytes()))[-1].next_offset == 98
+
+
+# ---------------------------------------------------------------------------------------------
+# More partitions than descriptors for three each
+
+DESCRIPTOR_LIMIT = 1024
+PARTITIONS = 600
+"""At three descriptors per recovered log (before: its data file and the two indexes recovery
+rebuilt), 600 logs need 1,800, beyond the broker's limit of 1,024."""
+
+
+def open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def produce_to_every_partition(bootstrap: str, topic: str) -> None:
+    """Three records ("p<partition>-<i>") to each partition, once its leader answers."""
+    with _wire.WireConnection.to(bootstrap) as connection:
+        for partition in range(PARTITIONS):
+            batch = build_batch(
+                [(None, f"p{partition}-{i}".encode(), [], 1_700_000_000_000) for i in range(3)]
+            )
+
+            def appended(partition: int = partition, batch: bytes = batch) -> bool:
+                answer = _wire.produce(connection, topic, partition, batch)
+                if answer.error_code == 0:
+                    assert answer.base_offset == 0
+                return answer.error_code == 0
+
+            wait_until(appended, RESTART_TIMEOUT_S, f"partition {partition} takes a produce")
+
+
+def read_every_partition(bootstrap: str, topic: str) -> dict[int, list[bytes | None]]:
+    found: dict[int, list[bytes | None]] = {}
+    with _wire.WireConnection.to(bootstrap) as connection:
+        for partition in range(PARTITIONS):
+            answers: list[_wire.FetchAnswer] = []
+
+            def served(
+                partition: int = partition, answers: list[_wire.FetchAnswer] = answers
+            ) -> bool:
+                answers.append(_wire.fetch(connection, topic, partition, 0))
+                return answers[-1].error_code == 0
+
+            wait_until(served, RESTART_TIMEOUT_S, f"partition {partition} answers a fetch")
+            answer = answers[-1]
+            found[partition] = [
+                record.value
+                for header in iter_batches(answer.records)
+                for record in decode_records(answer.records[header.position :])
+            ]
+    return found
+
+
+def test_a_broker_with_too_few_descriptors_for_three_per_log_restarts_after_a_kill(
+    make_cluster: Any,
+):
+    """The broker runs under a soft and hard RLIMIT_NOFILE of 1,024 (prlimit) and hosts 600
+    partitions; SIGKILLed, it recovers every log and serves every record (issue 19: at 10,000
+    partitions and a 20,000 limit the broker died with "Too many open files" while recovering)."""
+    cluster = make_cluster(1)
+    limit = f"--nofile={DESCRIPTOR_LIMIT}:{DESCRIPTOR_LIMIT}"
+    cluster.broker_exec_prefix[1] = ["prlimit", limit, "--"]
+    assert cluster.kill(1)
+    cluster.start_broker(1, timeout=RESTART_TIMEOUT_S)
+    pid = cluster.broker(1).pid
+    assert pid is not None
+    limits = Path(f"/proc/{pid}/limits").read_text()
+    assert re.search(rf"Max open files\s+{DESCRIPTOR_LIMIT}\s+{DESCRIPTOR_LIMIT}\s", limits)
+
+    topic = unique_topic("descriptors")
+    create_topic(cluster.bootstrap_servers, topic, PARTITIONS, replication_factor=1)
+    bootstrap = cluster.broker(1).bootstrap
+    produce_to_every_partition(bootstrap, topic)
+    expected = {p: [f"p{p}-{i}".encode() for i in range(3)] for p in range(PARTITIONS)}
+    assert read_every_partition(bootstrap, topic) == expected
+    before_kill = open_descriptors(pid)
+
+    assert cluster.kill(1)
+    cluster.start_broker(1, timeout=RESTART_TIMEOUT_S)
+    pid = cluster.broker(1).pid
+    assert pid is not None
+    after_recovery = open_descriptors(pid)
+    assert read_every_partition(bootstrap, topic) == expected
+    # About one per partition (the active segment's data file) plus the broker's own, as
+    # before the kill; never the three per log that recovery used to keep.
+    assert after_recovery < PARTITIONS + 200, (before_kill, after_recovery)
+    assert open_descriptors(pid) < PARTITIONS + 200
+    log_text = Path(cluster.broker(1).log).read_text(errors="replace")
+    assert f"open file limit (RLIMIT_NOFILE): {DESCRIPTOR_LIMIT}" in log_text
+    assert "Too many open files" not in log_text
+    assert cluster.kill(1)  # a clean shutdown of 600 logs would add ~15 s to the teardown

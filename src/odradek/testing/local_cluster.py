@@ -98,6 +98,9 @@ class LocalCluster(ClusterSignals):
     _log_offsets: dict[int, int] = field(default_factory=dict)
     client_config: Path | None = None
     broker_env: dict[int, dict[str, str]] = field(default_factory=dict)
+    broker_exec_prefix: dict[int, list[str]] = field(default_factory=dict)
+    """A command that runs some brokers' processes at their next starts (`prlimit --nofile=...
+    --`, say: a test of a low descriptor limit); not saved in cluster.json."""
 
     # -- construction -------------------------------------------------------------------------
 
@@ -379,6 +382,7 @@ class LocalCluster(ClusterSignals):
             popen = subprocess.Popen(
                 [
                     *(self.network.exec_prefix(f"broker{broker_id}") if self.network else []),
+                    *self.broker_exec_prefix.get(broker_id, []),
                     *self._command(broker),
                 ],
                 stdin=subprocess.DEVNULL,
