@@ -93,6 +93,10 @@ class LocalLog:
     def _roll(self, new_base_offset: int, now_ms: int) -> LogSegment:
         old = self._segments[-1]
         old.on_become_inactive()
+        # Its data file too (fsynced just now): a sealed segment holds a descriptor only once a
+        # reader opens it, so a log's descriptors do not grow with its rolls (Kafka keeps one
+        # per segment).
+        old.close_files()
         segment = LogSegment.create(
             self._dir,
             new_base_offset,
