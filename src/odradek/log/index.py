@@ -29,7 +29,9 @@ Unlike Kafka, files are not preallocated and memory-mapped: they are plain appen
 length is always a whole number of entries (a torn final entry is ignored), and an index is read into
 memory only when a lookup needs it. Lookups at or beyond the last entry (consumers and followers
 reading the tail) are answered from the last entry alone, so a broker with thousands of partitions
-never loads most of its indexes.
+never loads most of its indexes. The file is opened on the first write (an entry, a truncation, a
+reset) and closed when the segment is sealed or recovered; `flush` fsyncs a file written and then
+closed by reopening it, so closing early never loses an fsync.
 
 Concurrency: not thread-safe; owned by one `LogSegment`, used from the broker's event loop thread.
 """
