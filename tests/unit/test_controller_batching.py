@@ -239,3 +239,42 @@ def test_the_controller_processes_an_event_with_the_collector_paused() -> None:
     asyncio.run(probe.process(ev.Expire()))
     assert seen == [1]
     assert pause_depth() == 0
+
+
+@pytest.mark.usefixtures("collector_enabled")
+def test_a_pause_that_outlasts_its_limit_enables_the_collector_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An event waiting across awaits (ZooKeeper retries) must not keep the collector off while
+    the broker goes on serving clients."""
+    from odradek.controller import gc_pause
+
+    monkeypatch.setattr(gc_pause, "MAX_PAUSE_S", 0.05)
+    seen: list[bool] = []
+
+    async def main() -> None:
+        with paused_gc():
+            seen.append(gc.isenabled())
+            deadline = asyncio.get_running_loop().time() + 10
+            while not gc.isenabled() and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.01)
+            seen.append(gc.isenabled())
+            assert pause_depth() == 1
+        seen.append(gc.isenabled())
+
+    asyncio.run(main())
+    assert seen == [False, True, True]
+    assert pause_depth() == 0
+
+
+@pytest.mark.usefixtures("collector_enabled")
+def test_a_pause_that_ends_in_time_cancels_its_limit() -> None:
+    from odradek.controller import gc_pause
+
+    async def main() -> None:
+        with paused_gc():
+            await asyncio.sleep(0)
+        assert gc_pause._limit is None
+
+    asyncio.run(main())
+    assert gc.isenabled()
