@@ -63,16 +63,9 @@ class CredentialCache:
 
     def update_user(self, user: str, config: Mapping[str, str]) -> None:
         """Replace the user's credentials with the SCRAM entries of its config."""
+        credentials = credentials_of(user, config)
         for mechanism in ScramMechanism:
-            text = config.get(mechanism.mechanism_name)
-            credential = None
-            if text is not None:
-                try:
-                    credential = ScramCredential.from_string(text)
-                except InvalidScramCredentialError as e:
-                    log.error(
-                        "ignoring the %s credential of %r: %s", mechanism.mechanism_name, user, e
-                    )
+            credential = credentials.get(mechanism)
             if credential is None:
                 self._by_mechanism[mechanism].pop(user, None)
             else:
@@ -83,6 +76,20 @@ class CredentialCache:
 
     def users(self, mechanism: ScramMechanism) -> list[str]:
         return sorted(self._by_mechanism[mechanism])
+
+
+def credentials_of(user: str, config: Mapping[str, str]) -> dict[ScramMechanism, ScramCredential]:
+    """The SCRAM entries of a user's config; one that does not parse is logged and left out."""
+    credentials = {}
+    for mechanism in ScramMechanism:
+        text = config.get(mechanism.mechanism_name)
+        if text is None:
+            continue
+        try:
+            credentials[mechanism] = ScramCredential.from_string(text)
+        except InvalidScramCredentialError as e:
+            log.error("ignoring the %s credential of %r: %s", mechanism.mechanism_name, user, e)
+    return credentials
 
 
 def user_of_entity_path(entity_path: str) -> str | None:
@@ -135,18 +142,38 @@ class CredentialStore:
         self._pass.request()
 
     async def _refresh(self, user: str) -> None:
+        self.cache.update_user(user, await self._read_config(user))
+
+    async def _read_config(self, user: str) -> Mapping[str, str]:
+        """`/config/users/<user>`'s config ({} when there is none or it does not parse)."""
         path = UserConfigZNode.path(user)
         try:
             data, stat = await self.zk.get(path)
         except NoNodeError:
-            self.cache.remove_user(user)
-            return
+            return {}
         try:
-            config = UserConfigZNode.decode(user, data, stat.version).config
+            return UserConfigZNode.decode(user, data, stat.version).config
         except InvalidZNodeDataError as e:
             log.error("ignoring %s: %s", path, e)
-            config = {}
-        self.cache.update_user(user, config)
+            return {}
+
+    # -- reads for the admin APIs ---------------------------------------------------------------
+
+    async def read_credentials(self, user: str) -> dict[ScramMechanism, ScramCredential]:
+        """The user's credentials as ZooKeeper holds them now, not as the cache last heard of
+        them: DescribeUserScramCredentials and AlterUserScramCredentials' deletion check read
+        ZooKeeper, as Kafka's do, so a client sees its own write at once whichever broker it
+        asks (the cache follows a change notification moments later). The cache is not touched."""
+        return credentials_of(user, await self._read_config(user))
+
+    async def users_with_credentials(self) -> list[str]:
+        """Every user whose `/config/users` entry holds a SCRAM credential, read from ZooKeeper."""
+        try:
+            names = await self.zk.get_children(UserConfigZNode.path())
+        except NoNodeError:
+            return []
+        users = sorted(desanitize(name) for name in names)
+        return [user for user in users if await self.read_credentials(user)]
 
     async def process_notifications(self) -> None:
         parent = ConfigChangeNotificationZNode.path()

@@ -52,13 +52,16 @@ def handle_describe_user_scram_credentials(
             header,
             {"error_code": CLUSTER_AUTHORIZATION_FAILED, "error_message": "Authorization failed."},
         )
-    cache = broker.credential_store.cache
+    store = broker.credential_store
 
-    def describe(user: str) -> dict[str, Any]:
+    async def describe(user: str) -> dict[str, Any]:
+        # Read from ZooKeeper, as Kafka does: a client sees its own AlterUserScramCredentials at
+        # once, whichever broker it asks.
+        credentials = await store.read_credentials(user)
         infos = [
-            {"mechanism": mechanism.code, "iterations": credential.iterations}
+            {"mechanism": mechanism.code, "iterations": credentials[mechanism].iterations}
             for mechanism in ScramMechanism
-            if (credential := cache.get(mechanism, user)) is not None
+            if mechanism in credentials
         ]
         if not infos:
             return {
@@ -74,28 +77,30 @@ def handle_describe_user_scram_credentials(
             "credential_infos": infos,
         }
 
-    if not request.users:
-        users = sorted({u for m in ScramMechanism for u in cache.users(m)})
-        results = [describe(u) for u in users]
-    else:
-        names = [u.name for u in request.users]
-        results = []
-        for name in dict.fromkeys(names):
-            if names.count(name) > 1:
-                results.append(
-                    {
-                        "user": name,
-                        "error_code": ErrorCode.duplicate_resource,
-                        "error_message": f"Cannot describe SCRAM credentials for the same user "
-                        f"twice in a single request: {name}",
-                        "credential_infos": (),
-                    }
-                )
-            else:
-                results.append(describe(name))
-    return build_response(
-        header, {"error_code": ErrorCode.none, "error_message": None, "results": results}
-    )
+    async def answer() -> Any:
+        if not request.users:
+            results = [await describe(u) for u in await store.users_with_credentials()]
+        else:
+            names = [u.name for u in request.users]
+            results = []
+            for name in dict.fromkeys(names):
+                if names.count(name) > 1:
+                    results.append(
+                        {
+                            "user": name,
+                            "error_code": ErrorCode.duplicate_resource,
+                            "error_message": f"Cannot describe SCRAM credentials for the same "
+                            f"user twice in a single request: {name}",
+                            "credential_infos": (),
+                        }
+                    )
+                else:
+                    results.append(await describe(name))
+        return build_response(
+            header, {"error_code": ErrorCode.none, "error_message": None, "results": results}
+        )
+
+    return answer()
 
 
 def _credential(mechanism: ScramMechanism, salt: bytes, salted_password: bytes, iterations: int):
@@ -157,20 +162,22 @@ def handle_alter_user_scram_credentials(
             fail(item.name, ErrorCode.unacceptable_credential, "Too many iterations")
         elif not item.salt or not item.salted_password:
             fail(item.name, ErrorCode.unacceptable_credential, "Empty salt or salted password")
-    for item in request.deletions:
-        mechanism = _mechanism(item.mechanism)
-        if (
-            mechanism is not None
-            and item.name not in errors
-            and store.cache.get(mechanism, item.name) is None
-        ):
-            fail(
-                item.name,
-                ErrorCode.resource_not_found,
-                "Attempt to delete a user credential that does not exist",
-            )
 
     async def alter() -> Any:
+        # Deleting a credential that does not exist is refused; ZooKeeper says what exists (as
+        # in Kafka), not this broker's cache, which may not have heard of a moment-old write yet.
+        for item in request.deletions:
+            mechanism = _mechanism(item.mechanism)
+            if (
+                mechanism is not None
+                and item.name not in errors
+                and mechanism not in await store.read_credentials(item.name)
+            ):
+                fail(
+                    item.name,
+                    ErrorCode.resource_not_found,
+                    "Attempt to delete a user credential that does not exist",
+                )
         results = []
         for user in users:
             if user in errors:

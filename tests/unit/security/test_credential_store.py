@@ -116,3 +116,25 @@ def test_writes_keep_other_user_configs() -> None:
         assert set(config) == {"producer_byte_rate", "SCRAM-SHA-512"}
 
     asyncio.run(go())
+
+
+def test_admin_reads_see_zookeeper_not_the_cache() -> None:
+    """DescribeUserScramCredentials and the deletion check read ZooKeeper (as Kafka does): a write
+    made through one broker is seen through another at once, before that broker's cache has
+    followed the change notification; the reads leave the cache alone."""
+
+    async def go() -> None:
+        tree = FakeZooKeeper()
+        writer = CredentialStore(tree.client(), CredentialCache())
+        reader = CredentialStore(tree.client(), CredentialCache())  # not started: hears nothing
+        await writer.start()
+        await writer.alter_credentials("carol", {SHA512: generate_credential(SHA512, "pw", 8192)})
+        tree.create("/config/users/dave", UserConfigZNode.encode({"producer_byte_rate": "1"}))
+        credentials = await reader.read_credentials("carol")
+        assert list(credentials) == [SHA512] and credentials[SHA512].iterations == 8192
+        assert await reader.read_credentials("nobody") == {}
+        # dave has a quota but no credential: not listed.
+        assert await reader.users_with_credentials() == ["carol"]
+        assert reader.cache.get(SHA512, "carol") is None
+
+    asyncio.run(go())
