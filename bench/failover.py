@@ -498,7 +498,9 @@ def restart_phases(text: str, started_wall: float) -> dict[str, float]:
 
 
 def bench_restart(args: argparse.Namespace, count: int, mode: str) -> dict[str, Any]:
-    cluster = start_cluster(args, f"restart-{mode}-{count}")
+    cluster = start_cluster(
+        args, f"restart-{mode}-{count}", {"zookeeper.session.reclaim.enable": "true"}
+    )
     try:
         controller = cluster.controller_id()
         victim = next(b for b in cluster.broker_ids if b != controller)

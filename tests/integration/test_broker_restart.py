@@ -67,6 +67,8 @@ def _cluster(make_cluster: Callable[..., LocalCluster]) -> LocalCluster:
         min_insync_replicas=2,
         replica_lag_time_max_ms=3000,
         zookeeper_session_timeout_ms=SESSION_TIMEOUT_MS,
+        # Opt-in (see odradek.server.session_reclaim).
+        overrides={"zookeeper.session.reclaim.enable": "true"},
     )
 
 

@@ -73,9 +73,15 @@ class Config(dict[str, Any]):
     advertised_listeners: list[Any] = []
 
 
-def registering_broker(zk: Any, log_dirs: list[Path] | None = None) -> Any:
+def registering_broker(zk: Any, log_dirs: list[Path] | None = None, reclaim: bool = True) -> Any:
     broker = SimpleNamespace(
-        config=Config({"zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS, "broker.rack": None}),
+        config=Config(
+            {
+                "zookeeper.session.timeout.ms": SESSION_TIMEOUT_MS,
+                "broker.rack": None,
+                "zookeeper.session.reclaim.enable": reclaim,
+            }
+        ),
         broker_id=3,
         socket_servers=[],
         registered=asyncio.Event(),
@@ -387,3 +393,23 @@ def test_reclaimable(
 ) -> None:
     record = RecordedSession(3, 0x1001, password_of(1), tuple(recorded_dirs))
     assert (reclaimable(owner, [record], locked_dirs) is record) is closes
+
+
+def test_without_the_opt_in_nothing_is_closed_and_the_old_registration_is_waited_for(
+    tree: FakeZooKeeper, closer: SessionCloser, tmp_path: Path
+) -> None:
+    """`zookeeper.session.reclaim.enable` is off by default (session_reclaim says why): the
+    session is still recorded, but the previous process's registration is left to expire."""
+    log_dirs = [tmp_path / "a"]
+    log_dirs[0].mkdir()
+    old_session = previous_process(tree, log_dirs, controller=False)
+    zk = BrokerSession(tree)
+    broker = registering_broker(zk, log_dirs, reclaim=False)
+
+    with pytest.raises(OperatorError, match="already registered"):
+        asyncio.run(register(broker))
+
+    assert closer.calls == []
+    assert tree.get(BrokerIdZNode.path(3))[1].ephemeralOwner == old_session
+    (record,) = read_session_records(log_dirs, 3)
+    assert record.session_id == zk.session_id

@@ -134,9 +134,10 @@ class BrokerZk:
         data = BrokerIdZNode.encode(endpoints, rack=self.config["broker.rack"])
         path = BrokerIdZNode.path(self.broker_id)
         live_log_dirs = self._log_manager.live_log_dirs
-        if self.broker_epoch < 0:
+        if self.broker_epoch < 0 and self.config["zookeeper.session.reclaim.enable"]:
             # This process's first registration: if the registration there is our previous
-            # process's (killed with its session open), end that session now (session_reclaim).
+            # process's (killed with its session open), end that session now (session_reclaim;
+            # opt-in, see there).
             await reclaim_registration(self._zk, self.broker_id, live_log_dirs)
         # A new session (start-up, or after an expiry) is recorded before it registers, so that
         # our next process can reclaim whatever this one leaves behind.

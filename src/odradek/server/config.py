@@ -108,6 +108,9 @@ _DEFS = [
     ConfigDef("super.users", "string", None),
     ConfigDef("allow.everyone.if.no.acl.found", "bool", False),
     ConfigDef("zookeeper.set.acl", "bool", False),
+    # Odradek's own: a restarted broker closes its killed previous process's ZooKeeper session
+    # instead of waiting for it to expire (server/session_reclaim). Off by default: see there.
+    ConfigDef("zookeeper.session.reclaim.enable", "bool", False),
     # Kafka takes these two as JVM system properties (KAFKA_OPTS="-Djava.security.auth.login.
     # config=..."); Odradek reads them from there too, or from server.properties.
     ConfigDef("java.security.auth.login.config", "string", None),

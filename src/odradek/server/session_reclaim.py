@@ -47,6 +47,17 @@ process on the same directories fails at start-up: "log directory ... is in use 
 process"). A broker paused rather than dead (SIGSTOP, a long GC pause) still holds its locks,
 so nothing can reclaim from it.
 
+Off by default (`zookeeper.session.reclaim.enable=true` turns it on; the session is recorded
+either way). The fault suite found (seed 903843703) the last stable offset of a partition going
+back under one leader epoch on the same broker after such fast restarts. The likely path: the
+old registration's removal and the new one follow each other at once, so a restart that used to
+be seen by a controller (the old session expiring first) can now happen while no controller
+watches (one was killed at the same time); the next controller then finds the restarted broker
+registered, and where it is the only live ISR member it keeps its leadership at the same epoch
+(`broker_events._on_unprocessed_restarts`) and serves its checkpointed high watermark. Until that
+gap is closed (a new leader epoch for such a leader without putting its partitions offline), the
+faster restart stays opt-in.
+
 Concurrency: called on the broker's event loop only (`BrokerZk._register_broker`). The file I/O is
 synchronous and small, like the other per-directory files.
 """
