@@ -271,7 +271,11 @@ def test_a_corrupt_session_record_is_ignored_and_the_restart_waits_for_the_expir
     does not close anything, and registers once the old session has expired, as before."""
     # Long enough that the old registration is still there when the new process looks (the
     # record is read only then), even on a loaded machine.
-    cluster = make_cluster(brokers=1, zookeeper_session_timeout_ms=20_000)
+    cluster = make_cluster(
+        brokers=1,
+        zookeeper_session_timeout_ms=20_000,
+        overrides={"zookeeper.session.reclaim.enable": "true"},
+    )
     epoch_before = cluster.registered_epochs()[1]
     log_size = _log_size(cluster, 1)
     assert cluster.kill(1)
