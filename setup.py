@@ -15,7 +15,8 @@ setup(
             f"odradek.protocol.{name}",
             sources=[f"src/odradek/protocol/{name}.c"],
             depends=[
-                f"src/odradek/protocol/{h}" for h in ("_walker.h", "_crc32c.h", "_arrow_buffers.h")
+                f"src/odradek/protocol/{h}"
+                for h in ("_walker.h", "_crc32c.h", "_arrow_buffers.h", "_big_endian.h")
             ],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=vla"],
         )

@@ -42,6 +42,7 @@
 
 #include "_arrow_buffers.h"
 #include "_crc32c.h"
+#include "_big_endian.h"
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -66,23 +67,6 @@ static int buf_reserve(buf_t *b, size_t extra) {
     b->data = data;
     b->cap = cap;
     return 0;
-}
-
-static inline void put16(uint8_t *p, uint16_t v) {
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-
-static inline void put32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static inline void put64(uint8_t *p, uint64_t v) {
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
 }
 
 /* Kafka's Utils.murmur2 (MurmurHash2, 32 bits, seed 0x9747b28c), in Java's int arithmetic. */
