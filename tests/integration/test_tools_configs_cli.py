@@ -197,8 +197,16 @@ def test_dump_log_prints_what_was_produced(
     produced = [(f"key-{i}".encode(), f"value {i}".encode()) for i in range(25)]
     codecs = ("none", "lz4", "zstd", "gzip", "snappy")
     for c, codec in enumerate(codecs):  # a batch of 5 records with each codec
+        # One batch per codec: with librdkafka's 5 ms linger a loaded machine could split the five
+        # records, and a batch of one tiny record compresses larger than it is, which librdkafka
+        # then sends uncompressed (that codec would be missing from the dump).
         producer = Producer(
-            {"bootstrap.servers": bootstrap, "acks": "all", "compression.type": codec}
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "compression.type": codec,
+                "linger.ms": 10_000,
+            }
         )
         for n in range(5 * c, 5 * c + 5):
             key, value = produced[n]
