@@ -16,7 +16,16 @@ setup(
             sources=[f"src/odradek/protocol/{name}.c"],
             depends=[
                 f"src/odradek/protocol/{h}"
-                for h in ("_walker.h", "_crc32c.h", "_arrow_buffers.h", "_big_endian.h")
+                for h in (
+                    "_walker.h",
+                    "_crc32c.h",
+                    "_arrow_buffers.h",
+                    "_big_endian.h",
+                    "_compaction.h",
+                    "_offset_map.h",
+                    "_index_builder.h",
+                    "_compaction_passes.h",
+                )
             ],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=vla"],
         )
