@@ -25,6 +25,7 @@ setup(
                     "_offset_map.h",
                     "_index_builder.h",
                     "_compaction_passes.h",
+                    "_murmur2.h",
                 )
             ],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=vla"],

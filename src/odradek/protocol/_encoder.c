@@ -43,6 +43,7 @@
 #include "_arrow_buffers.h"
 #include "_crc32c.h"
 #include "_big_endian.h"
+#include "_murmur2.h"
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -67,39 +68,6 @@ static int buf_reserve(buf_t *b, size_t extra) {
     b->data = data;
     b->cap = cap;
     return 0;
-}
-
-/* Kafka's Utils.murmur2 (MurmurHash2, 32 bits, seed 0x9747b28c), in Java's int arithmetic. */
-static int32_t murmur2(const uint8_t *data, size_t length) {
-    const uint32_t m = 0x5bd1e995u;
-    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
-    size_t quads = length / 4;
-    for (size_t i = 0; i < quads; i++) {
-        const uint8_t *q = data + 4 * i;
-        uint32_t k = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
-                     (uint32_t)q[3] << 24;
-        k *= m;
-        k ^= k >> 24;
-        k *= m;
-        h *= m;
-        h ^= k;
-    }
-    const uint8_t *tail = data + 4 * quads;
-    switch (length % 4) {
-    case 3:
-        h ^= (uint32_t)tail[2] << 16;
-        /* fall through */
-    case 2:
-        h ^= (uint32_t)tail[1] << 8;
-        /* fall through */
-    case 1:
-        h ^= (uint32_t)tail[0];
-        h *= m;
-    }
-    h ^= h >> 13;
-    h *= m;
-    h ^= h >> 15;
-    return (int32_t)h;
 }
 
 /* Zig-zag varints (Kafka's ByteUtils.writeVarint / writeVarlong): same bytes for both. */
