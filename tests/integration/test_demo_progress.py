@@ -5,10 +5,10 @@ demo's progress consumer group, librdkafka (after asking the new coordinator for
 metadata that no longer listed the dead broker) dropped the dead broker's handle, and from then
 on the consumer's `get_watermark_offsets` failed locally with `_UNKNOWN_PARTITION` for minutes,
 sending nothing: the demo printed `produced ? (leader moving)` until its deadline. The demo now
-asks for end offsets through `odradek.demo.TopicWatch` (ListOffsets from an AdminClient that is
-replaced after a failure). This test recreates the fault, with a consumer group member whose
-coordinator is the victim, and checks that the end offsets come back within seconds of the new
-leader's election and then count every acknowledged record.
+asks for end offsets through `odradek.demo_progress.TopicWatch` (ListOffsets from an AdminClient
+that is replaced after a failure). This test recreates the fault, with a consumer group member
+whose coordinator is the victim, and checks that the end offsets come back within seconds of the
+new leader's election and then count every acknowledged record.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConsumerGroupDescription
 
-from odradek.demo import TopicWatch
+from odradek.demo_progress import TopicWatch
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._replication import (
