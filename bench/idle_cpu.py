@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from failover import assignment_spread, create_partitions, note
+from failover_cluster import assignment_spread, create_partitions, note
 
 from odradek.testing import LocalCluster
 
