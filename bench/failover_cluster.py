@@ -48,16 +48,21 @@ def note(text: str) -> None:
 # Metadata
 
 
-async def _leaders(broker: LocalBroker, timeout: float) -> dict[Partition, int]:
+async def _metadata(broker: LocalBroker, timeout: float) -> Any:
+    """One broker's Metadata response for every topic."""
     connection = await BrokerConnection.connect(broker.host, broker.port, timeout=timeout)
     try:
         request = build(
             request_class(ApiKey.METADATA, METADATA_VERSION),
             {"topics": None, "allow_auto_topic_creation": False},
         )
-        response = await connection.send(ApiKey.METADATA, METADATA_VERSION, request, timeout)
+        return await connection.send(ApiKey.METADATA, METADATA_VERSION, request, timeout)
     finally:
         connection.close()
+
+
+async def _leaders(broker: LocalBroker, timeout: float) -> dict[Partition, int]:
+    response = await _metadata(broker, timeout)
     return {
         (topic.name, int(p.partition_index)): int(p.leader_id)
         for topic in response.topics
@@ -90,15 +95,7 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
 async def _partition_views(
     broker: LocalBroker, timeout: float
 ) -> dict[Partition, tuple[int, tuple[int, ...]]]:
-    connection = await BrokerConnection.connect(broker.host, broker.port, timeout=timeout)
-    try:
-        request = build(
-            request_class(ApiKey.METADATA, METADATA_VERSION),
-            {"topics": None, "allow_auto_topic_creation": False},
-        )
-        response = await connection.send(ApiKey.METADATA, METADATA_VERSION, request, timeout)
-    finally:
-        connection.close()
+    response = await _metadata(broker, timeout)
     return {
         (topic.name, int(p.partition_index)): (int(p.leader_id), tuple(p.isr_nodes))
         for topic in response.topics
