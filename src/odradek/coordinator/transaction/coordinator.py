@@ -115,6 +115,21 @@ class TransactionCoordinator:
         await self.manager.shutdown()
 
     def on_elected(self, partition: int, epoch: int) -> None:
+        """We lead `__transaction_state` partition `partition` at leader epoch `epoch`
+        (LeaderAndIsr). Called on the event loop by `server.transaction_topic`.
+
+        1. A newer epoch than ours (or a partition we did not own) is an election, as Kafka's
+           onElection: drop the markers still under way for the partition, then reload it; the
+           load sends again the markers of every transaction it finds in Prepare*.
+        2. The same epoch again is no election but a restatement: a leader fenced when its
+           ZooKeeper session expired is told its unchanged role by the next controller. Nothing
+           is reloaded, so the marker tasks under way must go on: cancelling them left each such
+           transaction in PrepareCommit/PrepareAbort for ever (its producer answered
+           CONCURRENT_TRANSACTIONS, the partitions still without its marker holding their LSO).
+        """
+        current = self.manager.coordinator_epoch(partition)
+        if current is not None and current >= epoch:
+            return
         self.markers.remove_markers_for_partition(partition)
         self.manager.on_elected(partition, epoch)
 

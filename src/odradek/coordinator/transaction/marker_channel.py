@@ -16,11 +16,13 @@ For each transaction handed over (`add_markers_to_send`) one task runs until don
    `__transaction_state` (`complete`), retried while it fails with COORDINATOR_NOT_AVAILABLE.
 
 A marker is idempotent on the partition (a second COMMIT for a producer without an ongoing
-transaction changes nothing that readers see), so retrying after a lost answer is safe. The task
-stops when the coordinator gives up the `__transaction_state` partition
-(`remove_markers_for_partition`): the next coordinator loads the transaction in Prepare* and sends
-its markers again. Connections to leaders are kept and reused; one that fails is dropped and
-reopened on the next attempt.
+transaction changes nothing that readers see), so retrying after a lost answer is safe. A round
+that fails unexpectedly is retried too. The task stops only when the coordinator gives up the
+`__transaction_state` partition or reloads it at a newer epoch (`remove_markers_for_partition`):
+that load finds the transaction in Prepare* and sends its markers again. Nothing else sends them,
+so a task must never be dropped without such a load (the coordinator's `on_elected` keeps them
+across a leadership restated at the same epoch). Connections to leaders are kept and reused; one
+that fails is dropped and reopened on the next attempt.
 
 Concurrency: event-loop thread only.
 """
@@ -137,9 +139,24 @@ class TransactionMarkerChannelManager:
         metadata: TransactionMetadata,
         on_written: Callable[[PendingMarkers], Awaitable[None]],
     ) -> None:
+        failed_rounds = 0
         try:
             while pending.partitions:
-                await self._send_round(pending)
+                try:
+                    await self._send_round(pending)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # Only this task writes these markers: were it to end here, the transaction
+                    # would stay in Prepare* for ever. An unexpected failure (the metadata cache,
+                    # an answer we cannot read) is retried like any error.
+                    failed_rounds += 1
+                    if failed_rounds == 1 or failed_rounds % 100 == 0:
+                        log.exception(
+                            "a round of %s's markers failed (%d so far); retrying",
+                            pending.transactional_id,
+                            failed_rounds,
+                        )
                 if pending.partitions:
                     await asyncio.sleep(RETRY_BACKOFF_S)
             metadata.partitions.clear()

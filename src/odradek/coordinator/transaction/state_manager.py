@@ -166,6 +166,11 @@ class TransactionStateManager:
         """Partition -> whether it is loaded (False while loading)."""
         return {p: owned.load is None for p, owned in self._owned.items()}
 
+    def coordinator_epoch(self, partition: int) -> int | None:
+        """The epoch at which we own `partition` (loaded or loading), None if we do not."""
+        owned = self._owned.get(partition)
+        return None if owned is None else owned.epoch
+
     def on_elected(self, partition: int, epoch: int) -> None:
         owned = self._owned.get(partition)
         if owned is not None and owned.epoch >= epoch:
