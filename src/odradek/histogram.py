@@ -17,8 +17,13 @@ Percentiles are nearest-rank: the p-th percentile of n values is the value of ra
 ceil(p * n) in sorted order, reported as its bucket's middle, never above the maximum recorded.
 An empty histogram reports 0 for every percentile, as Kafka's empty snapshot does.
 
+`summary_ms()` (count, mean, max and the percentiles) is what a scrape serves; a reader may keep
+the last one it computed in `summary` (the metrics snapshot does, from a copy): it holds while its
+count is the histogram's, since every record bumps the count. Recording never looks at it.
+
 Concurrency: not thread-safe; each histogram is recorded to and read from one thread (the broker's
-event loop), or read as a copy.
+event loop), or read as a copy. `summary` may be set from another thread (one attribute store, of
+an immutable tuple); a reader checks its count before trusting it.
 """
 
 from __future__ import annotations
@@ -69,13 +74,15 @@ def bucket_bounds(bucket: int) -> tuple[int, int]:
 class LatencyHistogram:
     """Durations in nanoseconds: count, sum, max and bucket counts. Record with `record_ns`."""
 
-    __slots__ = ("count", "counts", "max_ns", "sum_ns")
+    __slots__ = ("count", "counts", "max_ns", "sum_ns", "summary")
 
     def __init__(self) -> None:
         self.counts = [0] * BUCKETS
         self.count = 0
         self.sum_ns = 0
         self.max_ns = 0
+        # A reader's last `summary_ms()` of this histogram (see the module docstring).
+        self.summary: Summary | None = None
 
     def record_ns(self, value_ns: int) -> None:
         """O(1): a bucket lookup (inlined `bucket_of`) and four additions."""
@@ -101,6 +108,7 @@ class LatencyHistogram:
         copied.count = self.count
         copied.sum_ns = self.sum_ns
         copied.max_ns = self.max_ns
+        copied.summary = None
         return copied
 
     @property
@@ -130,5 +138,15 @@ class LatencyHistogram:
 
     def percentiles_ms(self) -> list[tuple[str, float]]:
         """Kafka's percentile attributes and their values in milliseconds."""
-        values = self.percentiles_ns(tuple(q for _name, q in PERCENTILES))
+        values = self.percentiles_ns(_QUANTILES)
         return [(name, v / 1e6) for (name, _q), v in zip(PERCENTILES, values, strict=True)]
+
+    def summary_ms(self) -> Summary:
+        """(count, mean ms, max ms, then the `PERCENTILES` in ms)."""
+        percentiles = [v / 1e6 for v in self.percentiles_ns(_QUANTILES)]
+        return (self.count, self.mean_ms, self.max_ms, *percentiles)
+
+
+_QUANTILES = tuple(q for _name, q in PERCENTILES)
+# (count, mean ms, max ms, then one value per PERCENTILES entry), as `summary_ms` returns it.
+Summary = tuple[float, ...]

@@ -5,7 +5,11 @@ One small WSGI server (prometheus_client's, thread per request) on its own daemo
 * `/metrics` (any path not below, as prometheus_client does): Prometheus text. A scrape asks the
   broker's event loop for a snapshot (`snapshot.collect`, which reads the components the loop owns,
   so no lock is needed), waits for it on the HTTP thread, and formats the text there: the loop
-  spends only the snapshot's time per scrape, and a slow scraper never holds it. A scrape with
+  spends only the snapshot's time per scrape, and a slow scraper never holds it. The text, in
+  the format the Accept header chooses as prometheus_client does (the 0.0.4 text by default,
+  OpenMetrics for a Prometheus server), is written by `text.TextFormat`, whose caches of what did
+  not change since the last scrape make it a fraction of prometheus_client's cost, with the same
+  bytes, status and headers as prometheus_client's app (which still answers OPTIONS). A scrape with
   `name[]` parameters gets only those samples, one with `topic=` (and `partition=`) only that
   topic's (see `filters`), and the snapshot builds only what they need.
 * JSON endpoints (`JsonEndpoint`, e.g. `/state-changes`, `/controller-events`): the parameters
@@ -18,6 +22,7 @@ A bad query parameter gets 400 and a one-line reason; a snapshot that does not a
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import threading
@@ -28,11 +33,18 @@ from wsgiref.simple_server import make_server
 
 from prometheus_client import make_wsgi_app
 from prometheus_client.core import Metric
-from prometheus_client.exposition import ThreadingWSGIServer, _get_best_family, _SilentHandler
+from prometheus_client.exposition import (
+    ThreadingWSGIServer,
+    _get_best_family,
+    _SilentHandler,
+    choose_encoder,
+    gzip_accepted,
+)
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from odradek.errors import OperatorError
 from odradek.server.metrics.filters import BadQuery, ReplicaFilter, parse_replica_filter
+from odradek.server.metrics.text import TextFormat
 from odradek.server.metrics.timers import Deferred, expand
 
 log = logging.getLogger(__name__)
@@ -40,6 +52,13 @@ log = logging.getLogger(__name__)
 SNAPSHOT_TIMEOUT_S = 10.0
 # More query fields than any of our endpoints takes (name[] lists a few dozen at most).
 MAX_QUERY_FIELDS = 200
+# Text formats (content types: the 0.0.4 text, OpenMetrics' versions and escapings) with caches
+# kept; a scraper asking for yet another gets prometheus_client's answer, uncached.
+MAX_TEXT_FORMATS = 8
+# A Prometheus server asks for gzip. prometheus_client compresses at level 9: 2.4 ms of CPU for a
+# broker's 110 KB text here, 8.2 KB out; level 1 takes 0.4 ms for 10.3 KB (the same text once
+# decompressed; the gzip bytes were never the same twice anyway, they carry the time).
+GZIP_LEVEL = 1
 
 
 def parse_metrics_listener(value: str) -> tuple[str, int]:
@@ -139,6 +158,8 @@ class MetricsExporter:
         self._json_endpoints = dict(json_endpoints or {})
         self._server: object | None = None
         self._thread: threading.Thread | None = None
+        # Content type -> the TextFormat of its encoder (`_metrics_text`).
+        self._text_formats: dict[str, TextFormat] = {}
 
     def start(self) -> None:
         """Bind and serve; call from the broker's event loop."""
@@ -184,12 +205,48 @@ class MetricsExporter:
                 replicas = parse_replica_filter(params)
             except BadQuery as e:
                 return _text(start_response, "400 Bad Request", str(e))
+            answer = self._metrics_text(loop, environ, replicas, start_response)
+            if answer is not None:
+                return answer
             if replicas is None:
                 return metrics(environ, start_response)  # type: ignore[no-any-return]
             filtered = make_wsgi_app(_SnapshotRegistry(loop, self._snapshot, replicas))
             return filtered(environ, start_response)  # type: ignore[no-any-return]
 
         return app
+
+    def _metrics_text(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        environ: Any,
+        replicas: ReplicaFilter | None,
+        start_response: Any,
+    ) -> list[bytes] | None:
+        """What prometheus_client's app answers a GET of the metrics (status, headers, body), in
+        the format the Accept header chooses, the text written by that format's `TextFormat`
+        (its caches make a scrape cheaper); None if the app is to answer (OPTIONS,
+        /favicon.ico, more formats asked for than `MAX_TEXT_FORMATS`)."""
+        if environ.get("REQUEST_METHOD") != "GET" or environ.get("PATH_INFO") == "/favicon.ico":
+            return None
+        encoder, content_type = choose_encoder(environ.get("HTTP_ACCEPT"))
+        text_format = self._text_formats.get(content_type)
+        if text_format is None:
+            # The content type names the format's version and escaping, which a client chooses.
+            if len(self._text_formats) >= MAX_TEXT_FORMATS:
+                return None
+            text_format = self._text_formats.setdefault(content_type, TextFormat(encoder))
+        # As prometheus_client reads `name[]`: blank values dropped.
+        names = parse_qs(environ.get("QUERY_STRING", "")).get("name[]")
+        collector = _LoopSnapshot(
+            loop, self._snapshot, frozenset(names) if names is not None else None, replicas
+        )
+        output = text_format.render(collector.collect())
+        headers = [("Content-Type", content_type)]
+        if gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING")):
+            output = gzip.compress(output, compresslevel=GZIP_LEVEL)
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", headers)
+        return [output]
 
     @staticmethod
     def _json(

@@ -16,12 +16,16 @@ exporter does.
 from __future__ import annotations
 
 import re
+from functools import cache
 
 from odradek.protocol.codec import ApiKey
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 
 
+# Memoized (a scrape asks for the same few hundred names every time); the arguments come from
+# the code and Kafka's API keys, a bounded set.
+@cache
 def jmx_metric_name(mbean_domain: str, mbean_type: str, name: str | None, attribute: str) -> str:
     """`("kafka.server", "BrokerTopicMetrics", "MessagesInPerSec", "Count")` ->
     `kafka_server_brokertopicmetrics_messagesinpersec_count`; `name` is None for MBeans that
@@ -30,6 +34,7 @@ def jmx_metric_name(mbean_domain: str, mbean_type: str, name: str | None, attrib
     return _INVALID.sub("_", "_".join(parts)).lower()
 
 
+@cache
 def request_name(api_key: int) -> str:
     """The `request` key Kafka's RequestMetrics MBeans carry: the API's name in CamelCase."""
     try:

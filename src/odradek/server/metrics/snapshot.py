@@ -22,7 +22,8 @@ from odradek.log.log import LOG_FLUSH_TIMES
 from odradek.server.metrics.filters import ReplicaFilter
 from odradek.server.metrics.names import jmx_metric_name, request_name
 from odradek.server.metrics.request_metrics import UNKNOWN_SERVER_ERROR, RequestMetrics
-from odradek.server.metrics.timers import Deferred, Row, expand, timer_families
+from odradek.server.metrics.text import RowFamily
+from odradek.server.metrics.timers import Deferred, Row, expand, take, timer_families
 
 # BrokerTopicMetrics: MBean name -> TopicMeters field.
 _TOPIC_METERS = {
@@ -145,10 +146,10 @@ def collect(
         wanted = set(names)
         restricted = (family._restricted_metric(wanted) for family in families)
         families = [family for family in restricted if family is not None]
-    # The histograms go on changing on this loop: the families are built from copies (only of
-    # the timers the scrape asks for).
+    # The histograms go on changing on this loop: the families are built from their kept
+    # summaries or from copies (`timers.take`), only of the timers the scrape asks for.
     copies = [
-        (*spec[:5], [(labels, histogram.copy()) for labels, histogram in spec[5]])
+        (*spec[:5], [(labels, take(histogram)) for labels, histogram in spec[5]])
         for spec in timers
         if names is None or _timer_named(spec, names)
     ]
@@ -174,17 +175,17 @@ def _broker_topic_metrics(broker: Any) -> Iterator[Metric]:
     if replica_manager is None:
         return
     stats = replica_manager.broker_topic_stats
+    topics = [((topic,), meters) for topic, meters in sorted(stats.topics.items())]
     for mbean, field in _TOPIC_METERS.items():
-        family = _untyped(
+        # The all-topics MBean has no topic key; an empty label is the same series to Prometheus.
+        rows = [(("",), getattr(stats.all_topics, field))]
+        rows.extend((labels, getattr(meters, field)) for labels, meters in topics)
+        yield RowFamily(
             jmx_metric_name("kafka.server", "BrokerTopicMetrics", mbean, "Count"),
             f"kafka.server:type=BrokerTopicMetrics,name={mbean} (all topics, and per topic)",
-            ["topic"],
+            ("topic",),
+            rows,
         )
-        # The all-topics MBean has no topic key; an empty label is the same series to Prometheus.
-        family.add_metric([""], getattr(stats.all_topics, field))
-        for topic, meters in sorted(stats.topics.items()):
-            family.add_metric([topic], getattr(meters, field))
-        yield family
 
 
 def _error_name(code: Any) -> str:
@@ -304,29 +305,30 @@ def _replica_manager_counts(broker: Any, replica_manager: Any) -> Iterator[Metri
 
 
 def _replica_logs(replica_manager: Any, replicas: ReplicaFilter | None) -> Iterator[Metric]:
-    size = _gauge(
-        jmx_metric_name("kafka.log", "Log", "Size", "Value"),
-        "bytes of a hosted partition's log",
-        ["topic", "partition"],
+    hosted = [
+        ((p.topic, str(p.partition)), p)
+        for p in _hosted_replicas(replica_manager.partitions, replicas)
+    ]
+    labels = ("topic", "partition")
+
+    def gauge(mbean: str, doc: str, rows: list[tuple[tuple[str, ...], float]]) -> RowFamily:
+        return RowFamily(
+            jmx_metric_name("kafka.log", "Log", mbean, "Value"), doc, labels, rows, "gauge"
+        )
+
+    yield gauge(
+        "Size", "bytes of a hosted partition's log", [(k, p.log.size_in_bytes) for k, p in hosted]
     )
-    end = _gauge(
-        jmx_metric_name("kafka.log", "Log", "LogEndOffset", "Value"),
+    yield gauge(
+        "LogEndOffset",
         "a hosted partition's log end offset",
-        ["topic", "partition"],
+        [(k, p.log_end_offset) for k, p in hosted],
     )
-    start = _gauge(
-        jmx_metric_name("kafka.log", "Log", "LogStartOffset", "Value"),
+    yield gauge(
+        "LogStartOffset",
         "a hosted partition's log start offset",
-        ["topic", "partition"],
+        [(k, p.log_start_offset) for k, p in hosted],
     )
-    for p in _hosted_replicas(replica_manager.partitions, replicas):
-        labels = [p.topic, str(p.partition)]
-        size.add_metric(labels, p.log.size_in_bytes)
-        end.add_metric(labels, p.log_end_offset)
-        start.add_metric(labels, p.log_start_offset)
-    yield size
-    yield end
-    yield start
 
 
 def _hosted_replicas(hosted: dict[Any, Any], replicas: ReplicaFilter | None) -> list[Any]:
@@ -445,27 +447,32 @@ def _group_coordinator(broker: Any) -> Iterator[Metric]:
     )
     commits.add_metric([], coordinator.offset_commits)
     yield commits
-    lag = _gauge(
-        "kafka_consumergroup_lag",
-        "high watermark of the local replica minus the group's committed offset",
-        ["consumergroup", "topic", "partition"],
-    )
-    current = _gauge(
-        "kafka_consumergroup_current_offset",
-        "the group's committed offset",
-        ["consumergroup", "topic", "partition"],
-    )
+    lags: list[tuple[tuple[str, ...], float]] = []
+    offsets_committed: list[tuple[tuple[str, ...], float]] = []
     hosted = broker.replica_manager.partitions if broker.replica_manager is not None else {}
     for group in sorted(groups, key=lambda g: g.group_id):
         for (topic, index), committed in sorted(group.offsets.committed.items()):
-            labels = [group.group_id, topic, str(index)]
+            labels = (group.group_id, topic, str(index))
             offset = committed.value.offset
-            current.add_metric(labels, offset)
+            offsets_committed.append((labels, offset))
             partition = hosted.get((topic, index))
             if partition is not None:
-                lag.add_metric(labels, max(0, partition.high_watermark - offset))
-    yield lag
-    yield current
+                lags.append((labels, max(0, partition.high_watermark - offset)))
+    group_labels = ("consumergroup", "topic", "partition")
+    yield RowFamily(
+        "kafka_consumergroup_lag",
+        "high watermark of the local replica minus the group's committed offset",
+        group_labels,
+        lags,
+        "gauge",
+    )
+    yield RowFamily(
+        "kafka_consumergroup_current_offset",
+        "the group's committed offset",
+        group_labels,
+        offsets_committed,
+        "gauge",
+    )
 
 
 def _network(broker: Any) -> Iterator[Metric]:
