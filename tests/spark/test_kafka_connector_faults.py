@@ -2,9 +2,28 @@
 
 One streaming read (`format("kafka")`) feeds two queries: one into Parquet, one back into a topic
 through the connector's sink, whose Java producer is idempotent (kafka-clients 3.x's default).
-While records flow in, the leader of partition 0 is killed; afterwards the Parquet output holds
-every record of the input topic exactly once, and the copy holds every input value exactly once
-(the idempotent producer's retries across the leader change write nothing twice)."""
+While records flow in, the leader of partition 0 is killed. Afterwards
+(`tests.spark.duplicates.copy_problems` for the copy):
+
+* the Parquet output holds every record of the input topic exactly once (by partition and offset);
+* the broker's part: no two records of a copy partition are stored under one producer id, epoch
+  and sequence -- the new leaders recognised every retry of the sink's batches;
+* Spark's part: every input value is in the copy at least as often as in the input, and more
+  often only if a Spark task failed.
+
+The copy may hold a value twice without any fault, for two reasons:
+
+* The input's own producer (librdkafka, acks=all, idempotence off) retries a request that the
+  killed leader had written and its followers had copied; the new leader appends it again, so
+  the input holds that value twice, at two offsets, and Spark copies both. A run here showed it:
+  input `v-2974` at offset 1484 (leader epoch 0) and 1485 (epoch 1), copied under one producer
+  and epoch with sequences 1445 and 1446, no Spark task failed. The same symptom (a value twice
+  in the copy, no offset twice in Parquet) failed CI when this test asked for one copy per value.
+* Spark's Kafka sink is at-least-once: "Apache Kafka only supports at least once write
+  semantics ... some records may be duplicated" (Structured Streaming + Kafka Integration
+  Guide, "Writing Data to Kafka"). A failed task (a send that timed out, say) is retried and
+  resends its rows under new sequence numbers, which the broker rightly takes as new records.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +37,7 @@ from pyspark.sql import SparkSession
 
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
+from tests.spark.duplicates import copy_problems, stored_records
 from tests.spark.streaming import check_alive, rows_processed, wait_caught_up
 from tests.spark.topics import (
     BackgroundProducer,
@@ -35,6 +55,18 @@ def _leader(bootstrap: str, topic: str, partition: int) -> int:
     return metadata.topics[topic].partitions[partition].leader
 
 
+def _failed_tasks(spark: SparkSession) -> int:
+    """Tasks that failed in this SparkSession so far, whatever the query (each is retried, up to
+    TASK_ATTEMPTS). Read through py4j from the driver's status store (Spark's AppStatusStore):
+    its per-executor totals do not age out as its per-stage records do, and a streaming query
+    runs thousands of stages; the public StatusTracker only sees the stages still kept."""
+    summaries = spark.sparkContext._jsc.sc().statusStore().executorList(True).iterator()
+    failed = 0
+    while summaries.hasNext():
+        failed += summaries.next().failedTasks()
+    return failed
+
+
 def test_connector_stream_survives_leader_sigkill(
     spark: SparkSession, make_cluster: Callable[..., LocalCluster], tmp_path: Path
 ) -> None:
@@ -43,6 +75,7 @@ def test_connector_stream_survives_leader_sigkill(
     topic, copy = unique_topic("connector-kill"), unique_topic("connector-kill-copy")
     create_topic(bootstrap, topic, 2, 3, {"min.insync.replicas": "2"})
     create_topic(bootstrap, copy, 2, 3, {"min.insync.replicas": "2"})
+    failed_before = _failed_tasks(spark)
     producer = BackgroundProducer(bootstrap, topic, rate=300)
     producer.start()
     source = (
@@ -108,6 +141,7 @@ def test_connector_stream_survives_leader_sigkill(
         (r.partition, r.offset, r.value) for r in in_topic
     }
     assert set(producer.acked) <= {r["value"] for r in rows}
-    copied = Counter(r.value for r in consume_all(bootstrap, copy))
-    assert [v for v, n in copied.items() if n > 1] == []
-    assert set(copied) == {r.value for r in in_topic}
+    failed_tasks = _failed_tasks(spark) - failed_before
+    copy_records = consume_all(bootstrap, copy)
+    stored = stored_records(cluster, bootstrap, copy)
+    assert copy_problems(in_topic, copy_records, stored, failed_tasks) == []
