@@ -21,11 +21,8 @@ Start-up (`Broker.startup`), in Kafka's order and for the same reasons:
      this broker leads or follows it, up to its high watermark) and the log directory failure
      handler (KIP-112: directories that failed at start-up are reported to the controller now).
 
-Shutdown (`Broker.shutdown`): controlled shutdown through the controller (leadership moves away
-first), stop listening, stop the controller and the replica manager (fetchers, HW checkpoint), close
-the log cleaner (a cleaning in progress is aborted: its `.cleaned` files go), close the logs
-cleanly (flush, checkpoints, clean-shutdown marker), then close the ZooKeeper session — which
-removes our registration last.
+Shutdown (`Broker.shutdown`: controlled shutdown first, the ZooKeeper session, and with it our
+registration, last) is in `broker_shutdown`, a base of `Broker`, which lists its steps.
 
 The broker's own ZooKeeper state (cluster id, registration, stray logs, ISR change
 notifications, session expiry) is in `broker_zk`, a base of `Broker`.
@@ -62,10 +59,8 @@ from odradek.log.fd_limit import descriptor_limit_message, is_descriptor_exhaust
 from odradek.log.log_cleaner import CleanerConfig, LogCleaner
 from odradek.log.log_dir_failure import LogDirFailureChannel
 from odradek.log.log_manager import LogManager
-from odradek.network.client import BrokerConnection, ClientSecurity
+from odradek.network.client import ClientSecurity
 from odradek.network.server import SocketServer
-from odradek.protocol.build import build
-from odradek.protocol.codec import ApiKey
 from odradek.protocol.topic_ids import topic_id_to_uuid
 from odradek.security.acl_store import AclStore
 from odradek.security.controller_requests import ControllerEpochValidator
@@ -76,6 +71,7 @@ from odradek.server.admin.topics import log_config_for
 from odradek.server.apis import KafkaApis, answer_api_versions
 from odradek.server.authorization import RequestAuthorizer
 from odradek.server.broker_security import BrokerSecurity, zookeeper_identity
+from odradek.server.broker_shutdown import BrokerShutdown
 from odradek.server.broker_zk import BrokerZk
 from odradek.server.config import KafkaConfig
 from odradek.server.dynamic_config import DynamicBrokerConfig
@@ -105,7 +101,7 @@ from odradek.zk.znodes import (
 log = logging.getLogger(__name__)
 
 
-class Broker(BrokerZk):
+class Broker(BrokerZk, BrokerShutdown):
     def __init__(self, config: KafkaConfig) -> None:
         self.config = config
         self.broker_id = config.broker_id
@@ -505,106 +501,3 @@ class Broker(BrokerZk):
                 self._log_manager.checkpoint_recovery_points_and_start_offsets()
             except Exception:
                 log.exception("writing log checkpoints failed")
-
-    # shutdown
-
-    async def controlled_shutdown(self) -> bool:
-        """Ask the controller to move our leaderships away; retries as `controlled.shutdown.*`."""
-        if (
-            not self.config["controlled.shutdown.enable"]
-            or self.zk is None
-            or self.broker_epoch < 0
-        ):
-            return False
-        retries = self.config["controlled.shutdown.max.retries"]
-        backoff = self.config["controlled.shutdown.retry.backoff.ms"] / 1000
-        timeout = self.config["controller.socket.timeout.ms"] / 1000
-        from odradek.protocol.messages import ControlledShutdownRequestV3
-
-        for attempt in range(retries + 1):
-            controller_id = self.metadata_cache.controller_id
-            if self.controller is not None and self.controller.active_controller_id >= 0:
-                controller_id = self.controller.active_controller_id
-            endpoint = self.metadata_cache.get_broker(controller_id)
-            if endpoint is not None:
-                host, port = endpoint.host, endpoint.port
-            else:
-                host, port = "", 0
-            if port:
-                try:
-                    connection = await BrokerConnection.connect(
-                        host, port, timeout=timeout, security=self.inter_broker_client
-                    )
-                    try:
-                        response = await connection.send(
-                            ApiKey.CONTROLLED_SHUTDOWN,
-                            3,
-                            build(
-                                ControlledShutdownRequestV3,
-                                {"broker_id": self.broker_id, "broker_epoch": self.broker_epoch},
-                            ),
-                            timeout=timeout,
-                        )
-                    finally:
-                        connection.close()
-                    if response.error_code == 0 and not response.remaining_partitions:
-                        log.info("controlled shutdown succeeded")
-                        return True
-                    log.info(
-                        "controlled shutdown attempt %d: error %s, %d partitions still led",
-                        attempt + 1,
-                        response.error_code,
-                        len(response.remaining_partitions),
-                    )
-                except Exception as e:
-                    log.info("controlled shutdown attempt %d failed: %s", attempt + 1, e)
-            if attempt < retries:
-                await asyncio.sleep(backoff)
-        log.warning("controlled shutdown did not complete; shutting down anyway")
-        return False
-
-    async def shutdown(self) -> None:
-        if self._shutting_down:
-            await self._stopped.wait()
-            return
-        self._shutting_down = True
-        log.info("broker %d shutting down", self.broker_id)
-        try:
-            if self.metrics_exporter is not None:
-                await self.metrics_exporter.stop()
-            if self.started:
-                with contextlib.suppress(Exception):
-                    await self.controlled_shutdown()
-            if self.group_coordinator is not None:
-                # Parked JoinGroup/SyncGroup requests get NOT_COORDINATOR while we still can answer.
-                await self.group_coordinator.shutdown()
-            if self.transaction_coordinator is not None:
-                await self.transaction_coordinator.shutdown()
-            for server in self.socket_servers:
-                await server.stop()
-            if self.controller is not None:
-                with contextlib.suppress(Exception):
-                    await self.controller.shutdown()
-            for task in self._tasks:
-                task.cancel()
-            for task in self._tasks:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            await self.log_dir_failure.stop()
-            if self.replica_manager is not None:
-                await self.replica_manager.shutdown()
-            if self.log_cleaner is not None:
-                with contextlib.suppress(Exception):
-                    await self.log_cleaner.shutdown()
-            if self.log_manager is not None:
-                self._log_manager.shutdown()
-            await self.security.close()
-            self.quotas.close()
-            if self.zk is not None:
-                await self._zk.close()
-        finally:
-            self._stopped.set()
-        log.info("broker %d shut down cleanly", self.broker_id)
-
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
