@@ -2,7 +2,7 @@
 
 `RecordingChannelManager` has the production class's constructor and methods (`add_broker`,
 `remove_broker`, `send`, `queued`, `shutdown`), so a test can hand it to
-`ControllerBrokerRequestBatch` or patch it into `odradek.controller.controller`. Each request is kept,
+`ControllerBrokerRequestBatch` or patch it into `odradek.controller.failover`. Each request is kept,
 per broker and in send order, as the kio request object the batch built, with the response callback,
 until the test answers it with `answer_next` (in order, as the one sender per broker would).
 

@@ -44,8 +44,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from kio.schema.errors import ErrorCode
 
-from odradek.controller import controller as controller_module
 from odradek.controller import events as ev
+from odradek.controller import failover as failover_module
 from odradek.controller.channel_manager import LEADER_DURING_DELETE
 from odradek.controller.context import PartitionReplica, TopicPartition
 from odradek.controller.controller import KafkaController
@@ -170,7 +170,7 @@ class ControllerMachine(RuleBasedStateMachine):
         self.state_errors = StateChangeErrors()
         logging.getLogger(STATE_CHANGE_LOGGER_NAME).addHandler(self.state_errors)
         self._patch = mock.patch.object(
-            controller_module, "ControllerChannelManager", self._new_channel
+            failover_module, "ControllerChannelManager", self._new_channel
         )
         self._patch.start()
 

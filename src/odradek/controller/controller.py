@@ -5,23 +5,10 @@ Every broker runs this component; the one that creates the ephemeral `/controlle
 and try again when it disappears. All work is done by events on one queue (`event_manager`); watch
 callbacks only enqueue, and watches registered by an earlier term are ignored (`_generation`).
 
-Callbacks, who invokes them, and their steps:
-
-`_on_controller_failover` — when this broker wins the election:
-  1. register the watches (brokers, topics, topic deletions, ISR change notifications, log
-     directory events — those left behind are deleted: the failover's LeaderAndIsr finds the
-     offline replicas again);
-  2. read the whole cluster state from ZooKeeper into the context (pipelined reads);
-  3. start a sender per live broker and send UpdateMetadata to every live broker *before* any
-     LeaderAndIsr, so brokers know the cluster before they are told their roles;
-  4. start the replica state machine (replicas Online, LeaderAndIsr to their brokers) and the partition
-     state machine (leaders elected for New and Offline partitions);
-  5. resume topic deletions;
-  6. watch `/admin/preferred_replica_election` and act on a request already there; start the
-     automatic leader rebalance timer (`elect_leaders`).
-
-`_on_controller_resignation` — on losing `/controller` or the session: stop the senders and the
-rebalance timer, forget the context. Nothing is written: the new controller rebuilds from ZooKeeper.
+The election, the failover (`_on_controller_failover`: watches, the cluster state read from
+ZooKeeper, UpdateMetadata before any LeaderAndIsr, the state machines, then deletions, reassignments
+and elections resumed) and the resignation are in `failover`, a mixin of this class that lists
+their steps.
 
 The handlers of broker events (broker start-up, failure and bounce, replicas going offline,
 controlled shutdown, broker responses) are in `broker_events`; those of topic events (new topics
@@ -63,12 +50,13 @@ from odradek.controller.elect_leaders import (
     fail_waiter,
 )
 from odradek.controller.event_manager import ControllerEventManager
+from odradek.controller.failover import ControllerFailover
 from odradek.controller.gc_pause import paused_gc
 from odradek.controller.log_dir_events import LogDirEventManager
 from odradek.controller.partition_state_machine import ElectionStrategy, PartitionStateMachine
 from odradek.controller.reassignment import PartitionReassignmentManager
 from odradek.controller.replica_state_machine import ReplicaStateMachine
-from odradek.controller.states import PartitionState, ReplicaState, StateChangeLogger
+from odradek.controller.states import PartitionState, StateChangeLogger
 from odradek.controller.stats import ControllerStats
 from odradek.controller.topic_deletion import TopicDeletionManager
 from odradek.controller.topic_events import TopicEventHandlers
@@ -76,15 +64,11 @@ from odradek.errors import KafkaError, NotControllerError
 from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
 from odradek.zk.client import SessionState, WatchEvent, WatchEventKind, ZkClient
 from odradek.zk.errors import (
-    BadVersionError,
     ControllerMovedError,
-    NodeExistsError,
     NoNodeError,
     SessionExpiredError,
-    ZkError,
 )
 from odradek.zk.znodes import (
-    ControllerZNode,
     DeleteTopicsZNode,
     IsrChangeNotificationZNode,
     ReplicaAssignment,
@@ -93,7 +77,7 @@ from odradek.zk.znodes import (
 log = logging.getLogger(__name__)
 
 
-class KafkaController(BrokerEventHandlers, TopicEventHandlers):
+class KafkaController(ControllerFailover, BrokerEventHandlers, TopicEventHandlers):
     """The controller component of one broker."""
 
     def __init__(
@@ -419,167 +403,6 @@ class KafkaController(BrokerEventHandlers, TopicEventHandlers):
             and self.is_active
         ):
             await self._trigger_controller_move()
-
-    # election and resignation
-
-    async def _elect(self) -> None:
-        self.active_controller_id = await self.zk.read_controller_id(self._controller_watcher)
-        if self.active_controller_id != -1:
-            log.debug("broker %d is the controller", self.active_controller_id)
-            return
-        try:
-            epoch, epoch_zk_version = await self.zk.register_controller_and_increment_epoch(
-                self.broker_id
-            )
-        except (NodeExistsError, BadVersionError):
-            self.active_controller_id = await self.zk.read_controller_id(self._controller_watcher)
-            return
-        self.active_controller_id = self.broker_id
-        self.context.reset()
-        self.context.epoch = epoch
-        self.context.epoch_zk_version = epoch_zk_version
-        log.info("broker %d is the controller now, epoch %d", self.broker_id, epoch)
-        if self._on_elected is not None:
-            self._on_elected(self.broker_id, epoch)
-        await self._on_controller_failover()
-
-    async def _maybe_resign(self) -> None:
-        was_active = self.is_active
-        self.active_controller_id = await self.zk.read_controller_id(self._controller_watcher)
-        if was_active and not self.is_active:
-            self._on_controller_resignation()
-
-    async def _trigger_controller_move(self) -> None:
-        self._on_controller_resignation()
-        self.active_controller_id = -1
-        with contextlib.suppress(ZkError):
-            await self.zk_client.delete(ControllerZNode.path())
-
-    def _on_controller_resignation(self) -> None:
-        log.info("broker %d resigns as controller (epoch %d)", self.broker_id, self.context.epoch)
-        self._generation += 1
-        if self.channel is not None:
-            channel = self.channel
-            asyncio.get_running_loop().create_task(channel.shutdown())
-        self.channel = None
-        self.batch = None
-        self.replica_state_machine = None
-        self.partition_state_machine = None
-        self.topic_deletion = None
-        self.reassignment = None
-        self.leader_election.on_controller_resignation()
-        self.context.reset()
-
-    def _on_broker_response(self, broker_id: int, api_key: int, response: Any) -> None:
-        self.put(ev.BrokerResponseReceived(broker_id, api_key, response))
-
-    async def _unclean_enabled(self, topics: Iterable[str]) -> dict[str, bool]:
-        configs = await self.zk.get_topic_configs(topics)
-        result = {}
-        for topic, config in configs.items():
-            raw = config.get("unclean.leader.election.enable")
-            result[topic] = (
-                raw.strip().lower() == "true"
-                if raw is not None
-                else self.unclean_leader_election_default
-            )
-        return result
-
-    async def _on_controller_failover(self) -> None:
-        started = asyncio.get_running_loop().time()
-        self._generation += 1
-        context = self.context
-        self.channel = ControllerChannelManager(
-            self.broker_id, self.request_timeout, self.controller_listener, self.channel_security
-        )
-        self.batch = ControllerBrokerRequestBatch(
-            context,
-            self.channel,
-            self.broker_id,
-            self._on_broker_response,
-            inter_broker_listener=self.inter_broker_listener,
-        )
-        self.replica_state_machine = ReplicaStateMachine(
-            context, self.zk, self.batch, self.state_change_logger
-        )
-        self.partition_state_machine = PartitionStateMachine(
-            context, self.zk, self.batch, self.state_change_logger, self._unclean_enabled
-        )
-        self.partition_state_machine.stats = self.stats
-        self.topic_deletion = TopicDeletionManager(
-            context,
-            self.zk_client,
-            self.replica_state_machine,
-            self.partition_state_machine,
-            self,
-            self.delete_topic_enable,
-        )
-        self.reassignment = PartitionReassignmentManager(
-            context,
-            self.zk_client,
-            self.zk,
-            self.replica_state_machine,
-            self.partition_state_machine,
-            self,
-        )
-
-        # 1-2. watches and the cluster state
-        context.live_brokers = await self.zk.get_all_brokers(
-            self.watch(lambda e: ev.BrokerChange())
-        )
-        topics = await self.zk.get_all_topics(self.watch(lambda e: ev.TopicChange()))
-        assignments = await self.zk.get_topic_assignments(
-            topics, self._partition_modification_watch
-        )
-        await self._load_assignments(assignments)
-        written: dict[TopicPartition, int] = {}
-        context.leadership.update(
-            await self.zk.get_partition_states(context.all_partitions(), written)
-        )
-        notifications = await self.zk.get_isr_change_notifications(
-            self.watch(lambda e: ev.IsrChangeNotification())
-        )
-        if notifications:
-            await self.zk.delete_isr_change_notifications(notifications, context.epoch_zk_version)
-        await self.log_dir_events.on_controller_failover(
-            self.watch(lambda e: ev.LogDirEventNotification())
-        )
-        # 3. senders, then UpdateMetadata before any LeaderAndIsr
-        for broker in context.live_brokers.values():
-            self._channel.add_broker(broker)
-        self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
-        self._send_batch()
-        # 4. the state machines
-        self._rsm.initialize_states()
-        self._psm.initialize_states()
-        online = [r for r, s in context.replica_states.items() if s is ReplicaState.OnlineReplica]
-        await self._rsm.handle_state_changes(online, ReplicaState.OnlineReplica)
-        await self._psm.trigger_online_partition_state_change()
-        self._send_batch()
-        # 4a. leaders that registered again after their leadership was written, unseen by any
-        # controller: a new leader epoch for the new process, in place (never offline)
-        await self._on_unprocessed_restarts(written)
-        # 4b. resume the reassignments in progress; act on /admin/reassign_partitions
-        await self._reassignment.initialize()
-        self._send_batch()
-        # 5. topic deletion
-        await self._topic_deletion.process_topic_deletion_event(
-            self.watch(lambda e: ev.TopicDeletion())
-        )
-        self._send_batch()
-        # 6. pending preferred replica elections, and the leader rebalance timer
-        await self.leader_election.on_controller_failover()
-        self._send_batch()
-        self.failovers += 1
-        self.last_failover_seconds = asyncio.get_running_loop().time() - started
-        log.info(
-            "controller failover done in %.3fs: %d brokers, %d topics, %d partitions (%d offline)",
-            self.last_failover_seconds,
-            len(context.live_brokers),
-            len(context.assignments),
-            len(context.leadership),
-            context.offline_partition_count(),
-        )
 
     # introspection (tests, status)
 

@@ -1,13 +1,14 @@
 """The controller's components of the current term, as the event handlers reach them.
 
 `KafkaController` creates the channel manager, the request batch, the two state machines, the topic
-deletion manager and the reassignment manager at each failover (`_on_controller_failover`) and drops
-them at resignation; while this broker is not the controller they are None. The properties here
-return them or raise `InvariantError` — an event handler that runs outside a term is a bug.
+deletion manager and the reassignment manager at each failover (`_on_controller_failover`, in
+`failover`) and drops them at resignation; while this broker is not the controller they are None.
+The properties here return them or raise `InvariantError` — an event handler that runs outside a
+term is a bug.
 
-`TermComponents` is the base of `KafkaController` and of its event-handler mixins
-(`broker_events`, `topic_events`): it declares the fields `KafkaController.__init__` sets and the
-methods it defines that the handlers call, so each mixin type-checks on its own.
+`TermComponents` is the base of `KafkaController` and of its mixins (`failover`, and the event
+handlers `broker_events`, `topic_events`): it declares the fields `KafkaController.__init__` sets
+and the methods it defines that the handlers call, so each mixin type-checks on its own.
 
 Concurrency: event task only.
 """
