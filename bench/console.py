@@ -7,7 +7,8 @@ One run, one 3-broker local cluster (`metrics.listener` on, as `odradek cluster 
 3. each page is fetched over HTTP `--samples` times, sequentially, and timed end to end (the
    request, ZooKeeper's snapshot or the console's cached one, ListOffsets, metrics, rendering):
    the overview, the topics list, a filtered topics list, the big topic's page (its first 100
-   partitions with high watermarks and every replica's log end offset) and a later page of it;
+   partitions with high watermarks and every replica's log end offset), a later page of it, and
+   its record browser (partition 0: its offsets, and no records);
    the first fetch of each is reported apart from the median (it may wait for a refresh);
 4. the cost: confluent-kafka produces `--records` 100-byte records (acks=1) into a small topic
    per round; rounds alternate A, B, C, A, B, C: without a console process at all; with the
@@ -24,9 +25,16 @@ One run, one 3-broker local cluster (`metrics.listener` on, as `odradek cluster 
 6. between 3 and 4, still idle (nothing produced): the brokers' CPU-seconds per second over
    `--idle-seconds` without a console, with the overview's poller, and with the topic page's too
    (the console's scrapes are then nearly all the brokers do, so their cost shows directly).
+7. right after 5, `--cold-starts` (3) more consoles, each started afresh (its first ZooKeeper
+   snapshot, no client connection yet), whose very first requests are the big topic's page, its
+   page 50, its record browser and the topics list: the first fetch as a user who opens a
+   bookmarked topic page meets it.
+
+`--rounds 0` skips step 4 and `--skip-idle` step 6:
 
     .venv/bin/python bench/console.py                      # 10,000 partitions, 3 rounds
     .venv/bin/python bench/console.py --partitions 2000 --records 200000 --rounds 2
+    .venv/bin/python bench/console.py --rounds 0 --skip-idle --cold-starts 5   # the pages only
 """
 
 from __future__ import annotations
@@ -129,6 +137,7 @@ def time_pages(base: str, samples: int) -> dict[str, dict[str, float]]:
         "topics_filtered": f"topics?q={BIG}",
         "big_topic_page": f"topics/{BIG}",
         "big_topic_page_50": f"topics/{BIG}?page=50",
+        "big_topic_records": f"topics/{BIG}/records?partition=0",
     }
     result = {}
     for name, path in pages.items():
@@ -140,6 +149,34 @@ def time_pages(base: str, samples: int) -> dict[str, dict[str, float]]:
             "max_ms": round(max(times) * 1000, 1),
         }
         print(json.dumps({"page": name, **result[name]}), flush=True)
+    return result
+
+
+def cold_starts(
+    cluster: LocalCluster, directory: Path, starts: int
+) -> dict[str, dict[str, object]]:
+    """The first fetch of each page by a console that has just started, `starts` times."""
+    pages = {
+        "big_topic_page": f"topics/{BIG}",
+        "big_topic_page_50": f"topics/{BIG}?page=50",
+        "big_topic_records": f"topics/{BIG}/records?partition=0",
+        "topics": "topics",
+    }
+    firsts: dict[str, list[float]] = {name: [] for name in pages}
+    for _ in range(starts):
+        console = ConsoleProcess.start(cluster.directory, directory / "cold.log", timeout=60)
+        try:
+            for name, path in pages.items():
+                firsts[name].append(fetch(console.url + path)[0])
+        finally:
+            console.stop()
+    result = {}
+    for name, times in firsts.items():
+        result[name] = {
+            "first_ms": [round(t * 1000, 1) for t in times],
+            "max_ms": round(max(times) * 1000, 1),
+        }
+        print(json.dumps({"cold_start": name, **result[name]}), flush=True)
     return result
 
 
@@ -198,6 +235,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scrapes", type=int, default=20)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--skip-idle", action="store_true", help="skip step 6")
+    parser.add_argument("--cold-starts", type=int, default=3)
     args = parser.parse_args()
     summary: dict[str, object] = {"partitions": args.partitions}
     with tempfile.TemporaryDirectory(prefix="odradek-console-bench-") as directory:
@@ -235,9 +274,15 @@ def main() -> None:
             summary["scrapes_of_broker_1"] = scrape_cost(first.metrics, first.pid, args.scrapes)
             console.stop()  # the idle phase starts its own
             console = None
-            summary["idle_brokers_cpu_s_per_s"] = idle_cost(
-                cluster, Path(directory), args.idle_seconds
-            )
+            if args.cold_starts > 0:
+                summary["cold_starts"] = cold_starts(cluster, Path(directory), args.cold_starts)
+            if not args.skip_idle:
+                summary["idle_brokers_cpu_s_per_s"] = idle_cost(
+                    cluster, Path(directory), args.idle_seconds
+                )
+            if args.rounds <= 0:
+                print(json.dumps(summary), flush=True)
+                return
 
             brokers = [b.pid for b in cluster.brokers]
             assert all(pid is not None for pid in brokers)
