@@ -100,12 +100,22 @@ class GroupAdminClient(AdminClient):
 
     connections: dict[int, BrokerConnection] = field(default_factory=dict)
     addresses: dict[int, tuple[str, int]] | None = None
+    # Tasks that need a broker at once (the console asks every leader in parallel) wait for one
+    # connection to it rather than each opening one and all but the last leaking.
+    _connecting: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     async def _broker_connection(self, broker_id: int) -> BrokerConnection:
+        found = self.connections.get(broker_id)
+        if found is not None and not found.closed:
+            return found
+        async with self._connecting:
+            return await self._connect_to(broker_id)
+
+    async def _connect_to(self, broker_id: int) -> BrokerConnection:
         connections = self.connections
         found = connections.get(broker_id)
         if found is not None and not found.closed:
-            return found
+            return found  # another task connected while this one waited
         brokers = await self.brokers()
         if broker_id not in brokers:
             raise OperatorError(f"broker {broker_id} is not in the cluster's metadata")
