@@ -24,6 +24,7 @@ from starlette.testclient import TestClient
 from odradek.console.app import ConsoleSettings, create_app
 from odradek.console.broker_json import json_url
 from odradek.console.broker_metrics import scrape_url
+from odradek.console.leader_offsets import LeaderOffsets
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration._replication import create_topic, unique_topic
@@ -158,6 +159,72 @@ def test_topic_page_shows_replicas_high_watermarks_and_log_end_offsets(
     assert "DYNAMIC_TOPIC_CONFIG" in configs.group(1)
     missing = console.get("/topics/no-such-topic-here")
     assert missing.status_code == 404 and "does not exist" in missing.text
+
+
+class StaleLeaders:
+    """A `CurrentLeaders` that keeps naming the leaders it was given (a ZooKeeper read that has
+    not seen a move either)."""
+
+    def __init__(self, leaders: dict[tuple[str, int], int]) -> None:
+        self.named = leaders
+
+    async def leaders(self, partitions: Any) -> dict[tuple[str, int], int]:
+        return {key: self.named[key] for key in partitions if key in self.named}
+
+
+def test_topic_page_high_watermarks_are_the_leaders_own_even_when_a_leader_moved(
+    console: TestClient, cluster3: LocalCluster
+) -> None:
+    """The page's high watermarks, asked of the leaders the console's snapshot names, are what a
+    consumer's get_watermark_offsets says. When the leader named is not the leader any more (here
+    the request names a follower, a broker without the partition, or none), the partition's leader
+    is read again from ZooKeeper and the offset is still right; a partition nobody leads, or whose
+    leader cannot be found, gets its own error and the others their offsets."""
+    topic = unique_topic("console-hw")
+    assignment = [[1, 2], [2, 3], [3, 1], [1, 3], [2, 1], [3, 2]]
+    create_topic(cluster3, topic, assignment)
+    for p in range(6):
+        produce(cluster3.bootstrap_servers, topic, [(None, b"v")] * (3 * p + 1), p)
+    consumer = Consumer(
+        {"bootstrap.servers": cluster3.bootstrap_servers, "group.id": "hw-check", "log_level": 0}
+    )
+    try:
+        expected = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(6)
+        }
+    finally:
+        consumer.close()
+    assert expected == {p: 3 * p + 1 for p in range(6)}
+    wait_until(
+        lambda: all(
+            partition_cells(console.get(f"/topics/{topic}").text, p)[5] == str(expected[p])
+            for p in range(6)
+        ),
+        TIMEOUT_S,
+        "the page's high watermarks",
+        interval=0.2,
+    )
+    assert console.portal is not None  # the app's event loop, where the clients live
+    leader_offsets = console.app.state.console.leader_offsets  # type: ignore[attr-defined]
+    moved = {(topic, p): assignment[p][1] for p in range(6)}  # a follower of each
+    moved[(topic, 0)] = -1  # none
+    moved[(topic, 1)] = 1  # a broker without a replica of it
+    got = console.portal.call(leader_offsets.high_watermarks, moved)
+    assert got == {(topic, p): expected[p] for p in range(6)}
+    got = console.portal.call(leader_offsets.high_watermarks, {(topic, 6): 1, (topic, 2): 3})
+    assert got[(topic, 2)] == expected[2] and str(got[(topic, 6)]) == "no leader"
+
+    async def with_stale_zookeeper() -> dict[tuple[str, int], Any]:
+        stubborn = LeaderOffsets(cluster3.bootstrap_servers, StaleLeaders(moved))
+        try:
+            return await stubborn.high_watermarks({(topic, 2): 1, (topic, 3): 1})
+        finally:
+            stubborn.close()
+
+    got = console.portal.call(with_stale_zookeeper)
+    assert got[(topic, 3)] == expected[3]
+    assert str(got[(topic, 2)]).startswith("NOT_LEADER_OR_FOLLOWER: from broker 1"), got
 
 
 def test_record_browser_latest_by_offset_and_formats(

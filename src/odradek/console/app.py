@@ -6,7 +6,8 @@ the ACLs and transactions pages, with their actions, in `acl_pages` and `transac
 
 Concurrency: everything runs on uvicorn's one event loop; blocking client calls (confluent-kafka)
 go to worker threads through `ConsoleState.kafka_call`; the asyncio admin clients of the ACL and
-transactions pages (`admin_access`) run on the loop itself.
+transactions pages (`admin_access`) and of the topic page's high watermarks (`leader_offsets`) run
+on the loop itself.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from odradek.console import (
 from odradek.console.assets import vendor_directory
 from odradek.console.broker_metrics import MetricsSampler
 from odradek.console.kafka_client import ConsoleError, KafkaAccess
+from odradek.console.leader_offsets import LeaderOffsets
 from odradek.console.zk_view import ZkView
 from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
 
@@ -70,6 +72,8 @@ class ConsoleState:
         self.zk = ZkView(settings.zookeeper, known_broker_ids=settings.metrics)
         self.metrics = MetricsSampler(settings.metrics, settings.metrics_interval_s)
         self.kafka = KafkaAccess(settings.bootstrap_servers, settings.client_config)
+        # The topic page's high watermarks: ListOffsets at the leaders ZooKeeper names.
+        self.leader_offsets = LeaderOffsets(settings.bootstrap_servers, self.zk, settings.security)
         self.vendor = vendor_directory()
         self.token = secrets.token_urlsafe(24)  # the actions' confirmation token (CSRF)
         self.templates = Environment(
@@ -135,6 +139,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
             learner.cancel()
             with contextlib.suppress(BaseException):
                 await learner
+            state.leader_offsets.close()
             await state.zk.close()
 
     routes: list[Any] = [

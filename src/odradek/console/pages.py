@@ -6,8 +6,9 @@ gets only that region's fragment.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -125,26 +126,43 @@ async def topics(request: Request) -> Response:
     return state.render(request, template, **context)
 
 
+async def _high_watermarks(
+    request: Request, partitions: Sequence[PartitionRow]
+) -> tuple[dict[tuple[str, int], int], dict[tuple[str, int], str], str | None]:
+    """The page's high watermarks, asked of the leaders the snapshot names (`leader_offsets`:
+    never a Metadata of the whole topic); each partition without one, with why; and one line
+    about those for the top of the table."""
+    state = _state(request)
+    results = await state.leader_offsets.high_watermarks(
+        {(p.topic, p.partition): (p.leader if p.online else -1) for p in partitions}
+    )
+    offsets = {key: value for key, value in results.items() if isinstance(value, int)}
+    errors = {key: str(value) for key, value in results.items() if not isinstance(value, int)}
+    summary = None
+    if errors:
+        distinct = sorted(set(errors.values()))
+        summary = f"{len(errors)} of {len(results)} partition(s) without a high watermark" + (
+            f": {distinct[0]}" if len(distinct) == 1 else ""
+        )
+    return offsets, errors, summary
+
+
 async def _partition_rows(
     request: Request, summary: TopicSummary, which: str, number: int
 ) -> dict[str, Any]:
     """The partitions table of a topic page: one page of partitions with each one's high
-    watermark (ListOffsets) and each replica's log end offset and size (the brokers' metrics,
-    scraped for this page's partitions only)."""
+    watermark (ListOffsets at its leader) and each replica's log end offset and size (the
+    brokers' metrics, scraped for this page's partitions only), both asked at once."""
     state = _state(request)
     page = views.paginate(
         views.filter_partitions(summary.partitions, which), number, PARTITIONS_PAGE_SIZE
     )
-    error = None
-    try:
-        high_watermarks = await state.kafka_call(
-            state.kafka.list_offsets, [(p.topic, p.partition) for p in page.items], "latest"
-        )
-    except ConsoleError as e:
-        high_watermarks, error = {}, str(e)
     # Only this page's replicas: the brokers build their gauges for those alone.
-    logs, errors = await state.metrics.topic_logs(
-        summary.name, [p.partition for p in page.items], wait_s=REPLICA_LOGS_WAIT_S
+    (high_watermarks, offset_errors, error), (logs, errors) = await asyncio.gather(
+        _high_watermarks(request, page.items),
+        state.metrics.topic_logs(
+            summary.name, [p.partition for p in page.items], wait_s=REPLICA_LOGS_WAIT_S
+        ),
     )
     metrics_error = "; ".join(errors) if errors else None
     replicas: dict[tuple[int, int], Any] = {}
@@ -158,12 +176,21 @@ async def _partition_rows(
         "which": which,
         "filters": views.PARTITION_FILTERS,
         "high_watermarks": high_watermarks,
+        "offset_errors": offset_errors,
         "replica_logs": replicas,
         "metrics_enabled": state.metrics.enabled,
         "changes": state.zk.recent_changes(summary.name, limit=30),
         "offsets_error": error,
         "metrics_error": metrics_error,
     }
+
+
+async def _topic_configs(request: Request, name: str) -> tuple[list[Any], str | None]:
+    state = _state(request)
+    try:
+        return await state.kafka_call(state.kafka.topic_configs, name), None
+    except ConsoleError as e:
+        return [], str(e)
 
 
 async def topic(request: Request) -> Response:
@@ -178,12 +205,9 @@ async def topic(request: Request) -> Response:
         return _not_found(request, f"Topic {name} does not exist.")
     which = request.query_params.get("which", "all")
     number = views.parse_int(request.query_params.get("page"), 1, 1, 1_000_000)
-    configs_error = None
-    try:
-        configs = await state.kafka_call(state.kafka.topic_configs, name)
-    except ConsoleError as e:
-        configs, configs_error = [], str(e)
-    table = await _partition_rows(request, summary, which, number)
+    (configs, configs_error), table = await asyncio.gather(
+        _topic_configs(request, name), _partition_rows(request, summary, which, number)
+    )
     return state.render(
         request,
         "topic.html",

@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from odradek.console.snapshot import (
@@ -253,6 +253,26 @@ class ZkView:
             self.changes.extend(diff_snapshots(self._snapshot, snapshot))
         self._snapshot = snapshot
         return snapshot
+
+    async def leaders(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Each partition's leader as its state znode says now (-1 without one): for a page whose
+        snapshot named a leader that has moved since (`leader_offsets.CurrentLeaders`). A partition
+        whose znode could not be read or decoded is left out; a ZooKeeper failure leaves out all."""
+        try:
+            got = await self._zk.get_many(
+                [TopicPartitionStateZNode.path(t, p) for t, p in partitions]
+            )
+        except (ZkError, OSError) as e:
+            log.info("reading %d partitions' leaders failed: %s", len(partitions), e)
+            return {}
+        leaders: dict[tuple[str, int], int] = {}
+        for key, answer in zip(partitions, got, strict=True):
+            if isinstance(answer, ZkError):
+                leaders[key] = -1  # no state znode: not created yet, or deleted
+                continue
+            with contextlib.suppress(InvalidZNodeDataError):
+                leaders[key] = TopicPartitionStateZNode.decode(answer[0], answer[1].version).leader
+        return leaders
 
     def recent_changes(self, topic: str | None = None, limit: int = 20) -> list[PartitionChange]:
         """The latest changes seen (of one topic, or all), newest first."""
