@@ -100,6 +100,13 @@ class ConsoleState:
             else "-"
         )
 
+    def compile_templates(self) -> None:
+        """Compile every template now (~0.2 s), not on the first request for it: a page's first
+        fetch would otherwise pay for its templates (~35 ms for a topic page, more when the
+        machine is busy)."""
+        for name in self.templates.list_templates():
+            self.templates.get_template(name)
+
     async def kafka_call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(function, *args, **kwargs)
 
@@ -131,6 +138,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        state.compile_templates()
         await state.zk.start()
         learner = asyncio.create_task(state.learn_min_insync_replicas())
         try:
