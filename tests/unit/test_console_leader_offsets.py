@@ -111,21 +111,23 @@ class FakeCluster(LeaderOffsets):
         self.requests: list[tuple[int, list[TopicPartition]]] = []
         self.addresses_asked = 0
 
-    async def _ask_leader(
-        self, broker_id: int, partitions: Sequence[TopicPartition]
-    ) -> dict[TopicPartition, int | OdradekError]:
-        self.requests.append((broker_id, list(partitions)))
-        if broker_id in self.hung:
-            timed_out = LeaderTimedOutError(f"broker {broker_id}: no answer in 5 s")
-            return {key: timed_out for key in partitions}
-        if broker_id in self.down:
-            error = LeaderUnreachableError(f"broker {broker_id} unreachable: refused")
-            return {key: error for key in partitions}
-        rows = [
-            (t, p, 0, self.ends[(t, p)]) if self.leading.get((t, p)) == broker_id else (t, p, 6, -1)
-            for t, p in partitions
+    async def to_broker(self, broker_id: int, api_key: int, version: int, values: Any) -> Any:
+        partitions = [
+            (t["name"], p["partition_index"]) for t in values["topics"] for p in t["partitions"]
         ]
-        return read_answer(broker_id, partitions, answer(*rows))
+        self.requests.append((broker_id, partitions))
+        if broker_id in self.hung:
+            raise LeaderTimedOutError(f"broker {broker_id}: no answer in 5 s")
+        if broker_id in self.down:
+            raise LeaderUnreachableError(f"broker {broker_id} unreachable: refused")
+        return answer(
+            *(
+                (t, p, 0, self.ends[(t, p)])
+                if self.leading.get((t, p)) == broker_id
+                else (t, p, 6, -1)
+                for t, p in partitions
+            )
+        )
 
     async def _forget_addresses(self) -> None:
         self.addresses_asked += 1

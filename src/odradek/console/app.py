@@ -6,8 +6,8 @@ the ACLs and transactions pages, with their actions, in `acl_pages` and `transac
 
 Concurrency: everything runs on uvicorn's one event loop; blocking client calls (confluent-kafka)
 go to worker threads through `ConsoleState.kafka_call`; the asyncio admin clients of the ACL and
-transactions pages (`admin_access`) and of the topic page's high watermarks (`leader_offsets`) run
-on the loop itself.
+transactions pages (`admin_access`), of the topic and group pages' high watermarks
+(`leader_offsets`) and of the record browser (`record_browser`) run on the loop itself.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from odradek.console.assets import vendor_directory
 from odradek.console.broker_metrics import MetricsSampler
 from odradek.console.kafka_client import ConsoleError, KafkaAccess
 from odradek.console.leader_offsets import LeaderOffsets
+from odradek.console.record_browser import RecordBrowser
 from odradek.console.zk_view import ZkView
 from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
 
@@ -72,8 +73,10 @@ class ConsoleState:
         self.zk = ZkView(settings.zookeeper, known_broker_ids=settings.metrics)
         self.metrics = MetricsSampler(settings.metrics, settings.metrics_interval_s)
         self.kafka = KafkaAccess(settings.bootstrap_servers, settings.client_config)
-        # The topic page's high watermarks: ListOffsets at the leaders ZooKeeper names.
+        # The topic and group pages' high watermarks and the record browser: requests at the
+        # leaders ZooKeeper names, on kept connections.
         self.leader_offsets = LeaderOffsets(settings.bootstrap_servers, self.zk, settings.security)
+        self.records = RecordBrowser(self.leader_offsets)
         self.vendor = vendor_directory()
         self.token = secrets.token_urlsafe(24)  # the actions' confirmation token (CSRF)
         self.templates = Environment(

@@ -1,9 +1,10 @@
-"""The console's Kafka-protocol side: confluent-kafka's AdminClient and a consumer.
+"""The console's Kafka-protocol side through confluent-kafka's AdminClient.
 
 Everything here blocks (librdkafka's futures); the app calls it through `asyncio.to_thread`. One
 AdminClient is kept and replaced after a failure (librdkafka can keep a dead broker's handle and
-stale metadata for minutes after a broker dies, see FACTS.md); the record browser makes a
-consumer per request (explicit assignment, no group joined, nothing committed) and closes it.
+stale metadata for minutes after a broker dies, see FACTS.md). (The record browser and the
+high watermarks of the topic and group pages ask the leaders directly: `record_browser`,
+`leader_offsets`.)
 
 Errors reach the pages as `ConsoleError` with Kafka's error name and message (what an operator
 reads in Kafka's own tools), never a traceback.
@@ -13,13 +14,11 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import (
-    Consumer,
     ConsumerGroupTopicPartitions,
     ElectionType,
     KafkaError,
@@ -45,9 +44,6 @@ librdkafka_log = logging.getLogger("odradek.console.librdkafka")
 librdkafka_log.addHandler(logging.NullHandler())
 
 TIMEOUT_S = 10.0
-BROWSE_TIMEOUT_S = 8.0
-MAX_BROWSE_RECORDS = 500
-CONSUMER_GROUP_ID = "odradek-console"  # required by confluent-kafka; never joined
 
 
 class ConsoleError(OdradekError):
@@ -96,16 +92,6 @@ class GroupDescription:
     coordinator: int | None
     members: tuple[GroupMember, ...]
     committed: Mapping[tuple[str, int], int | None] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    offset: int
-    timestamp_ms: int | None
-    timestamp_type: str
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
 
 
 def _source_name(source: Any) -> str:
@@ -255,85 +241,6 @@ class KafkaAccess:
             members=members,
             committed=committed,
         )
-
-    def browse(
-        self,
-        topic: str,
-        partition: int,
-        count: int,
-        *,
-        from_offset: int | None = None,
-        from_timestamp_ms: int | None = None,
-    ) -> tuple[list[Record], int, int]:
-        """Up to `count` records of one partition: the latest ones, or from an offset, or from
-        the first at or after a timestamp. Returns (records, log start, high watermark)."""
-        count = max(1, min(MAX_BROWSE_RECORDS, count))
-        consumer = Consumer(
-            {
-                **self._client_config("odradek-console-browser"),
-                "group.id": CONSUMER_GROUP_ID,
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "allow.auto.create.topics": False,
-            }
-        )
-        try:
-            return self._browse(consumer, topic, partition, count, from_offset, from_timestamp_ms)
-        except KafkaException as e:
-            raise ConsoleError(_describe(e)) from None
-        finally:
-            consumer.close()
-
-    def _browse(
-        self,
-        consumer: Consumer,
-        topic: str,
-        partition: int,
-        count: int,
-        from_offset: int | None,
-        from_timestamp_ms: int | None,
-    ) -> tuple[list[Record], int, int]:
-        """`browse`'s reading, on the consumer it made (and closes)."""
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=TIMEOUT_S
-        )
-        if from_timestamp_ms is not None:
-            found = consumer.offsets_for_times(
-                [TopicPartition(topic, partition, from_timestamp_ms)], timeout=TIMEOUT_S
-            )[0]
-            start = found.offset if found.offset >= 0 else high
-        elif from_offset is not None:
-            start = min(max(low, from_offset), high)
-        else:
-            start = max(low, high - count)
-        if start >= high:
-            return [], low, high
-        consumer.assign([TopicPartition(topic, partition, start)])
-        records: list[Record] = []
-        deadline = time.monotonic() + BROWSE_TIMEOUT_S
-        while len(records) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    break
-                raise ConsoleError(_describe(error))
-            kind, ts = message.timestamp()
-            records.append(
-                Record(
-                    offset=message.offset(),
-                    timestamp_ms=ts if kind else None,
-                    timestamp_type={1: "CreateTime", 2: "LogAppendTime"}.get(kind, "-"),
-                    key=message.key(),
-                    value=message.value(),
-                    headers=tuple(message.headers() or ()),
-                )
-            )
-        return records, low, high
 
     # -- operator actions -------------------------------------------------------------------
 

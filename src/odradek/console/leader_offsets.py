@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -90,16 +90,22 @@ def should_ask_again(result: int | OdradekError) -> bool:
     return isinstance(result, NoLeaderError | LeaderUnreachableError)
 
 
-def list_offsets_request(partitions: Sequence[TopicPartition]) -> dict[str, object]:
-    """A ListOffsets request's values for the high watermarks of `partitions`."""
+def list_offsets_request(
+    partitions: Sequence[TopicPartition],
+    timestamp: int = LATEST,
+    isolation_level: int = READ_UNCOMMITTED,
+) -> dict[str, object]:
+    """A ListOffsets request's values for `partitions`: by default their high watermarks
+    (LATEST, read_uncommitted); EARLIEST for log starts, a time in ms for the first offset at or
+    after it, read_committed's LATEST for the last stable offsets."""
     by_topic: dict[str, list[dict[str, int]]] = {}
     for topic, partition in sorted(partitions):
         by_topic.setdefault(topic, []).append(
-            {"partition_index": partition, "current_leader_epoch": -1, "timestamp": LATEST}
+            {"partition_index": partition, "current_leader_epoch": -1, "timestamp": timestamp}
         )
     return {
         "replica_id": -1,
-        "isolation_level": READ_UNCOMMITTED,
+        "isolation_level": isolation_level,
         "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
     }
 
@@ -154,7 +160,18 @@ class LeaderOffsets:
     ) -> dict[TopicPartition, int | OdradekError]:
         """Each partition's high watermark, or why it has none, asked of `leaders` (partition ->
         leader id, -1 for none); steps 1-4 of the module docstring."""
-        results = await self._ask(leaders)
+        return await self.offsets(leaders)
+
+    async def offsets(
+        self,
+        leaders: Mapping[TopicPartition, int],
+        timestamp: int = LATEST,
+        isolation_level: int = READ_UNCOMMITTED,
+    ) -> dict[TopicPartition, int | OdradekError]:
+        """`high_watermarks` for any ListOffsets `timestamp` and isolation level (see
+        `list_offsets_request`); -1 for a time after every record's."""
+        request = {"timestamp": timestamp, "isolation_level": isolation_level}
+        results = await self._ask(leaders, request)
         again = [key for key, result in results.items() if should_ask_again(result)]
         if not again:
             return results
@@ -167,11 +184,11 @@ class LeaderOffsets:
             for key, leader in retry.items()
             if not (isinstance(results[key], LeaderTimedOutError) and leader == leaders[key])
         }
-        results.update(await self._ask(retry))
+        results.update(await self._ask(retry, request))
         return results
 
     async def _ask(
-        self, leaders: Mapping[TopicPartition, int]
+        self, leaders: Mapping[TopicPartition, int], request: Mapping[str, int]
     ) -> dict[TopicPartition, int | OdradekError]:
         results: dict[TopicPartition, int | OdradekError] = {}
         by_leader: dict[int, list[TopicPartition]] = {}
@@ -181,36 +198,43 @@ class LeaderOffsets:
             else:
                 by_leader.setdefault(leader, []).append(key)
         answers = await asyncio.gather(
-            *(self._ask_leader(leader, keys) for leader, keys in sorted(by_leader.items()))
+            *(self._ask_leader(leader, keys, request) for leader, keys in sorted(by_leader.items()))
         )
         for answer in answers:
             results.update(answer)
         return {key: results[key] for key in leaders}  # in the caller's order
 
     async def _ask_leader(
-        self, broker_id: int, partitions: Sequence[TopicPartition]
+        self, broker_id: int, partitions: Sequence[TopicPartition], request: Mapping[str, int]
     ) -> dict[TopicPartition, int | OdradekError]:
-        error: LeaderUnreachableError
+        try:
+            answer = await self.to_broker(
+                broker_id,
+                ApiKey.LIST_OFFSETS,
+                LIST_OFFSETS_VERSION,
+                list_offsets_request(partitions, **request),
+            )
+        except LeaderUnreachableError as error:
+            return {key: error for key in partitions}
+        return read_answer(broker_id, partitions, answer)
+
+    async def to_broker(self, broker_id: int, api_key: int, version: int, values: object) -> Any:
+        """One request to one broker on the kept connections, answered within `timeout_s`, or
+        `LeaderUnreachableError` (`LeaderTimedOutError` after the timeout) saying why not."""
         try:
             client = await self._connected()
             async with asyncio.timeout(self.timeout_s):
-                answer = await client.to_broker(
-                    broker_id,
-                    ApiKey.LIST_OFFSETS,
-                    LIST_OFFSETS_VERSION,
-                    list_offsets_request(partitions),
-                )
+                return await client.to_broker(broker_id, api_key, version, values)
         except TimeoutError:
             # A request still queued on the connection would hold up the next page's: start over.
             hung = client.connections.pop(broker_id, None)
             if hung is not None:
                 hung.close()
-            error = LeaderTimedOutError(f"broker {broker_id}: no answer in {self.timeout_s:g} s")
-            return {key: error for key in partitions}
+            raise LeaderTimedOutError(
+                f"broker {broker_id}: no answer in {self.timeout_s:g} s"
+            ) from None
         except OdradekError as e:  # NetworkError, OperatorError: a dead broker, a lost connection
-            error = LeaderUnreachableError(f"broker {broker_id} unreachable: {e}")
-            return {key: error for key in partitions}
-        return read_answer(broker_id, partitions, answer)
+            raise LeaderUnreachableError(f"broker {broker_id} unreachable: {e}") from None
 
     async def _connected(self) -> GroupAdminClient:
         """The kept client, or a new one when there is none or its bootstrap connection failed."""
@@ -223,6 +247,14 @@ class LeaderOffsets:
                     self.servers, self.timeout_s, self.security
                 )
             return client
+
+    async def leader_now(self, key: TopicPartition, failure: OdradekError) -> int:
+        """Where to ask `key` again after `failure` (one `should_ask_again` accepts): its leader
+        read again from ZooKeeper (-1: none or unreadable), after asking for the brokers'
+        addresses again if the connection failed (step 3 for one partition)."""
+        if isinstance(failure, LeaderUnreachableError):
+            await self._forget_addresses()
+        return (await self.current_leaders.leaders([key])).get(key, -1)
 
     async def _forget_addresses(self) -> None:
         """A leader could not be reached: ask for the brokers' addresses again (a broker may have

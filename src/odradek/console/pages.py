@@ -262,9 +262,9 @@ async def records(request: Request) -> Response:
             kwargs["from_offset"] = int(params.get("offset", "0"))
         elif mode == "timestamp":
             kwargs["from_timestamp_ms"] = _timestamp_ms(params.get("timestamp", ""))
-        found, low, high = await state.kafka_call(
-            state.kafka.browse, name, partition, count, **kwargs
-        )
+        key = (name, partition)
+        leader = snapshot_leaders(snapshot, [key])[key]
+        found, low, high = await state.records.browse(key, leader, count, **kwargs)
     except ValueError as e:
         error = f"Bad offset or timestamp: {e}"
     except ConsoleError as e:
@@ -309,6 +309,22 @@ async def groups(request: Request) -> Response:
     return state.render(request, "groups.html", groups=listing, error=error)
 
 
+def snapshot_leaders(
+    snapshot: ClusterSnapshot, keys: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """Each partition's leader as `snapshot` names it; -1 when it has none online or the
+    snapshot does not know the partition (`LeaderOffsets` then reads ZooKeeper again)."""
+    rows: dict[str, dict[int, PartitionRow]] = {}
+    leaders = {}
+    for topic, partition in keys:
+        if topic not in rows:
+            summary = snapshot.topics.get(topic)
+            rows[topic] = {p.partition: p for p in summary.partitions} if summary else {}
+        row = rows[topic].get(partition)
+        leaders[(topic, partition)] = row.leader if row is not None and row.online else -1
+    return leaders
+
+
 async def group(request: Request) -> Response:
     state = _state(request)
     group_id = request.path_params["group_id"]
@@ -320,11 +336,17 @@ async def group(request: Request) -> Response:
         tp: (m.member_id, m.client_id, m.host) for m in described.members for tp in m.assignment
     }
     keys = sorted(set(described.committed) | set(owners))
-    error = None
-    try:
-        ends = await state.kafka_call(state.kafka.list_offsets, keys, "latest")
-    except ConsoleError as e:
-        ends, error = {}, str(e)
+    snapshot: ClusterSnapshot = await state.zk.current()
+    # The ends: high watermarks at the leaders the snapshot names (`leader_offsets`), as for
+    # the topic page; a partition without one shows no lag.
+    results = await state.leader_offsets.high_watermarks(snapshot_leaders(snapshot, keys))
+    ends = {key: value for key, value in results.items() if isinstance(value, int)}
+    failed = sorted({str(value) for value in results.values() if not isinstance(value, int)})
+    error = (
+        f"{len(results) - len(ends)} partition(s) without a high watermark: {failed[0]}"
+        if failed
+        else None
+    )
     rows = views.group_lag(described.committed, ends, owners)
     return state.render(
         request,
