@@ -105,3 +105,22 @@ def test_fast_path_stops_where_the_leader_has_nothing_more(
     got, stopped = _fast(cluster3.bootstrap_servers, OffsetRange(topic, 0, high - 10, high + 50))
     assert stopped == high  # the Consumer path takes over from here, and waits
     assert got == expected[high - 10 :]
+
+
+def test_many_small_fetches_and_chunks_give_the_same_rows(
+    cluster3: LocalCluster, mixed_topic: tuple[str, list[Record]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answers of a few KB (many Fetches, each in flight while the previous one is decoded, all
+    through the connection's one reused receive buffer) and chunks of ~150 rows (many takes of
+    the decoder's buffers): every chunk, kept until the end, still holds its own rows."""
+    import odradek.spark.fetch as fetch_module
+
+    monkeypatch.setattr(fetch_module, "FETCH_MAX_BYTES", 3000)
+    monkeypatch.setattr(fetch_module, "CHUNK_ROWS", 150)
+    topic, expected = mixed_topic
+    got, stopped = _fast(cluster3.bootstrap_servers, OffsetRange(topic, 0, 0, len(expected)))
+    assert stopped == len(expected)
+    assert got == expected
+    got, stopped = _fast(cluster3.bootstrap_servers, OffsetRange(topic, 0, 333, 1777))
+    assert stopped == 1777
+    assert got == expected[333:1777]

@@ -15,8 +15,12 @@
  * `Columns` is a Python object owning the buffers; `append(records, count, base_offset,
  * base_timestamp, log_append_time, max_timestamp, from_offset, until_offset)` appends the rows of
  * one decompressed records section whose offsets lie in [from_offset, until_offset), and
- * `take()` returns the buffers as bytes objects and starts empty again. Offsets that do not fit
- * Arrow's int32 (a chunk over 2 GiB) are refused: readers take a chunk well below that.
+ * `take()` hands the buffers over without copying them, as `Buffer` objects (read-only, exposing
+ * the buffer protocol, freeing the memory when the last reference goes: `pyarrow.py_buffer`
+ * keeps one), and starts again with buffers as large as the ones just taken, so that a reader's
+ * next chunk of similar size grows no buffer (each growth is a realloc, a copy, and fresh pages
+ * that are slow to fault in on these machines). Offsets that do not fit Arrow's int32 (a chunk
+ * over 2 GiB) are refused: readers take a chunk well below that.
  *
  * Thread safety: a Columns belongs to one thread; the walk runs with the GIL released and touches
  * only the buffers and the exported records buffer.
@@ -29,6 +33,7 @@
 typedef struct {
     uint8_t *data;
     size_t len, cap;
+    size_t hint; /* the length last taken: what the next chunk probably needs */
 } buf_t;
 
 static int buf_reserve(buf_t *b, size_t extra) {
@@ -169,6 +174,54 @@ fail:
 }
 
 static PyObject *InvalidRecordsError;
+static PyObject *BufferType;
+
+/* A taken buffer: owns `data` (malloc'd), exposes it read-only, frees it on dealloc. */
+typedef struct {
+    PyObject_HEAD
+    uint8_t *data;
+    Py_ssize_t len;
+} owned_t;
+
+static int owned_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    owned_t *o = (owned_t *)self;
+    static uint8_t empty[1];
+    return PyBuffer_FillInfo(view, self, o->data ? o->data : empty, o->len, 1, flags);
+}
+
+static void owned_dealloc(PyObject *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    free(((owned_t *)self)->data);
+    type->tp_free(self);
+    Py_DECREF(type);
+}
+
+static Py_ssize_t owned_length(PyObject *self) { return ((owned_t *)self)->len; }
+
+static PyType_Slot owned_slots[] = {
+    {Py_tp_doc, "Bytes taken from Columns: read-only, through the buffer protocol."},
+    {Py_tp_dealloc, owned_dealloc},
+    {Py_bf_getbuffer, owned_getbuffer},
+    {Py_sq_length, owned_length},
+    {0, NULL},
+};
+
+static PyType_Spec owned_spec = {
+    "odradek.protocol._arrow.Buffer", sizeof(owned_t), 0, Py_TPFLAGS_DEFAULT, owned_slots,
+};
+
+/* Move `b`'s memory into a new Buffer; `b` is left empty, remembering the length as its hint. */
+static PyObject *owned_of(buf_t *b) {
+    owned_t *o = PyObject_New(owned_t, (PyTypeObject *)BufferType);
+    if (o == NULL)
+        return NULL;
+    o->data = b->data;
+    o->len = (Py_ssize_t)b->len;
+    b->hint = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)o;
+}
 
 static void columns_free_buffers(columns_t *c) {
     buf_t *all[] = {&c->key.offsets,         &c->key.data,           &c->key.validity,
@@ -188,9 +241,35 @@ static void columns_free_buffers(columns_t *c) {
     c->header_key.nulls = c->header_value.nulls = 0;
 }
 
+/* Room for what the last chunk held in each buffer (nothing on the first). */
+static int columns_reserve(columns_t *c) {
+    buf_t *all[] = {&c->key.offsets,         &c->key.data,           &c->key.validity,
+                    &c->value.offsets,       &c->value.data,         &c->value.validity,
+                    &c->offset,              &c->timestamp,          &c->timestamp_type,
+                    &c->list_offsets,
+                    &c->list_validity,       &c->header_key.offsets, &c->header_key.data,
+                    &c->header_key.validity, &c->header_value.offsets,
+                    &c->header_value.data,   &c->header_value.validity};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        buf_t *b = all[i];
+        if (b->hint > b->cap) {
+            uint8_t *data = realloc(b->data, b->hint);
+            if (data == NULL)
+                return -1;
+            b->data = data;
+            b->cap = b->hint;
+        }
+    }
+    return 0;
+}
+
 static int columns_reset(columns_t *c) {
     columns_free_buffers(c);
     int32_t zero = 0;
+    if (columns_reserve(c) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
     if (binary_init(&c->key) < 0 || binary_init(&c->value) < 0 ||
         binary_init(&c->header_key) < 0 || binary_init(&c->header_value) < 0 ||
         buf_put(&c->list_offsets, &zero, 4) < 0) {
@@ -252,19 +331,16 @@ static PyObject *columns_append(PyObject *self, PyObject *args) {
     return PyLong_FromSize_t(c->rows - before);
 }
 
-static PyObject *bytes_of(const buf_t *b) {
-    return PyBytes_FromStringAndSize((const char *)b->data, (Py_ssize_t)b->len);
-}
-
-static PyObject *binary_tuple(const binary_t *b) {
-    return Py_BuildValue("(NNNn)", bytes_of(&b->offsets), bytes_of(&b->data),
-                         bytes_of(&b->validity), b->nulls);
+static PyObject *binary_tuple(binary_t *b) {
+    return Py_BuildValue("(NNNn)", owned_of(&b->offsets), owned_of(&b->data),
+                         owned_of(&b->validity), b->nulls);
 }
 
 PyDoc_STRVAR(take_doc,
 "take() -> (rows, key, value, offset, timestamp, timestamp_type, headers)\n\n"
-"The buffers appended so far, and start empty. key and value are (offsets, data, validity,\n"
-"null count); offset and timestamp (ms) bytes of native int64, timestamp_type of int32\n"
+"The buffers appended so far (Buffer objects, handed over without a copy), and start empty.\n"
+"key and value are (offsets, data, validity, null count); offset and timestamp (ms) buffers of\n"
+"native int64, timestamp_type of int32\n"
 "(0 CreateTime, 1 LogAppendTime); headers is (list offsets, list\n"
 "validity, list null count, header count, key (offsets, data, validity, nulls), value (...)).");
 
@@ -273,8 +349,9 @@ static PyObject *columns_take(PyObject *self, PyObject *unused) {
     (void)unused;
     PyObject *result = Py_BuildValue(
         "(nNNNNN(NNnnNN))", (Py_ssize_t)c->rows, binary_tuple(&c->key), binary_tuple(&c->value),
-        bytes_of(&c->offset), bytes_of(&c->timestamp), bytes_of(&c->timestamp_type), bytes_of(&c->list_offsets),
-        bytes_of(&c->list_validity), c->list_nulls, (Py_ssize_t)c->header_rows,
+        owned_of(&c->offset), owned_of(&c->timestamp), owned_of(&c->timestamp_type),
+        owned_of(&c->list_offsets), owned_of(&c->list_validity), c->list_nulls,
+        (Py_ssize_t)c->header_rows,
         binary_tuple(&c->header_key), binary_tuple(&c->header_value));
     if (result == NULL)
         return NULL;
@@ -330,6 +407,9 @@ static int exec_module(PyObject *module) {
     InvalidRecordsError = PyObject_GetAttrString(records, "InvalidRecordsError");
     Py_DECREF(records);
     if (InvalidRecordsError == NULL)
+        return -1;
+    BufferType = PyType_FromSpec(&owned_spec);
+    if (BufferType == NULL || PyModule_AddObjectRef(module, "Buffer", BufferType) < 0)
         return -1;
     PyObject *type = PyType_FromSpec(&columns_spec);
     if (type == NULL)
