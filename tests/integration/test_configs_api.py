@@ -166,3 +166,14 @@ def test_describe_broker_configs(cluster3) -> None:  # type: ignore[no-untyped-d
     configs = future.result(30)
     assert configs["broker.id"].value == str(broker_id)
     assert configs["broker.id"].is_read_only
+
+
+def test_describe_of_an_unknown_topic_is_unknown_topic_or_partition(cluster3) -> None:  # type: ignore[no-untyped-def]
+    """Kafka's answer; the broker checks its metadata cache (then the assignment znode's
+    existence) and no longer reads the topic's whole assignment."""
+    admin = _admin(cluster3)
+    with pytest.raises(KafkaException) as raised:
+        _describe(admin, f"cfg-missing-{uuid.uuid4().hex[:8]}")
+    assert raised.value.args[0].code() == 3  # UNKNOWN_TOPIC_OR_PARTITION
+    name = _topic(admin)
+    assert _describe(admin, name)["cleanup.policy"].value == "delete"  # just created

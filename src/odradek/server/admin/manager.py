@@ -235,6 +235,13 @@ class AdminManager:
                 f"the assignment of {current.topic!r} changed meanwhile"
             ) from None
 
+    async def require_topic(self, name: str) -> None:
+        """UnknownTopicOrPartitionError unless the topic's assignment znode exists (a stat: its
+        data, every partition's replicas, is not read)."""
+        _require_legal_name(name)
+        if await self.zk.exists(TopicZNode.path(name)) is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+
     async def topic_config(self, name: str) -> dict[str, str]:
         _require_legal_name(name)
         try:
