@@ -5,8 +5,9 @@ with a real consumer)."""
 
 from __future__ import annotations
 
-from odradek.console.record_browser import AbortedTransactions, Record, decode
+from odradek.console.record_browser import Record, decode
 from odradek.coordinator.transaction.log_records import build_marker_batch
+from odradek.protocol.aborted_transactions import AbortedTransactions
 from odradek.protocol.record_batch import CompressionType, build_batch, read_header
 
 

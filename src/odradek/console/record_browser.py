@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import heapq
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +45,9 @@ from odradek.console.leader_offsets import (
     should_ask_again,
 )
 from odradek.errors import OdradekError
+from odradek.protocol.aborted_transactions import AbortedTransactions
 from odradek.protocol.codec import ApiKey
-from odradek.protocol.record_batch import BatchHeader, decode_records, iter_batches
+from odradek.protocol.record_batch import decode_records, iter_batches
 
 FETCH_VERSION = 11  # the last with topic names (v13 names topic ids)
 READ_COMMITTED = 1
@@ -67,32 +66,6 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
-
-
-class AbortedTransactions:
-    """Kafka's read_committed consumer: an aborted transaction's batches are dropped from its
-    first offset (the Fetch response's list) to its producer's abort marker (as
-    `spark.decode.ArrowDecoder` does for its rows)."""
-
-    def __init__(self) -> None:
-        self._pending: list[tuple[int, int]] = []  # (first offset, producer id), a heap
-        self._aborting: set[int] = set()
-
-    def add(self, aborted: Iterable[tuple[int, int]]) -> None:
-        """(producer id, first offset) pairs of a Fetch response."""
-        for producer_id, first_offset in aborted:
-            heapq.heappush(self._pending, (first_offset, producer_id))
-
-    def skip(self, header: BatchHeader) -> bool:
-        """Whether the transactional batch `header` belongs to an aborted transaction (an abort
-        marker ends it, and is skipped too)."""
-        while self._pending and self._pending[0][0] <= header.last_offset:
-            self._aborting.add(heapq.heappop(self._pending)[1])
-        if header.producer_id not in self._aborting:
-            return False
-        if header.is_control:
-            self._aborting.discard(header.producer_id)
-        return True
 
 
 def fetch_request(topic: str, partition: int, offset: int) -> dict[str, Any]:
@@ -220,7 +193,7 @@ class RecordBrowser:
                 if leader < 0:
                     raise NoLeaderError("no leader")
                 answer = await self.offsets.to_broker(
-                    leader, ApiKey.FETCH, FETCH_VERSION, fetch_request(*key, position)
+                    leader, ApiKey.FETCH, FETCH_VERSION, fetch_request(key[0], key[1], position)
                 )
                 data = partition_data(answer, key, leader)
             except OdradekError as e:

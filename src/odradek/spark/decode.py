@@ -12,7 +12,8 @@ Rows never come from control batches (transaction markers), and rows outside the
 trimmed (a fetch starts at the batch holding the requested offset, and may run past the range's
 end). `aborted` producer ids' batches are skipped for read_committed readers: `add` takes the
 Fetch response's aborted transactions as (producer id, first offset) pairs and follows Kafka's
-consumer (an aborted transaction's batches are dropped from its first offset to its abort marker).
+consumer (`protocol.aborted_transactions`: an aborted transaction's batches are dropped from its
+first offset to its abort marker).
 
 The rows equal what `protocol.record_batch.decode_records` gives for the same batches (the property
 tests hold the two together), with Spark's column conventions (see `spark.arrow`).
@@ -22,7 +23,6 @@ Concurrency: an ArrowDecoder belongs to one reader thread.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 
 import pyarrow as pa
@@ -31,6 +31,7 @@ from odradek.protocol._arrow import Columns
 from odradek.protocol._records import InvalidRecordsError
 
 from odradek.errors import CorruptRecordError
+from odradek.protocol.aborted_transactions import AbortedTransactions
 from odradek.protocol.compression import decompress_bounded
 from odradek.protocol.record_batch import HEADER_SIZE, BatchHeader, CompressionType, iter_batches
 
@@ -58,9 +59,7 @@ class ArrowDecoder:
         self.with_headers = len(schema) > 7
         self.max_decompressed = max_decompressed
         self._columns = Columns()
-        # read_committed: producer id → first offset of its open aborted transaction
-        self._aborted: list[tuple[int, int]] = []
-        self._aborting: set[int] = set()
+        self._aborted = AbortedTransactions()  # read_committed
 
     @property
     def rows(self) -> int:
@@ -81,8 +80,7 @@ class ArrowDecoder:
         """Append the rows in [from_offset, until_offset) of the complete batches in `records`;
         returns the offset after the last complete batch (`from_offset` when there is none).
         `headers`: the batches' headers, when the caller has already listed them."""
-        for pair in aborted:
-            heapq.heappush(self._aborted, pair)
+        self._aborted.add(aborted)
         position = from_offset
         for header in iter_batches(records) if headers is None else headers:
             if header.magic != 2:
@@ -95,23 +93,12 @@ class ArrowDecoder:
                 continue
             if header.base_offset >= until_offset:
                 break
-            if header.is_transactional and self._skip_aborted(header):
+            if header.is_transactional and self._aborted.skip(header):
                 continue
             if header.is_control or header.records_count == 0:
                 continue
             self._append(records, header, from_offset, until_offset)
         return position
-
-    def _skip_aborted(self, header) -> bool:  # type: ignore[no-untyped-def]
-        """Kafka's consumer: an aborted transaction starts at its first offset and ends at the
-        producer's abort marker; its data batches are dropped."""
-        while self._aborted and self._aborted[0][1] <= header.last_offset:
-            self._aborting.add(heapq.heappop(self._aborted)[0])
-        if header.producer_id not in self._aborting:
-            return False
-        if header.is_control:
-            self._aborting.discard(header.producer_id)
-        return True
 
     def _append(self, records, header, from_offset: int, until_offset: int) -> None:  # type: ignore[no-untyped-def]
         payload = memoryview(records)[header.position + HEADER_SIZE : header.position + header.size]
