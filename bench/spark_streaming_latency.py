@@ -8,7 +8,9 @@ timestamps on the driver. Measured, after `--warmup` seconds and for `--duration
 
 * end-to-end latency per record: from the producer's timestamp to the moment its micro-batch
   had been read into Spark and collected (percentiles over all records);
-* micro-batch duration: Spark's `triggerExecution` time per batch (percentiles).
+* micro-batch duration: Spark's `triggerExecution` time per batch (percentiles), and the median
+  of each of its phases (`durationMs`: latestOffset, queryPlanning, addBatch, walCommit, ...),
+  to show where a batch's time goes.
 
     .venv/bin/python bench/spark_streaming_latency.py --rate 1000 --duration 30
 """
@@ -140,6 +142,11 @@ def main() -> None:
             spark.stop()
             shutil.rmtree(work, ignore_errors=True)
     durations = [float(p["durationMs"]["triggerExecution"]) for p in progress]
+    phases = sorted({name for p in progress for name in p["durationMs"]})
+    phase_medians = {
+        name: statistics.median(float(p["durationMs"].get(name, 0)) for p in progress)
+        for name in phases
+    }
     print(
         json.dumps(
             {
@@ -156,6 +163,7 @@ def main() -> None:
                 "batches": len(progress),
                 "latency_ms": percentiles(latencies),
                 "batch_duration_ms": percentiles(durations),
+                "batch_phase_median_ms": phase_medians,
             }
         ),
         flush=True,

@@ -21,7 +21,11 @@ history is checked; `SoakReport` collects the counts for the JSON summary.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -32,11 +36,17 @@ from odradek.errors import ClusterTimeoutError, OperatorError
 from odradek.testing import ProcessState
 from odradek.testing.cluster_files import tail
 from odradek.testing.link_emulator import LinkProfile
+from odradek.zk.client import ZkClient
+from odradek.zk.errors import ZkError
+from odradek.zk.server import server_mode
 from tests.faults.lab import LabCluster, ScenarioContext, wait_converged
 from tests.faults.schedule import tear_segment
+from tests.faults.workload import ZK_TIMEOUT_S
 
 FAULTS_PER_ROUND = 100
 CONVERGE_EVERY = 10
+# How long an ensemble may serve no client after a heal before the soak calls it wedged.
+ZOOKEEPER_WEDGED_S = 60.0
 
 
 @dataclass
@@ -199,10 +209,51 @@ def _require_no_crash(lab: LabCluster, context: ScenarioContext, index: int) -> 
         raise AssertionError(f"before fault {index}: brokers {dead} are not running: {logs}")
 
 
-def _converge(lab: LabCluster, context: ScenarioContext, index: int) -> None:
+def _zookeeper_answers(lab: LabCluster) -> bool:
+    """Whether a client can open a session (a write the quorum commits) and read now."""
+
+    async def probe() -> None:
+        zk = ZkClient(lab.cluster.zookeeper_connect, session_timeout_s=10.0)
+        await zk.start(timeout=ZK_TIMEOUT_S)
+        try:
+            await zk.exists("/")
+        finally:
+            await zk.close()
+
+    try:
+        asyncio.run(probe())
+    except (ZkError, OperatorError, OSError, TimeoutError):
+        return False
+    return True
+
+
+def _zookeeper_diagnosis(lab: LabCluster) -> str:
+    """Each member's process state (/proc: R running, S sleeping, T stopped) and `srvr` mode; a
+    JVM thread dump goes to each member's log (SIGQUIT), for the post-mortem."""
+    parts = []
+    ensemble = lab.cluster.ensemble
+    for peer in ensemble.peers:
+        pid = ensemble.servers[peer.id].pid
+        state = "-"
+        if pid is not None:
+            with contextlib.suppress(OSError, IndexError):
+                state = Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2][:1]
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGQUIT)
+        parts.append(
+            f"{peer.id}: pid {pid} state {state} mode {server_mode(peer.host, peer.client_port, 2.0)}"
+        )
+    return "; ".join(parts)
+
+
+def _converge(lab: LabCluster, context: ScenarioContext, report: SoakReport, index: int) -> None:
     """Wait for the cluster to converge, restarting (once ZooKeeper serves) a broker that gave
-    up at start-up during a ZooKeeper outage."""
+    up at start-up during a ZooKeeper outage. An ensemble that has served no client for
+    `ZOOKEEPER_WEDGED_S` after the heal, with every member running and the network healed, is
+    diagnosed, recorded and restarted member by member, as an operator would: what brokers do
+    while ZooKeeper is gone is under test, a ZooKeeper that never comes back is not."""
     deadline = time.monotonic() + 180
+    unanswered_since: float | None = None
     while True:
         _require_no_crash(lab, context, index)
         try:
@@ -211,6 +262,23 @@ def _converge(lab: LabCluster, context: ScenarioContext, index: int) -> None:
         except AssertionError:
             if time.monotonic() >= deadline:
                 raise
+        if _zookeeper_answers(lab):
+            unanswered_since = None
+            continue
+        now = time.monotonic()
+        unanswered_since = unanswered_since or now
+        if now - unanswered_since >= ZOOKEEPER_WEDGED_S:
+            diagnosis = _zookeeper_diagnosis(lab)
+            report.nemesis_errors.append(
+                f"fault {index}: ZooKeeper served no client for {ZOOKEEPER_WEDGED_S:g}s after "
+                f"the heal ({diagnosis}); members restarted"[:600]
+            )
+            context.nemesis(f"ZooKeeper wedged ({diagnosis}): members restarted")
+            lab.heal()
+            for server_id in lab.cluster.ensemble.ids:
+                lab.cluster.ensemble.restart(server_id, wait=False)
+            unanswered_since = None
+            deadline = time.monotonic() + 180
 
 
 def mixed_faults(lab: LabCluster, report: SoakReport, count: int):  # type: ignore[no-untyped-def]
@@ -231,7 +299,7 @@ def mixed_faults(lab: LabCluster, report: SoakReport, count: int):  # type: igno
                 _restart_stopped_brokers(lab)
             if index % CONVERGE_EVERY == 0:
                 lab.heal()
-                _converge(lab, context, index)
+                _converge(lab, context, report, index)
         context.notes.append(f"{count} mixed faults")
 
     return fault
