@@ -21,6 +21,7 @@ setup(
                     "_crc32c.h",
                     "_arrow_buffers.h",
                     "_big_endian.h",
+                    "_growable.h",
                     "_compaction.h",
                     "_offset_map.h",
                     "_index_builder.h",

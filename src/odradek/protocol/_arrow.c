@@ -27,6 +27,7 @@
  */
 
 #include "_walker.h"
+#include "_growable.h"
 
 #include <stdlib.h>
 
@@ -36,18 +37,8 @@ typedef struct {
     size_t hint; /* the length last taken: what the next chunk probably needs */
 } buf_t;
 
-static int buf_reserve(buf_t *b, size_t extra) {
-    if (b->len + extra <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + extra)
-        cap *= 2;
-    uint8_t *data = realloc(b->data, cap);
-    if (data == NULL)
-        return -1;
-    b->data = data;
-    b->cap = cap;
-    return 0;
+static inline int buf_reserve(buf_t *b, size_t extra) {
+    return grow_reserve(&b->data, &b->cap, b->len, extra, 4096);
 }
 
 static inline int buf_put(buf_t *b, const void *src, size_t n) {

@@ -43,6 +43,7 @@
 #include "_arrow_buffers.h"
 #include "_crc32c.h"
 #include "_big_endian.h"
+#include "_growable.h"
 #include "_murmur2.h"
 
 #define PY_SSIZE_T_CLEAN
@@ -56,18 +57,8 @@ typedef struct {
     size_t len, cap;
 } buf_t;
 
-static int buf_reserve(buf_t *b, size_t extra) {
-    if (b->len + extra <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 65536;
-    while (cap < b->len + extra)
-        cap *= 2;
-    uint8_t *data = realloc(b->data, cap);
-    if (data == NULL)
-        return -1;
-    b->data = data;
-    b->cap = cap;
-    return 0;
+static inline int buf_reserve(buf_t *b, size_t extra) {
+    return grow_reserve(&b->data, &b->cap, b->len, extra, 65536);
 }
 
 /* Zig-zag varints (Kafka's ByteUtils.writeVarint / writeVarlong): same bytes for both. */
