@@ -201,6 +201,16 @@ static PyType_Spec owned_spec = {
     "odradek.protocol._arrow.Buffer", sizeof(owned_t), 0, Py_TPFLAGS_DEFAULT, owned_slots,
 };
 
+/* Every buffer of a columns_t, as an initializer for `buf_t *all[]`: the one list that freeing
+ * and reserving walk, so that a new buffer is added in one place. */
+#define COLUMNS_BUFFERS(c)                                                                     \
+    {&(c)->key.offsets,        &(c)->key.data,           &(c)->key.validity,                  \
+     &(c)->value.offsets,      &(c)->value.data,         &(c)->value.validity,                \
+     &(c)->offset,             &(c)->timestamp,          &(c)->timestamp_type,                \
+     &(c)->list_offsets,       &(c)->list_validity,                                           \
+     &(c)->header_key.offsets, &(c)->header_key.data,    &(c)->header_key.validity,           \
+     &(c)->header_value.offsets, &(c)->header_value.data, &(c)->header_value.validity}
+
 /* Move `b`'s memory into a new Buffer; `b` is left empty, remembering the length as its hint. */
 static PyObject *owned_of(buf_t *b) {
     owned_t *o = PyObject_New(owned_t, (PyTypeObject *)BufferType);
@@ -215,13 +225,7 @@ static PyObject *owned_of(buf_t *b) {
 }
 
 static void columns_free_buffers(columns_t *c) {
-    buf_t *all[] = {&c->key.offsets,         &c->key.data,           &c->key.validity,
-                    &c->value.offsets,       &c->value.data,         &c->value.validity,
-                    &c->offset,              &c->timestamp,          &c->timestamp_type,
-                    &c->list_offsets,
-                    &c->list_validity,       &c->header_key.offsets, &c->header_key.data,
-                    &c->header_key.validity, &c->header_value.offsets,
-                    &c->header_value.data,   &c->header_value.validity};
+    buf_t *all[] = COLUMNS_BUFFERS(c);
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         free(all[i]->data);
         all[i]->data = NULL;
@@ -234,13 +238,7 @@ static void columns_free_buffers(columns_t *c) {
 
 /* Room for what the last chunk held in each buffer (nothing on the first). */
 static int columns_reserve(columns_t *c) {
-    buf_t *all[] = {&c->key.offsets,         &c->key.data,           &c->key.validity,
-                    &c->value.offsets,       &c->value.data,         &c->value.validity,
-                    &c->offset,              &c->timestamp,          &c->timestamp_type,
-                    &c->list_offsets,
-                    &c->list_validity,       &c->header_key.offsets, &c->header_key.data,
-                    &c->header_key.validity, &c->header_value.offsets,
-                    &c->header_value.data,   &c->header_value.validity};
+    buf_t *all[] = COLUMNS_BUFFERS(c);
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         buf_t *b = all[i];
         if (b->hint > b->cap) {
