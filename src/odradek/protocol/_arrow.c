@@ -279,15 +279,6 @@ static void columns_dealloc(PyObject *self) {
     Py_TYPE(self)->tp_free(self);
 }
 
-static PyObject *raise_walk_error(const walk_error_t *err) {
-    PyObject *args = Py_BuildValue("(snn)", err->message, err->index, err->position);
-    if (args != NULL) {
-        PyErr_SetObject(InvalidRecordsError, args);
-        Py_DECREF(args);
-    }
-    return NULL;
-}
-
 PyDoc_STRVAR(append_doc,
 "append(records, records_count, base_offset, base_timestamp, log_append_time, max_timestamp,\n"
 "       from_offset, until_offset, headers) -> rows appended\n\n"
@@ -316,7 +307,7 @@ static PyObject *columns_append(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result != 0)
-        return raise_walk_error(&err);
+        return raise_walk_error(InvalidRecordsError, &err);
     return PyLong_FromSize_t(c->rows - before);
 }
 

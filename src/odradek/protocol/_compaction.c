@@ -71,15 +71,6 @@ static PyObject *InvalidRecordsError;
 /* ---------------------------------------------------------------------------------------- */
 /* Python entry points                                                                       */
 
-static PyObject *raise_pass_error(const pass_t *pass) {
-    PyObject *args = Py_BuildValue("(snn)", pass->err.message, pass->err.index, pass->err.position);
-    if (args != NULL) {
-        PyErr_SetObject(InvalidRecordsError, args);
-        Py_DECREF(args);
-    }
-    return NULL;
-}
-
 PyDoc_STRVAR(map_batches_doc,
 "map_batches(map, batches, start_offset, decisions=None)\n"
 "    -> (consumed, status, records_read, needed)\n\n"
@@ -122,7 +113,7 @@ static PyObject *map_batches(PyObject *self, PyObject *args) {
     if (decisions_view.buf != NULL)
         PyBuffer_Release(&decisions_view);
     if (pass.error)
-        return raise_pass_error(&pass);
+        return raise_walk_error(InvalidRecordsError, &pass.err);
     return Py_BuildValue("(niLL)", pass.consumed, pass.status, (long long)pass.records_read,
                          (long long)pass.needed);
 }
@@ -159,14 +150,8 @@ static PyObject *map_records(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     map->busy = 0;
     PyBuffer_Release(&view);
-    if (result != 0) {
-        PyObject *e = Py_BuildValue("(snn)", err.message, err.index, err.position);
-        if (e != NULL) {
-            PyErr_SetObject(InvalidRecordsError, e);
-            Py_DECREF(e);
-        }
-        return NULL;
-    }
+    if (result != 0)
+        return raise_walk_error(InvalidRecordsError, &err);
     return PyBool_FromLong(ctx.full);
 }
 
@@ -222,7 +207,7 @@ static PyObject *filter_batches(PyObject *self, PyObject *args) {
     map->busy = 0;
     builder->busy = 0;
     if (pass.error)
-        raise_pass_error(&pass);
+        raise_walk_error(InvalidRecordsError, &pass.err);
     else
         result = Py_BuildValue("(nniLLLL)", pass.consumed, o.written, pass.status,
                                (long long)pass.records_read, (long long)pass.records_kept,
@@ -285,11 +270,7 @@ static PyObject *filter_records(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     map->busy = 0;
     if (walked != 0) {
-        PyObject *e = Py_BuildValue("(snn)", err.message, err.index, err.position);
-        if (e != NULL) {
-            PyErr_SetObject(InvalidRecordsError, e);
-            Py_DECREF(e);
-        }
+        raise_walk_error(InvalidRecordsError, &err);
         goto done;
     }
     int set_horizon = ctx.kept_count > 0 && !(attributes & ATTR_DELETE_HORIZON) &&

@@ -106,15 +106,6 @@ static int scan_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error
 
 static PyObject *InvalidRecordsError;
 
-static PyObject *raise_walk_error(const walk_error_t *err) {
-    PyObject *args = Py_BuildValue("(snn)", err->message, err->index, err->position);
-    if (args != NULL) {
-        PyErr_SetObject(InvalidRecordsError, args);
-        Py_DECREF(args);
-    }
-    return NULL;
-}
-
 PyDoc_STRVAR(scan_doc,
 "scan(records, records_count, base_timestamp, lower=None, upper=None, prefix=False,\n"
 "     require_keys=False) -> (min_timestamp, max_timestamp, outside, keyless, keyless_count)\n\n"
@@ -163,7 +154,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result != 0)
-        return raise_walk_error(&err);
+        return raise_walk_error(InvalidRecordsError, &err);
     PyObject *outside = PyTuple_New(ctx.outside_count);
     if (outside == NULL)
         return NULL;
@@ -242,7 +233,7 @@ static PyObject *index_records(PyObject *self, PyObject *args) {
         walk((const uint8_t *)view.buf, view.len, count, base_timestamp, 0, !stored, NULL, NULL,
              &err);
         PyBuffer_Release(&view);
-        return raise_walk_error(&err);
+        return raise_walk_error(InvalidRecordsError, &err);
     }
     PyObject *rows = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)count * INDEX_FIELDS * 8);
     if (rows == NULL) {
@@ -258,7 +249,7 @@ static PyObject *index_records(PyObject *self, PyObject *args) {
     PyBuffer_Release(&view);
     if (result != 0) {
         Py_DECREF(rows);
-        return raise_walk_error(&err);
+        return raise_walk_error(InvalidRecordsError, &err);
     }
     return rows;
 }
@@ -309,7 +300,7 @@ static PyObject *find_timestamp(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (result != 0)
-        return raise_walk_error(&err);
+        return raise_walk_error(InvalidRecordsError, &err);
     if (!ctx.found)
         Py_RETURN_NONE;
     return Py_BuildValue("(LL)", (long long)ctx.delta, (long long)ctx.timestamp);

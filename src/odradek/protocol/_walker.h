@@ -10,8 +10,8 @@
  * original offsets after their neighbours were removed.
  *
  * Everything here is `static inline`: each module that includes the header gets its own copy and
- * the compiler may fold the visitor into the walk. No function touches a Python object, so
- * callers release the GIL around a walk.
+ * the compiler may fold the visitor into the walk. No function but `raise_walk_error` touches a
+ * Python object, so callers release the GIL around a walk, and take it back to raise.
  */
 
 #ifndef ODRADEK_WALKER_H
@@ -264,6 +264,17 @@ static inline int walk(const uint8_t *p, Py_ssize_t n, int64_t count, int64_t ba
         FAIL("%zd bytes follow the last of the %lld records", n - pos, (long long)count);
     }
     return 0;
+}
+
+/* After a failed walk, with the GIL held: raise `error_type(message, record index, byte
+ * position)` -- each module's InvalidRecordsError -- and return NULL. */
+static inline PyObject *raise_walk_error(PyObject *error_type, const walk_error_t *err) {
+    PyObject *args = Py_BuildValue("(snn)", err->message, err->index, err->position);
+    if (args != NULL) {
+        PyErr_SetObject(error_type, args);
+        Py_DECREF(args);
+    }
+    return NULL;
 }
 
 #endif /* ODRADEK_WALKER_H */
