@@ -32,14 +32,13 @@ it needs Alter (changes) or Describe (listing) on the cluster. Output lines foll
 from __future__ import annotations
 
 import argparse
-import asyncio
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from odradek.admin.acls import AclAdmin, delete_filter
 from odradek.cli.client_config import add_command_config_argument, load_command_config
+from odradek.cli.command import print_command_lines
 from odradek.cli.topics import parse_bootstrap
 from odradek.errors import OperatorError
 from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
@@ -273,14 +272,7 @@ async def run(command: AclsCommand) -> list[str]:
 
 
 def cmd_acls(args: argparse.Namespace) -> int:
-    try:
-        lines = asyncio.run(run(validate(args)))
-    except OperatorError as e:
-        print(f"odradek: error: {e}", file=sys.stderr)
-        return 1
-    for line in lines:
-        print(line)
-    return 0
+    return print_command_lines(args, validate, run)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.client_config import add_command_config_argument, load_command_config
+from odradek.cli.command import print_command_lines
 from odradek.cli.configs_quotas import ClientQuotas, is_quota_key
 from odradek.cli.configs_quotas import completed_line as quota_completed_line
 from odradek.cli.configs_resources import ConfigResources
@@ -406,14 +407,7 @@ async def run(command: ConfigsCommand) -> list[str]:
 
 
 def cmd_configs(args: argparse.Namespace) -> int:
-    try:
-        lines = asyncio.run(run(validate(args)))
-    except OperatorError as e:
-        print(f"odradek: error: {e}", file=sys.stderr)
-        return 1
-    for line in lines:
-        print(line)
-    return 0
+    return print_command_lines(args, validate, run)
 
 
 class _Shorthand(argparse.Action):

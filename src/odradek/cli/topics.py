@@ -26,9 +26,7 @@ partition lines are printed, as in Kafka.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import base64
-import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,6 +42,7 @@ from odradek.admin.client import (
     parse_bootstrap,
 )
 from odradek.cli.client_config import add_command_config_argument, load_command_config
+from odradek.cli.command import print_command_lines
 from odradek.errors import OperatorError
 from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
 
@@ -241,14 +240,7 @@ async def run(command: TopicsCommand) -> list[str]:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    try:
-        lines = asyncio.run(run(validate(args)))
-    except OperatorError as e:
-        print(f"odradek: error: {e}", file=sys.stderr)
-        return 1
-    for line in lines:
-        print(line)
-    return 0
+    return print_command_lines(args, validate, run)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
