@@ -22,11 +22,17 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from odradek.coordinator.find_coordinator import (
+    ClusterMetadata,
+    coordinator_unavailable,
+    find_coordinator_response,
+    locate_coordinator,
+)
 from odradek.coordinator.group.coordinator import (
     GroupCoordinator,
     GroupSummary,
@@ -50,34 +56,6 @@ AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 # Kafka's AclOperation codes a group allows: READ (3), DELETE (6), DESCRIBE (8). With no
 # authorizer, every one of them is allowed.
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-
-
-class BrokerEndpoint(Protocol):
-    @property
-    def id(self) -> int: ...
-
-    @property
-    def host(self) -> str: ...
-
-    @property
-    def port(self) -> int: ...
-
-
-class PartitionLeader(Protocol):
-    @property
-    def leader(self) -> int: ...
-
-
-class ClusterMetadata(Protocol):
-    """What the group APIs read of the broker's metadata cache."""
-
-    def alive_broker_ids(self) -> Iterable[int]: ...
-
-    def get_broker(self, broker_id: int) -> BrokerEndpoint | None: ...
-
-    def get_partition(self, topic: str, partition: int) -> PartitionLeader | None: ...
-
-    def contains_topic(self, topic: str) -> bool: ...
 
 
 class GroupServices(Protocol):
@@ -139,37 +117,21 @@ def handle_find_coordinator(services: GroupServices, context: RequestContext, re
     key_type = int(getattr(request, "key_type", GROUP_KEY_TYPE))
 
     def find(key: str) -> dict[str, Any]:
-        found: dict[str, Any] = {
-            "key": key,
-            "error_code": ErrorCode.coordinator_not_available,
-            "error_message": None,
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
         if key_type != GROUP_KEY_TYPE:
+            found = coordinator_unavailable(key)
             found["error_code"] = ErrorCode.invalid_request
             found["error_message"] = f"coordinator key type {key_type} is not supported"
             return found
-        if not cache.contains_topic(OFFSETS_TOPIC):
-            services.ensure_offsets_topic()
-            found["error_message"] = f"{OFFSETS_TOPIC} is being created"
-            return found
-        partition = cache.get_partition(OFFSETS_TOPIC, manager.partition_of(key))
-        leader = partition.leader if partition is not None else -1
-        endpoint = cache.get_broker(leader) if leader >= 0 else None
-        if endpoint is None:
-            found["error_message"] = "the group's offsets partition has no leader"
-            return found
-        found.update(
-            error_code=ErrorCode.none, node_id=endpoint.id, host=endpoint.host, port=endpoint.port
+        return locate_coordinator(
+            cache,
+            key,
+            OFFSETS_TOPIC,
+            manager.partition_of,
+            services.ensure_offsets_topic,
+            "the group's offsets partition",
         )
-        return found
 
-    if header.api_version >= 4:
-        coordinators = [find(key) for key in request.coordinator_keys]
-        return build_response(header, {"throttle_time": 0, "coordinators": coordinators})
-    return build_response(header, {"throttle_time": 0, **find(request.key)})
+    return find_coordinator_response(header, request, find)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,8 +21,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from odradek.coordinator.find_coordinator import (
+    ClusterMetadata,
+    find_coordinator_response,
+    locate_coordinator,
+)
 from odradek.coordinator.group import handlers as group_handlers
-from odradek.coordinator.group.handlers import ClusterMetadata
 from odradek.coordinator.group.placement import OFFSETS_TOPIC, partition_for
 from odradek.coordinator.transaction.coordinator import TransactionCoordinator
 from odradek.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
@@ -69,35 +73,16 @@ def handle_find_coordinator(services: Any, context: RequestContext, request: Any
     coordinator: TransactionCoordinator = services.transaction_coordinator
 
     def find(key: str) -> dict[str, Any]:
-        found: dict[str, Any] = {
-            "key": key,
-            "error_code": ErrorCode.coordinator_not_available,
-            "error_message": None,
-            "node_id": -1,
-            "host": "",
-            "port": -1,
-        }
-        if not cache.contains_topic(TRANSACTION_STATE_TOPIC):
-            services.ensure_transaction_topic()
-            found["error_message"] = f"{TRANSACTION_STATE_TOPIC} is being created"
-            return found
-        partition = cache.get_partition(
-            TRANSACTION_STATE_TOPIC, coordinator.manager.partition_of(key)
+        return locate_coordinator(
+            cache,
+            key,
+            TRANSACTION_STATE_TOPIC,
+            coordinator.manager.partition_of,
+            services.ensure_transaction_topic,
+            "the transactional id's partition",
         )
-        leader = partition.leader if partition is not None else -1
-        endpoint = cache.get_broker(leader) if leader >= 0 else None
-        if endpoint is None:
-            found["error_message"] = "the transactional id's partition has no leader"
-            return found
-        found.update(
-            error_code=ErrorCode.none, node_id=endpoint.id, host=endpoint.host, port=endpoint.port
-        )
-        return found
 
-    if header.api_version >= 4:
-        coordinators = [find(key) for key in request.coordinator_keys]
-        return build_response(header, {"throttle_time": 0, "coordinators": coordinators})
-    return build_response(header, {"throttle_time": 0, **find(request.key)})
+    return find_coordinator_response(header, request, find)
 
 
 # ---------------------------------------------------------------------------------------------
