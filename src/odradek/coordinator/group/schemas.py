@@ -30,6 +30,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from odradek.coordinator.record_fields import RecordReader, write_uvarint
 from odradek.errors import CorruptRecordError
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -208,13 +209,6 @@ RECORDS: tuple[type, ...] = (
 # -- encoding ----------------------------------------------------------------------------------
 
 
-def _write_uvarint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 def _write_sized(
     out: bytearray, data: bytes | None, field: FieldSpec, version: int, flexible: bool
 ) -> None:
@@ -226,7 +220,7 @@ def _write_sized(
         else:
             out += (_INT16 if field.type == "string" else _INT32).pack(-1)
     elif flexible:
-        _write_uvarint(out, len(data) + 1)
+        write_uvarint(out, len(data) + 1)
         out += data
     else:
         out += (_INT16 if field.type == "string" else _INT32).pack(len(data))
@@ -242,7 +236,7 @@ def _write_struct(out: bytearray, record: Any, spec: RecordSpec, version: int) -
         if field.array:
             items = tuple(value)
             if flexible:
-                _write_uvarint(out, len(items) + 1)
+                write_uvarint(out, len(items) + 1)
             else:
                 out += _INT32.pack(len(items))
             for item in items:
@@ -272,38 +266,9 @@ def encode(record: Any, version: int) -> bytes:
 # -- decoding ----------------------------------------------------------------------------------
 
 
-class _Reader:
-    __slots__ = ("data", "position")
-
-    def __init__(self, data: bytes | memoryview, position: int) -> None:
-        self.data = data
-        self.position = position
-
-    def take(self, size: int) -> bytes:
-        end = self.position + size
-        if size < 0 or end > len(self.data):
-            raise CorruptRecordError("a field runs past the end of the record")
-        chunk = bytes(self.data[self.position : end])
-        self.position = end
-        return chunk
-
-    def fixed(self, layout: struct.Struct) -> int:
-        return int(layout.unpack(self.take(layout.size))[0])
-
-    def uvarint(self) -> int:
-        result = shift = 0
-        while True:
-            if self.position >= len(self.data) or shift > 63:
-                raise CorruptRecordError("malformed unsigned varint")
-            byte = self.data[self.position]
-            self.position += 1
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
-
-
-def _read_sized(reader: _Reader, field: FieldSpec, version: int, flexible: bool) -> bytes | None:
+def _read_sized(
+    reader: RecordReader, field: FieldSpec, version: int, flexible: bool
+) -> bytes | None:
     if flexible:
         length = reader.uvarint() - 1
     else:
@@ -315,7 +280,7 @@ def _read_sized(reader: _Reader, field: FieldSpec, version: int, flexible: bool)
     return reader.take(length)
 
 
-def _read_struct(reader: _Reader, cls: type, version: int) -> Any:
+def _read_struct(reader: RecordReader, cls: type, version: int) -> Any:
     spec: RecordSpec = cls.SPEC  # type: ignore[attr-defined]
     flexible = spec.flexible(version)
     values: dict[str, Any] = {}
@@ -342,23 +307,20 @@ def _read_struct(reader: _Reader, cls: type, version: int) -> Any:
             else:
                 values[field.name] = data
     if flexible:
-        for _ in range(reader.uvarint()):  # tagged fields: none is known, all are skipped
-            reader.uvarint()
-            reader.take(reader.uvarint())
+        reader.skip_tagged_fields()
     return cls(**values)
 
 
 def decode(cls: type, data: bytes | memoryview) -> Any:
     """A version-prefixed record of class `cls`; CorruptRecordError if it does not parse."""
-    reader = _Reader(data, 0)
+    reader = RecordReader(data)
     version = reader.fixed(_INT16)
     spec: RecordSpec = cls.SPEC  # type: ignore[attr-defined]
     low, high = spec.valid
     if not low <= version <= high:
         raise CorruptRecordError(f"{spec.name} version {version} is not one Kafka 3.9 writes")
     record = _read_struct(reader, cls, version)
-    if reader.position != len(data):
-        raise CorruptRecordError(f"{len(data) - reader.position} stray bytes after {spec.name}")
+    reader.end(spec.name)
     return record
 
 

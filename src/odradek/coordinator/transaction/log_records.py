@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import google_crc32c
 
+from odradek.coordinator.record_fields import RecordReader, write_uvarint
 from odradek.coordinator.transaction.metadata import (
     NO_PRODUCER_EPOCH,
     TopicPartition,
@@ -106,17 +107,10 @@ def decode_key(data: bytes) -> str | None:
 # -- values ------------------------------------------------------------------------------------
 
 
-def _uvarint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
 def _write_string(out: bytearray, text: str, flexible: bool) -> None:
     data = text.encode("utf-8")
     if flexible:
-        _uvarint(out, len(data) + 1)
+        write_uvarint(out, len(data) + 1)
     else:
         out += _INT16.pack(len(data))
     out += data
@@ -124,7 +118,7 @@ def _write_string(out: bytearray, text: str, flexible: bool) -> None:
 
 def _write_count(out: bytearray, count: int | None, flexible: bool) -> None:
     if flexible:
-        _uvarint(out, 0 if count is None else count + 1)
+        write_uvarint(out, 0 if count is None else count + 1)
     else:
         out += _INT32.pack(-1 if count is None else count)
 
@@ -156,35 +150,10 @@ def encode_value(value: TransactionLogValue, version: int = VALUE_VERSION) -> by
     return bytes(out)
 
 
-class _Reader:
-    __slots__ = ("data", "position")
+class _Reader(RecordReader):
+    __slots__ = ()
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.position = 0
-
-    def take(self, size: int) -> bytes:
-        end = self.position + size
-        if size < 0 or end > len(self.data):
-            raise CorruptRecordError("a transaction log field runs past the end of the record")
-        chunk = self.data[self.position : end]
-        self.position = end
-        return chunk
-
-    def fixed(self, layout: struct.Struct) -> int:
-        return int(layout.unpack(self.take(layout.size))[0])
-
-    def uvarint(self) -> int:
-        result = shift = 0
-        while True:
-            if self.position >= len(self.data) or shift > 63:
-                raise CorruptRecordError("malformed unsigned varint")
-            byte = self.data[self.position]
-            self.position += 1
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-            shift += 7
+    OVERRUN = "a transaction log field runs past the end of the record"
 
     def count(self, flexible: bool) -> int:
         return self.uvarint() - 1 if flexible else self.fixed(_INT32)
@@ -199,15 +168,6 @@ class _Reader:
             return self.take(length).decode("utf-8")
         except UnicodeDecodeError:
             raise CorruptRecordError("a transaction log string is not UTF-8") from None
-
-    def tagged_fields(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
-
-    def end(self, name: str) -> None:
-        if self.position != len(self.data):
-            raise CorruptRecordError(f"{len(self.data) - self.position} stray bytes after {name}")
 
 
 def decode_value(data: bytes) -> TransactionLogValue:
@@ -232,13 +192,13 @@ def decode_value(data: bytes) -> TransactionLogValue:
                 raise CorruptRecordError("a null partition id array")
             ids = tuple(reader.fixed(_INT32) for _ in range(ids_count))
             if flexible:
-                reader.tagged_fields()
+                reader.skip_tagged_fields()
             entries.append((str(topic), ids))
         partitions = tuple(entries)
     last_update = reader.fixed(_INT64)
     start = reader.fixed(_INT64)
     if flexible:
-        reader.tagged_fields()
+        reader.skip_tagged_fields()
     reader.end("TransactionLogValue")
     return TransactionLogValue(
         producer_id, epoch, timeout_ms, status, partitions, last_update, start
