@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -68,6 +69,7 @@ from odradek.server.quota.throttling import (
 )
 
 if TYPE_CHECKING:
+    from odradek.cluster.partition import Partition
     from odradek.network.request_context import RequestContext
     from odradek.server.services import BrokerServices
 
@@ -340,12 +342,62 @@ def _session_error(header: Any, code: ErrorCode) -> EncodedResponse:
     )
 
 
+def _leader_answer(
+    broker: BrokerServices,
+    allowed: Container[str],
+    topic: str,
+    item: Any,
+    partition_index: int,
+    entry: dict[str, Any],
+    answer: Callable[[Partition, Any, dict[str, Any]], None],
+) -> dict[str, Any]:
+    """`entry`, a ListOffsets or OffsetForLeaderEpoch answer for one partition, filled in by
+    `answer(partition, item, entry)` from this broker's leader replica of it.
+
+    TOPIC_AUTHORIZATION_FAILED when the topic is not `allowed`; else the error of any KafkaError
+    on the way: NOT_LEADER_OR_FOLLOWER (this broker does not lead the partition),
+    FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH (the request's current leader epoch is not the
+    leader's, KIP-320), or what `answer` raises.
+    """
+    if topic not in allowed:
+        entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
+        return entry
+    try:
+        partition = broker.replica_manager.leader_partition(topic, partition_index)
+        partition.check_leader_epoch(_epoch_or_none(getattr(item, "current_leader_epoch", None)))
+        answer(partition, item, entry)
+    except KafkaError as e:
+        entry["error_code"] = e.code
+    return entry
+
+
 def handle_list_offsets(broker: BrokerServices, context: RequestContext, request: Any) -> Any:
     header = context.header
-    replica_manager = broker.replica_manager
     from_follower = int(request.replica_id) >= 0
     read_committed = not from_follower and int(getattr(request, "isolation_level", 0)) == 1
     allowed = broker.authorizer.filter(context, DESCRIBE, TOPIC, {t.name for t in request.topics})
+
+    def answer(partition: Partition, item: Any, entry: dict[str, Any]) -> None:
+        timestamp = int(item.timestamp)
+        if timestamp == EARLIEST_TIMESTAMP:
+            entry["offset"] = partition.log_start_offset
+        elif timestamp == LATEST_TIMESTAMP:
+            if from_follower:
+                entry["offset"] = partition.log_end_offset
+            elif read_committed:
+                entry["offset"] = partition.log.last_stable_offset(partition.high_watermark)
+            else:
+                entry["offset"] = partition.high_watermark
+        else:
+            found = partition.log.fetch_offset_by_timestamp(timestamp)
+            limit = partition.log_end_offset if from_follower else partition.high_watermark
+            if found is not None and found[0] < limit:
+                entry["offset"], entry["timestamp"] = found[0], found[1]
+                epoch = partition.log.leader_epoch_cache.epoch_for_offset(found[0])
+                entry["leader_epoch"] = epoch if epoch >= 0 else partition.leader_epoch
+        if entry["offset"] >= 0 and entry["leader_epoch"] < 0:
+            entry["leader_epoch"] = partition.leader_epoch
+
     topics = []
     for topic in request.topics:
         partitions = []
@@ -357,37 +409,11 @@ def handle_list_offsets(broker: BrokerServices, context: RequestContext, request
                 "offset": -1,
                 "leader_epoch": -1,
             }
-            if topic.name not in allowed:
-                entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
-                partitions.append(entry)
-                continue
-            try:
-                partition = replica_manager.leader_partition(topic.name, item.partition_index)
-                partition.check_leader_epoch(
-                    _epoch_or_none(getattr(item, "current_leader_epoch", None))
+            partitions.append(
+                _leader_answer(
+                    broker, allowed, topic.name, item, item.partition_index, entry, answer
                 )
-                timestamp = int(item.timestamp)
-                if timestamp == EARLIEST_TIMESTAMP:
-                    entry["offset"] = partition.log_start_offset
-                elif timestamp == LATEST_TIMESTAMP:
-                    if from_follower:
-                        entry["offset"] = partition.log_end_offset
-                    elif read_committed:
-                        entry["offset"] = partition.log.last_stable_offset(partition.high_watermark)
-                    else:
-                        entry["offset"] = partition.high_watermark
-                else:
-                    found = partition.log.fetch_offset_by_timestamp(timestamp)
-                    limit = partition.log_end_offset if from_follower else partition.high_watermark
-                    if found is not None and found[0] < limit:
-                        entry["offset"], entry["timestamp"] = found[0], found[1]
-                        epoch = partition.log.leader_epoch_cache.epoch_for_offset(found[0])
-                        entry["leader_epoch"] = epoch if epoch >= 0 else partition.leader_epoch
-                if entry["offset"] >= 0 and entry["leader_epoch"] < 0:
-                    entry["leader_epoch"] = partition.leader_epoch
-            except KafkaError as e:
-                entry["error_code"] = e.code
-            partitions.append(entry)
+            )
         topics.append({"name": topic.name, "partitions": partitions})
     return build_response(header, {"throttle_time": 0, "topics": topics})
 
@@ -396,7 +422,6 @@ def handle_offset_for_leader_epoch(
     broker: BrokerServices, context: RequestContext, request: Any
 ) -> Any:
     header = context.header
-    replica_manager = broker.replica_manager
     # Followers (CLUSTER_ACTION) may ask about every topic, others about topics they may describe.
     names = {t.topic for t in request.topics}
     allowed = (
@@ -404,6 +429,13 @@ def handle_offset_for_leader_epoch(
         if broker.authorizer.cluster(context, CLUSTER_ACTION, log_if_denied=False)
         else broker.authorizer.filter(context, DESCRIBE, TOPIC, names)
     )
+
+    def answer(partition: Partition, item: Any, entry: dict[str, Any]) -> None:
+        epoch, end_offset = partition.log.leader_epoch_cache.end_offset_for(
+            int(item.leader_epoch), partition.log_end_offset
+        )
+        entry["leader_epoch"], entry["end_offset"] = epoch, end_offset
+
     topics = []
     for topic in request.topics:
         partitions = []
@@ -414,21 +446,8 @@ def handle_offset_for_leader_epoch(
                 "leader_epoch": -1,
                 "end_offset": -1,
             }
-            if topic.topic not in allowed:
-                entry["error_code"] = TOPIC_AUTHORIZATION_FAILED
-                partitions.append(entry)
-                continue
-            try:
-                partition = replica_manager.leader_partition(topic.topic, item.partition)
-                partition.check_leader_epoch(
-                    _epoch_or_none(getattr(item, "current_leader_epoch", None))
-                )
-                epoch, end_offset = partition.log.leader_epoch_cache.end_offset_for(
-                    int(item.leader_epoch), partition.log_end_offset
-                )
-                entry["leader_epoch"], entry["end_offset"] = epoch, end_offset
-            except KafkaError as e:
-                entry["error_code"] = e.code
-            partitions.append(entry)
+            partitions.append(
+                _leader_answer(broker, allowed, topic.topic, item, item.partition, entry, answer)
+            )
         topics.append({"topic": topic.topic, "partitions": partitions})
     return build_response(header, {"throttle_time": 0, "topics": topics})
