@@ -27,14 +27,10 @@ from odradek.cluster.replication_quota import (
     ReplicationQuotas,
 )
 from odradek.security.notifications import Coalescer, NotificationTracker
-from odradek.server.quota.store import decode_config
+from odradek.server.quota.config_changes import new_config_changes, skip_announced_changes
+from odradek.server.quota.store import read_config_znode
 from odradek.zk.client import ZkClient
-from odradek.zk.errors import InvalidZNodeDataError, NoNodeError
-from odradek.zk.znodes import (
-    BrokerConfigZNode,
-    ConfigChangeNotificationSequenceZNode,
-    ConfigChangeNotificationZNode,
-)
+from odradek.zk.znodes import BrokerConfigZNode, ConfigChangeNotificationSequenceZNode
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +67,7 @@ class ReplicationThrottleFollower:
 
     async def start(self) -> None:
         async with self._lock:
-            children = await self.zk.get_children(
-                ConfigChangeNotificationZNode.path(), watch=self._on_change
-            )
-            # The full load below covers every change announced so far: skip those.
-            for child in self._tracker.new_children(children):
-                self._tracker.processed(child)
+            await skip_announced_changes(self.zk, self._tracker, self._on_change)
             await self._reload()
         await self.process_notifications()
 
@@ -91,15 +82,7 @@ class ReplicationThrottleFollower:
         self._pass.request()
 
     async def _read(self, name: str) -> dict[str, str]:
-        path = BrokerConfigZNode.path(name)
-        try:
-            data, _stat = await self.zk.get(path)
-            return decode_config(data, path)
-        except NoNodeError:
-            return {}
-        except InvalidZNodeDataError as e:
-            log.error("ignoring %s: %s", path, e)
-            return {}
+        return await read_config_znode(self.zk, BrokerConfigZNode.path(name))
 
     async def _reload(self) -> None:
         leader, follower = throttle_bounds(
@@ -111,21 +94,11 @@ class ReplicationThrottleFollower:
         self.quotas.follower.update_quota(follower)
 
     async def process_notifications(self) -> None:
-        parent = ConfigChangeNotificationZNode.path()
         ours = {str(self.broker_id), BrokerConfigZNode.DEFAULT}
         async with self._lock:
-            children = await self.zk.get_children(parent, watch=self._on_change)
             changed = False
-            for child in self._tracker.new_children(children):
-                try:
-                    data, stat = await self.zk.get(f"{parent}/{child}")
-                    change = ConfigChangeNotificationSequenceZNode.decode(data, stat.version)
-                    if change.entity_type == "brokers" and change.entity_name in ours:
-                        changed = True
-                except NoNodeError:
-                    pass
-                except InvalidZNodeDataError as e:
-                    log.error("ignoring config change notification %s: %s", child, e)
-                self._tracker.processed(child)
+            async for _child, change in new_config_changes(self.zk, self._tracker, self._on_change):
+                if change.entity_type == "brokers" and change.entity_name in ours:
+                    changed = True
             if changed:
                 await self._reload()

@@ -36,14 +36,12 @@ from collections.abc import Callable
 from typing import Any
 
 from odradek.security.notifications import Coalescer, NotificationTracker
+from odradek.server.quota.config_changes import new_config_changes, skip_announced_changes
 from odradek.server.quota.entities import QuotaEntity
 from odradek.server.quota.manager import ClientQuotas
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import BadVersionError, InvalidZNodeDataError, NodeExistsError, NoNodeError
-from odradek.zk.znodes import (
-    ConfigChangeNotificationSequenceZNode,
-    ConfigChangeNotificationZNode,
-)
+from odradek.zk.znodes import ConfigChangeNotificationSequenceZNode
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +70,19 @@ def decode_config(data: bytes, where: str) -> dict[str, str]:
     return dict(config)
 
 
+async def read_config_znode(zk: ZkClient, path: str) -> dict[str, str]:
+    """The config map of the entity znode at `path`: {} when there is none, or when it is corrupt
+    (logged: a reader keeps going with the entity unconfigured)."""
+    try:
+        data, _stat = await zk.get(path)
+        return decode_config(data, path)
+    except NoNodeError:
+        return {}
+    except InvalidZNodeDataError as e:
+        log.error("ignoring %s: %s", path, e)
+        return {}
+
+
 def encode_config(config: dict[str, str]) -> bytes:
     return json.dumps({"version": 1, "config": config}, separators=(",", ":")).encode()
 
@@ -88,12 +99,7 @@ class ClientQuotaStore:
 
     async def start(self) -> None:
         async with self._lock:
-            children = await self.zk.get_children(
-                ConfigChangeNotificationZNode.path(), watch=self._on_change
-            )
-            # The full load below covers every change announced so far: skip those.
-            for child in self._tracker.new_children(children):
-                self._tracker.processed(child)
+            await skip_announced_changes(self.zk, self._tracker, self._on_change)
             for entity, config in (await self.all_configs()).items():
                 self.quotas.update_entity(entity, config)
         await self.process_notifications()
@@ -113,40 +119,25 @@ class ClientQuotaStore:
         self._pass.request()
 
     async def process_notifications(self) -> None:
-        parent = ConfigChangeNotificationZNode.path()
         async with self._lock:
-            children = await self.zk.get_children(parent, watch=self._on_change)
-            for child in self._tracker.new_children(children):
-                entity = None
+            async for child, change in new_config_changes(self.zk, self._tracker, self._on_change):
                 try:
-                    data, stat = await self.zk.get(f"{parent}/{child}")
-                    change = ConfigChangeNotificationSequenceZNode.decode(data, stat.version)
                     entity = QuotaEntity.from_zk_entity_path(
                         f"{change.entity_type}/{change.entity_name}"
                     )
-                except NoNodeError:
-                    pass
                 except InvalidZNodeDataError as e:
                     log.error("ignoring config change notification %s: %s", child, e)
+                    continue
                 if entity is not None:
                     config = await self.read_config(entity)
                     self.quotas.update_entity(entity, config)
                     log.info("quotas of %s: %s", entity.zk_entity_path(), _quota_part(config))
-                self._tracker.processed(child)
 
     # reads
 
     async def read_config(self, entity: QuotaEntity) -> dict[str, str]:
         """The whole config map of an entity's znode ({} when there is none or it is corrupt)."""
-        path = entity_znode(entity)
-        try:
-            data, _stat = await self.zk.get(path)
-            return decode_config(data, path)
-        except NoNodeError:
-            return {}
-        except InvalidZNodeDataError as e:
-            log.error("ignoring %s: %s", path, e)
-            return {}
+        return await read_config_znode(self.zk, entity_znode(entity))
 
     async def all_configs(self) -> dict[QuotaEntity, dict[str, str]]:
         """Every user, user+client and client entity's config map."""
