@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from odradek.controller.context import LeaderAndIsr, TopicPartition
@@ -60,6 +60,18 @@ async def _gather_bounded(coroutines: Sequence[Any]) -> list[Any]:
             await asyncio.gather(*coroutines[start : start + READ_BATCH], return_exceptions=True)
         )
     return results
+
+
+def _existing(keys: Sequence[Any], results: Sequence[Any]) -> Iterator[tuple[Any, bytes, Any]]:
+    """(key, data, stat) for each read of a batch (`results`, in the order of `keys`) that found
+    its znode. A znode deleted since it was listed is left out; any other error is raised."""
+    for key, result in zip(keys, results, strict=True):
+        if isinstance(result, NoNodeError):
+            continue
+        if isinstance(result, BaseException):
+            raise result
+        data, stat = result
+        yield key, data, stat
 
 
 class ControllerZk:
@@ -112,15 +124,10 @@ class ControllerZk:
         children = await self.zk.get_children(BrokerIdsZNode.path(), watch)
         ids = sorted(int(c) for c in children if c.isdigit())
         results = await _gather_bounded([self.zk.get(BrokerIdZNode.path(i)) for i in ids])
-        brokers = {}
-        for broker_id, result in zip(ids, results, strict=True):
-            if isinstance(result, NoNodeError):
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            data, stat = result
-            brokers[broker_id] = BrokerIdZNode.decode(broker_id, data, stat.czxid)
-        return brokers
+        return {
+            broker_id: BrokerIdZNode.decode(broker_id, data, stat.czxid)
+            for broker_id, data, stat in _existing(ids, results)
+        }
 
     # topics
 
@@ -137,15 +144,10 @@ class ControllerZk:
                 for t in names
             ]
         )
-        assignments = {}
-        for topic, result in zip(names, results, strict=True):
-            if isinstance(result, NoNodeError):
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            data, stat = result
-            assignments[topic] = TopicZNode.decode(topic, data, stat.version)
-        return assignments
+        return {
+            topic: TopicZNode.decode(topic, data, stat.version)
+            for topic, data, stat in _existing(names, results)
+        }
 
     async def set_topic_assignment(
         self,
@@ -275,12 +277,7 @@ class ControllerZk:
         paths = [f"{IsrChangeNotificationZNode.path()}/{c}" for c in children]
         results = await _gather_bounded([self.zk.get(p) for p in paths])
         partitions: set[TopicPartition] = set()
-        for result in results:
-            if isinstance(result, NoNodeError):
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            data, stat = result
+        for _path, data, stat in _existing(paths, results):
             notification = IsrChangeNotificationSequenceZNode.decode(data, stat.version)
             partitions.update((tp.topic, tp.partition) for tp in notification.partitions)
         return partitions
@@ -288,11 +285,12 @@ class ControllerZk:
     async def delete_isr_change_notifications(
         self, children: Sequence[str], epoch_zk_version: int
     ) -> None:
-        paths = [f"{IsrChangeNotificationZNode.path()}/{c}" for c in children]
-        results = await self.zk.chunked_multi(epoch_zk_version, [DeleteOp(p) for p in paths])
-        for result in results:
-            if isinstance(result, ZkError) and not isinstance(result, NoNodeError):
-                log.warning("could not delete an ISR change notification: %s", result)
+        await self._delete_notifications(
+            IsrChangeNotificationZNode.path(),
+            children,
+            epoch_zk_version,
+            "an ISR change notification",
+        )
 
     # log directory events (KIP-112)
 
@@ -306,12 +304,7 @@ class ControllerZk:
         paths = [f"{LogDirEventNotificationZNode.path()}/{c}" for c in children]
         results = await _gather_bounded([self.zk.get(p) for p in paths])
         brokers: set[int] = set()
-        for path, result in zip(paths, results, strict=True):
-            if isinstance(result, NoNodeError):
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            data, stat = result
+        for path, data, stat in _existing(paths, results):
             try:
                 brokers.add(
                     LogDirEventNotificationSequenceZNode.decode(data, stat.version).broker_id
@@ -323,11 +316,22 @@ class ControllerZk:
     async def delete_log_dir_event_notifications(
         self, children: Sequence[str], epoch_zk_version: int
     ) -> None:
-        paths = [f"{LogDirEventNotificationZNode.path()}/{c}" for c in children]
+        await self._delete_notifications(
+            LogDirEventNotificationZNode.path(), children, epoch_zk_version, "a log directory event"
+        )
+
+    # Sequential notifications (ISR changes, log directory events): a broker creates one as a
+    # sequential child; the controller reads the children in order and deletes them once handled,
+    # fenced by its epoch (a notification already gone is not an error).
+
+    async def _delete_notifications(
+        self, parent: str, children: Sequence[str], epoch_zk_version: int, what: str
+    ) -> None:
+        paths = [f"{parent}/{c}" for c in children]
         results = await self.zk.chunked_multi(epoch_zk_version, [DeleteOp(p) for p in paths])
         for result in results:
             if isinstance(result, ZkError) and not isinstance(result, NoNodeError):
-                log.warning("could not delete a log directory event: %s", result)
+                log.warning("could not delete %s: %s", what, result)
 
 
 __all__ = ["BadVersionError", "ControllerZk"]
