@@ -97,13 +97,7 @@ class LocalLog:
         # reader opens it, so a log's descriptors do not grow with its rolls (Kafka keeps one
         # per segment).
         old.close_files()
-        segment = LogSegment.create(
-            self._dir,
-            new_base_offset,
-            max_index_bytes=self._config.segment_index_bytes,
-            index_interval_bytes=self._config.index_interval_bytes,
-            now_ms=now_ms,
-        )
+        segment = self._new_segment(new_base_offset, now_ms)
         self._segments.append(segment)
         self._base_offsets.append(new_base_offset)
         fsync_dir(self._dir)
@@ -119,16 +113,18 @@ class LocalLog:
     def _replace_empty_active_segment(self, base_offset: int, now_ms: int) -> None:
         self._segments.pop().delete()
         self._base_offsets.pop()
-        self._segments.append(
-            LogSegment.create(
-                self._dir,
-                base_offset,
-                max_index_bytes=self._config.segment_index_bytes,
-                index_interval_bytes=self._config.index_interval_bytes,
-                now_ms=now_ms,
-            )
-        )
+        self._segments.append(self._new_segment(base_offset, now_ms))
         self._base_offsets.append(base_offset)
+
+    def _new_segment(self, base_offset: int, now_ms: int) -> LogSegment:
+        """A new empty segment at `base_offset`, its indexes as the log's config says."""
+        return LogSegment.create(
+            self._dir,
+            base_offset,
+            max_index_bytes=self._config.segment_index_bytes,
+            index_interval_bytes=self._config.index_interval_bytes,
+            now_ms=now_ms,
+        )
 
     @storage_errors
     def roll(self, now_ms: int | None = None) -> LogSegment:
@@ -278,13 +274,7 @@ class LocalLog:
             self.on_truncate(self, offset)
         for segment in self._segments:
             segment.delete()
-        segment = LogSegment.create(
-            self._dir,
-            offset,
-            max_index_bytes=self._config.segment_index_bytes,
-            index_interval_bytes=self._config.index_interval_bytes,
-            now_ms=_wall_clock_ms() if now_ms is None else now_ms,
-        )
+        segment = self._new_segment(offset, _wall_clock_ms() if now_ms is None else now_ms)
         fsync_dir(self._dir)
         self._segments = [segment]
         self._base_offsets = [offset]
