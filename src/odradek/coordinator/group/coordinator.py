@@ -355,11 +355,9 @@ class GroupCoordinator(GroupRebalancer):
     ) -> ErrorCode | None:
         if group.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
-        error = self._validate_current_member(group, member_id, group_instance_id)
+        error = self._validate_generation_member(group, member_id, group_instance_id, generation_id)
         if error is not None:
             return error
-        if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
         if protocol_type is not None and protocol_type != group.protocol_type:
             return ErrorCode.inconsistent_group_protocol
         if protocol_name is not None and protocol_name != group.protocol_name:
@@ -379,11 +377,9 @@ class GroupCoordinator(GroupRebalancer):
             return ErrorCode.unknown_member_id
         if group.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
-        error = self._validate_current_member(group, member_id, group_instance_id)
+        error = self._validate_generation_member(group, member_id, group_instance_id, generation_id)
         if error is not None:
             return error
-        if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
         if group.state is GroupState.EMPTY:
             return ErrorCode.unknown_member_id
         member = group.members[member_id]
@@ -476,11 +472,11 @@ class GroupCoordinator(GroupRebalancer):
         if group.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available, None
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or group_instance_id is not None:
-            error = self._validate_current_member(group, member_id, group_instance_id)
+            error = self._validate_generation_member(
+                group, member_id, group_instance_id, generation_id
+            )
             if error is not None:
                 return error, None
-            if generation_id != group.generation_id:
-                return ErrorCode.illegal_generation, None
         elif group.state is not GroupState.EMPTY:
             return ErrorCode.unknown_member_id, None
         if group.state is GroupState.COMPLETING_REBALANCE:

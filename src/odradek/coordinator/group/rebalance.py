@@ -113,6 +113,20 @@ class GroupRebalancer:
             return ErrorCode.unknown_member_id
         return None
 
+    @classmethod
+    def _validate_generation_member(
+        cls, group: GroupMetadata, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode | None:
+        """A request a member makes in its generation (SyncGroup, Heartbeat, OffsetCommit): the
+        member must be the group's current one (`_validate_current_member`) and the generation
+        the group's current one (ILLEGAL_GENERATION)."""
+        error = cls._validate_current_member(group, member_id, group_instance_id)
+        if error is not None:
+            return error
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        return None
+
     def _accept_joining_member(self, group: GroupMetadata, member_id: str) -> bool:
         state = group.state
         if state in (GroupState.EMPTY, GroupState.DEAD):
