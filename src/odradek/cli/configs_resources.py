@@ -142,32 +142,45 @@ class ConfigResources:
             return await broker_connection(client, _broker_id(name))
         return client.bootstrap
 
-    async def _describe_one(self, client: AdminClient, name: str, describe_all: bool) -> list[Any]:
+    async def _send(
+        self,
+        client: AdminClient,
+        name: str,
+        api_key: int,
+        highest_version: int,
+        what: str,
+        body: dict[str, Any],
+    ) -> Any:
+        """`body` as request `api_key` (the highest version both sides support, at most
+        `highest_version`) to the broker that answers for entity `name` (`_connection_for`),
+        over a connection closed afterwards unless it is the bootstrap one."""
         connection = await self._connection_for(client, name)
         try:
-            version = await _version(
-                client, ApiKey.DESCRIBE_CONFIGS, DESCRIBE_CONFIGS_MAX_VERSION, "DescribeConfigs"
-            )
-            resource_type = _RESOURCE_TYPES[self.entity_type]
-            response = await client._send(
-                connection,
-                ApiKey.DESCRIBE_CONFIGS,
-                version,
-                {
-                    "resources": [
-                        {
-                            "resource_type": resource_type,
-                            "resource_name": name,
-                            "configuration_keys": None,
-                        }
-                    ],
-                    "include_synonyms": True,
-                    "include_documentation": False,
-                },
-            )
+            version = await _version(client, api_key, highest_version, what)
+            return await client._send(connection, api_key, version, body)
         finally:
             if connection is not client.bootstrap:
                 connection.close()
+
+    async def _describe_one(self, client: AdminClient, name: str, describe_all: bool) -> list[Any]:
+        response = await self._send(
+            client,
+            name,
+            ApiKey.DESCRIBE_CONFIGS,
+            DESCRIBE_CONFIGS_MAX_VERSION,
+            "DescribeConfigs",
+            {
+                "resources": [
+                    {
+                        "resource_type": _RESOURCE_TYPES[self.entity_type],
+                        "resource_name": name,
+                        "configuration_keys": None,
+                    }
+                ],
+                "include_synonyms": True,
+                "include_documentation": False,
+            },
+        )
         result = response.results[0]
         _check(result.error_code, result.error_message)
         wanted = _DYNAMIC_SOURCE[self._kind(name)]
@@ -275,32 +288,23 @@ class ConfigResources:
             {"name": k, "config_operation": OP_SET, "value": v}
             for k, v in command.add_config.items()
         ] + [{"name": k, "config_operation": OP_DELETE, "value": ""} for k in command.delete_config]
-        connection = await self._connection_for(client, name)
-        try:
-            version = await _version(
-                client,
-                ApiKey.INCREMENTAL_ALTER_CONFIGS,
-                INCREMENTAL_ALTER_CONFIGS_MAX_VERSION,
-                "IncrementalAlterConfigs",
-            )
-            response = await client._send(
-                connection,
-                ApiKey.INCREMENTAL_ALTER_CONFIGS,
-                version,
-                {
-                    "resources": [
-                        {
-                            "resource_type": BROKER_LOGGER_RESOURCE,
-                            "resource_name": name,
-                            "configs": configs,
-                        }
-                    ],
-                    "validate_only": False,
-                },
-            )
-        finally:
-            if connection is not client.bootstrap:
-                connection.close()
+        response = await self._send(
+            client,
+            name,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            INCREMENTAL_ALTER_CONFIGS_MAX_VERSION,
+            "IncrementalAlterConfigs",
+            {
+                "resources": [
+                    {
+                        "resource_type": BROKER_LOGGER_RESOURCE,
+                        "resource_name": name,
+                        "configs": configs,
+                    }
+                ],
+                "validate_only": False,
+            },
+        )
         result = response.responses[0]
         _check(result.error_code, result.error_message)
 
@@ -319,29 +323,23 @@ class ConfigResources:
                 "All sensitive broker config entries must be specified for --alter, missing "
                 f"entries: {', '.join(sensitive)}"
             )
-        connection = await self._connection_for(client, name)
-        try:
-            version = await _version(
-                client, ApiKey.ALTER_CONFIGS, ALTER_CONFIGS_MAX_VERSION, "AlterConfigs"
-            )
-            response = await client._send(
-                connection,
-                ApiKey.ALTER_CONFIGS,
-                version,
-                {
-                    "resources": [
-                        {
-                            "resource_type": BROKER_RESOURCE,
-                            "resource_name": name,
-                            "configs": [{"name": k, "value": v} for k, v in merged.items()],
-                        }
-                    ],
-                    "validate_only": False,
-                },
-            )
-        finally:
-            if connection is not client.bootstrap:
-                connection.close()
+        response = await self._send(
+            client,
+            name,
+            ApiKey.ALTER_CONFIGS,
+            ALTER_CONFIGS_MAX_VERSION,
+            "AlterConfigs",
+            {
+                "resources": [
+                    {
+                        "resource_type": BROKER_RESOURCE,
+                        "resource_name": name,
+                        "configs": [{"name": k, "value": v} for k, v in merged.items()],
+                    }
+                ],
+                "validate_only": False,
+            },
+        )
         result = response.responses[0]
         _check(result.error_code, result.error_message)
 
