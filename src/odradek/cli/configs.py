@@ -164,12 +164,7 @@ class Users:
     async def alter(self, command: ConfigsCommand) -> list[str]:
         user = command.entity_name or ""
         if any(is_quota_key(k) for k in [*command.add_config, *command.delete_config]):
-            client = await connect(command)
-            try:
-                await ClientQuotas().alter(client, command)
-            finally:
-                client.close()
-            return [quota_completed_line(command)]
+            return await alter_quotas(command)
         if command.zookeeper:
             await self._alter_in_zookeeper(command, user)
         else:
@@ -300,12 +295,7 @@ class Clients:
         ClientQuotas().validate(command)
 
     async def alter(self, command: ConfigsCommand) -> list[str]:
-        client = await connect(command)
-        try:
-            await ClientQuotas().alter(client, command)
-        finally:
-            client.close()
-        return [quota_completed_line(command)]
+        return await alter_quotas(command)
 
     async def describe(self, command: ConfigsCommand) -> list[str]:
         client = await connect(command)
@@ -328,6 +318,17 @@ async def connect(command: ConfigsCommand) -> AdminClient:
     if not command.servers:
         raise OperatorError("this needs --bootstrap-server")
     return await AdminClient.connect(command.servers, command.timeout, command.security)
+
+
+async def alter_quotas(command: ConfigsCommand) -> list[str]:
+    """Alter the quotas of the command's user or client entity through the broker
+    (AlterClientQuotas); the line Kafka's tool prints."""
+    client = await connect(command)
+    try:
+        await ClientQuotas().alter(client, command)
+    finally:
+        client.close()
+    return [quota_completed_line(command)]
 
 
 def _entities(args: argparse.Namespace) -> list[tuple[str, str | None]]:
