@@ -195,12 +195,7 @@ class ControllerZk:
             [TopicPartitionStateZNode.path(t, p) for t, p in partitions]
         )
         states = {}
-        for tp, result in zip(partitions, results, strict=True):
-            if isinstance(result, NoNodeError):
-                continue
-            if isinstance(result, ZkError):
-                raise result
-            data, stat = result
+        for tp, data, stat in _existing(partitions, results):
             states[tp] = TopicPartitionStateZNode.decode(
                 data, stat.version, TopicPartitionStateZNode.path(*tp)
             )
