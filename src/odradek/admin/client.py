@@ -123,21 +123,22 @@ class AdminClient:
         controller = next(
             (b for b in metadata.brokers if b.node_id == metadata.controller_id), None
         )
-        if controller is None or (controller.host, controller.port) == (
-            self.bootstrap.host,
-            self.bootstrap.port,
-        ):
+        if controller is None:
             return self.bootstrap
         try:
-            return await BrokerConnection.connect(
-                controller.host,
-                controller.port,
-                timeout=self.timeout,
-                client_id="odradek-admin",
-                security=self.security,
-            )
+            return await self.connection_to(controller.host, controller.port, "odradek-admin")
         except NetworkError:
             return self.bootstrap
+
+    async def connection_to(self, host: str, port: int, client_id: str) -> BrokerConnection:
+        """The bootstrap connection when it goes to host:port; else a new connection there with
+        this client's timeout and security (the `--command-config` settings), which the caller
+        closes. NetworkError when it cannot connect."""
+        if (host, port) == (self.bootstrap.host, self.bootstrap.port):
+            return self.bootstrap
+        return await BrokerConnection.connect(
+            host, port, timeout=self.timeout, client_id=client_id, security=self.security
+        )
 
     async def _send_to_controller(self, api_key: int, version: int, values: Any) -> Any:
         connection = await self._controller_connection()

@@ -83,16 +83,8 @@ async def broker_connection(client: AdminClient, broker_id: int) -> BrokerConnec
     broker = next((b for b in metadata.brokers if b.node_id == broker_id), None)
     if broker is None:
         raise OperatorError(f"broker {broker_id} is not in the cluster")
-    if (broker.host, broker.port) == (client.bootstrap.host, client.bootstrap.port):
-        return client.bootstrap
     try:
-        return await BrokerConnection.connect(
-            broker.host,
-            broker.port,
-            timeout=client.timeout,
-            client_id="odradek-configs",
-            security=client.security,
-        )
+        return await client.connection_to(broker.host, broker.port, "odradek-configs")
     except NetworkError as e:
         raise OperatorError(f"broker {broker_id}: {e}") from None
 
