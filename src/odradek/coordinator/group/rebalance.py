@@ -137,14 +137,24 @@ class GroupRebalancer:
             return (member is not None and member.awaiting_join) or awaiting < self.config.max_size
         return member is not None or len(group.members) < self.config.max_size
 
+    @staticmethod
+    def _join_refusal(group: GroupMetadata, request: JoinRequest) -> ErrorCode | None:
+        """Why a JoinGroup is refused, new member or current: the group is gone
+        (COORDINATOR_NOT_AVAILABLE: the client looks for the coordinator again), or the request's
+        protocol type and protocols do not fit the group's (`supports_protocols`:
+        INCONSISTENT_GROUP_PROTOCOL)."""
+        if group.state is GroupState.DEAD:
+            return ErrorCode.coordinator_not_available
+        if not group.supports_protocols(request.protocol_type, [p for p, _ in request.protocols]):
+            return ErrorCode.inconsistent_group_protocol
+        return None
+
     def _join_new_member(
         self, group: GroupMetadata, request: JoinRequest, callback: JoinCallback
     ) -> None:
-        if group.state is GroupState.DEAD:
-            callback(JoinResult(ErrorCode.coordinator_not_available, UNKNOWN_MEMBER_ID))
-            return
-        if not group.supports_protocols(request.protocol_type, [p for p, _ in request.protocols]):
-            callback(JoinResult(ErrorCode.inconsistent_group_protocol, UNKNOWN_MEMBER_ID))
+        error = self._join_refusal(group, request)
+        if error is not None:
+            callback(JoinResult(error, UNKNOWN_MEMBER_ID))
             return
         prefix = request.group_instance_id or request.client_id
         new_member_id = f"{prefix}-{uuid.uuid4()}"
@@ -169,11 +179,9 @@ class GroupRebalancer:
         self, group: GroupMetadata, request: JoinRequest, callback: JoinCallback
     ) -> None:
         member_id = request.member_id
-        if group.state is GroupState.DEAD:
-            callback(JoinResult(ErrorCode.coordinator_not_available, member_id))
-            return
-        if not group.supports_protocols(request.protocol_type, [p for p, _ in request.protocols]):
-            callback(JoinResult(ErrorCode.inconsistent_group_protocol, member_id))
+        error = self._join_refusal(group, request)
+        if error is not None:
+            callback(JoinResult(error, member_id))
             return
         if member_id in group.pending_members:
             if request.group_instance_id is not None:
