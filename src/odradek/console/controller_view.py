@@ -18,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from odradek.console import broker_json
+from odradek.console import broker_json, views
 from odradek.console.broker_json import BrokerAnswer
 from odradek.console.snapshot import ClusterSnapshot
 
@@ -130,10 +130,7 @@ async def controller_page(request: Request) -> Response:
     state = request.app.state.console
     snapshot: ClusterSnapshot = await state.zk.current()
     events, notes = await _ask(state, snapshot)
-    fragment = (
-        request.headers.get("HX-Request") == "true"
-        and request.headers.get("HX-Target") == "controller-events"
-    )
+    fragment = views.is_fragment(request.headers, "controller-events")
     return state.render(
         request,
         "_controller.html" if fragment else "controller.html",

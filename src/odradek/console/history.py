@@ -24,7 +24,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from odradek.console import broker_json
+from odradek.console import broker_json, views
 from odradek.console.broker_json import BrokerAnswer
 from odradek.console.snapshot import ClusterSnapshot
 
@@ -169,10 +169,7 @@ async def partition_history(request: Request) -> Response:
     )
     history, errors = merge_history(answers)
     changes = [c for c in state.zk.recent_changes(name, limit=200) if c.partition == number][:30]
-    fragment = (
-        request.headers.get("HX-Request") == "true"
-        and request.headers.get("HX-Target") == "partition-history"
-    )
+    fragment = views.is_fragment(request.headers, "partition-history")
     return state.render(
         request,
         "_partition_history.html" if fragment else "partition.html",

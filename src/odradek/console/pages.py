@@ -30,12 +30,6 @@ def _state(request: Request) -> Any:
     return request.app.state.console
 
 
-def _is_fragment(request: Request, target: str) -> bool:
-    return (
-        request.headers.get("HX-Request") == "true" and request.headers.get("HX-Target") == target
-    )
-
-
 async def _scrapes(request: Request) -> tuple[dict[int, BrokerScrape], str | None]:
     state = _state(request)
     if not state.metrics.enabled:
@@ -122,7 +116,11 @@ async def topics(request: Request) -> Response:
         "internal": internal,
         "statuses": views.TOPIC_STATUSES,
     }
-    template = "_topics_table.html" if _is_fragment(request, "topics-table") else "topics.html"
+    template = (
+        "_topics_table.html"
+        if views.is_fragment(request.headers, "topics-table")
+        else "topics.html"
+    )
     return state.render(request, template, **context)
 
 

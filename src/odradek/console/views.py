@@ -216,3 +216,9 @@ def sparkline(values: Sequence[float], width: int = 240, height: int = 40) -> st
         f"{i * step:.1f},{height - (v / top) * (height - 2) - 1:.1f}" for i, v in enumerate(values)
     ]
     return "M " + " L ".join(points)
+
+
+def is_fragment(headers: Mapping[str, str], target: str) -> bool:
+    """Whether a request with these headers is htmx refreshing the live region `target` (it
+    then gets that region's fragment, not the whole page)."""
+    return headers.get("HX-Request") == "true" and headers.get("HX-Target") == target
