@@ -348,7 +348,12 @@ def _scenario(
         time.sleep(WARM_UP_S)
         fault(context)
     except BaseException:
+        # Everything this scenario started stops, so that a soak can go on to its next round.
         writer.abandon()
+        workload.abandon()
+        txn_reader.stop()
+        for reader in readers:
+            reader.stop()
         history.dump(lab.directory / f"history-{name}-{seed}.jsonl")
         raise
     finally:

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -303,3 +304,19 @@ def mixed_faults(lab: LabCluster, report: SoakReport, count: int):  # type: igno
         context.notes.append(f"{count} mixed faults")
 
     return fault
+
+
+def keep_logs(lab: LabCluster, destination: Path) -> Path:
+    """Copy the cluster's logs and histories (broker, state-change and ZooKeeper logs, history
+    dumps) to `destination`, for the post-mortem of a failed round: the lab's own directory is
+    reused by the next round and removed with the test's temporary directory."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for path in lab.directory.rglob("*"):
+        if path.is_file() and (path.suffix in (".log", ".jsonl") or path.name == "cluster.json"):
+            if "data" in path.relative_to(lab.directory).parts:
+                continue  # segments are not logs
+            target = destination / path.relative_to(lab.directory)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(OSError):
+                shutil.copy2(path, target)
+    return destination
