@@ -369,8 +369,10 @@ def build_batch(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     is_transactional: bool = False,
+    is_control: bool = False,
 ) -> bytes:
-    """Encode `(key, value, headers, timestamp)` records as one v2 CreateTime batch.
+    """Encode `(key, value, headers, timestamp)` records as one v2 CreateTime batch (a control
+    batch, such as a transaction marker, with `is_control`).
 
     Test and benchmark helper: the broker itself never builds batches. Every codec is supported
     (gzip from the standard library, snappy raw as librdkafka writes it, lz4 frames with
@@ -407,7 +409,11 @@ def build_batch(
         payload = codecs.compress(compression, bytes(body))
     else:
         raise UnsupportedCompressionTypeError(f"build_batch cannot compress with {compression}")
-    attributes = int(compression) | (_TRANSACTIONAL_BIT if is_transactional else 0)
+    attributes = (
+        int(compression)
+        | (_TRANSACTIONAL_BIT if is_transactional else 0)
+        | (_CONTROL_BIT if is_control else 0)
+    )
     batch = bytearray(HEADER_SIZE) + payload
     HEADER.pack_into(
         batch,

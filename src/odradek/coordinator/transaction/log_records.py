@@ -33,8 +33,6 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import google_crc32c
-
 from odradek.coordinator.record_fields import RecordReader, write_uvarint
 from odradek.coordinator.transaction.metadata import (
     NO_PRODUCER_EPOCH,
@@ -44,10 +42,6 @@ from odradek.coordinator.transaction.metadata import (
 )
 from odradek.errors import CorruptRecordError
 from odradek.protocol.record_batch import (
-    HEADER,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC_V2,
     BatchHeader,
     CompressionType,
     build_batch,
@@ -65,12 +59,9 @@ _INT64 = struct.Struct(">q")
 _VALUE_HEAD = struct.Struct(">qhib")  # producer id, epoch, timeout, status
 _MARKER_KEY = struct.Struct(">hh")
 _MARKER_VALUE = struct.Struct(">hi")
-_UINT32 = struct.Struct(">I")
 
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
-_TRANSACTIONAL_BIT = 0x10
-_CONTROL_BIT = 0x20
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,25 +281,14 @@ def build_marker_batch(
     """A control batch holding one COMMIT or ABORT marker for the producer."""
     key = _MARKER_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
     value = _MARKER_VALUE.pack(0, coordinator_epoch)
-    batch = bytearray(
-        build_batch(
-            [(key, value, (), now_ms)],
-            compression=CompressionType.NONE,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            is_transactional=True,
-        )
+    return build_batch(
+        [(key, value, (), now_ms)],
+        compression=CompressionType.NONE,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
     )
-    # build_batch knows no control bit: set it and recompute the CRC over attributes onwards.
-    fields = list(HEADER.unpack_from(batch, 0))
-    fields[5] |= _TRANSACTIONAL_BIT | _CONTROL_BIT
-    fields[4] = 0
-    HEADER.pack_into(batch, 0, *fields)
-    crc = google_crc32c.value(bytes(batch[21:]))
-    _UINT32.pack_into(batch, 17, crc)
-    if fields[3] != MAGIC_V2 or len(batch) < HEADER_SIZE or fields[1] != len(batch) - LOG_OVERHEAD:
-        raise CorruptRecordError("marker batch built wrong")  # pragma: no cover - a bug
-    return bytes(batch)
 
 
 def marker_type(batch: bytes | memoryview) -> int | None:
