@@ -179,7 +179,7 @@ def _kill_and_tear(lab: LabCluster, context: ScenarioContext) -> int:
     return victim
 
 
-def _restart_stopped_brokers(lab: LabCluster) -> None:
+def restart_stopped_brokers(lab: LabCluster) -> None:
     for broker in lab.cluster.broker_ids:
         if lab.cluster.process_state(broker) is ProcessState.STOPPED:
             lab.cluster.cont(broker)
@@ -297,7 +297,7 @@ def mixed_faults(lab: LabCluster, report: SoakReport, count: int):  # type: igno
                 report.nemesis_errors.append(f"fault {index}: {e}"[:300])
                 context.nemesis(f"nemesis error: {e}")
                 lab.heal()
-                _restart_stopped_brokers(lab)
+                restart_stopped_brokers(lab)
             if index % CONVERGE_EVERY == 0:
                 lab.heal()
                 _converge(lab, context, report, index)

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.faults.lab import LabCluster, run_scenario
-from tests.faults.soak import FAULTS_PER_ROUND, SoakReport, keep_logs, mixed_faults
+from tests.faults.soak import (
+    FAULTS_PER_ROUND,
+    SoakReport,
+    keep_logs,
+    mixed_faults,
+    restart_stopped_brokers,
+)
 from tests.faults.test_partitions import lab  # noqa: F401  (the shared namespaced cluster)
 
 SOAK = os.environ.get("ODRADEK_SOAK") == "1"
@@ -59,6 +65,9 @@ def test_mixed_fault_soak(
             report.rounds.append(row)
             report.write(results)
             failures.append(f"round {round_number} (seed {seed}): {e}"[:3000])
+            # A broker that crashed is started again: the next round tests a whole cluster.
+            lab.heal()
+            restart_stopped_brokers(lab)
             # Jepsen-style: record it and go on, so that one finding does not hide the next;
             # the test fails at the end.
             remaining -= count

@@ -27,7 +27,7 @@ import pytest
 
 from odradek.errors import OperatorError
 from odradek.server import session_reclaim
-from odradek.server.broker_zk import BrokerZk
+from odradek.server.broker_zk import STARTUP_REGISTRATION_ATTEMPTS, BrokerZk
 from odradek.server.session_reclaim import (
     SESSION_FILE,
     RecordedSession,
@@ -36,7 +36,12 @@ from odradek.server.session_reclaim import (
     record_session,
     write_session_record,
 )
-from odradek.zk.errors import ConnectionLossError, NodeExistsError, NoNodeError
+from odradek.zk.errors import (
+    ConnectionLossError,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from odradek.zk.znodes import BrokerIdZNode, ControllerZNode
 from tests.fakes.controller_zk import FakeZkClient, FakeZooKeeper
 
@@ -127,6 +132,42 @@ async def _another_broker_with_our_id() -> None:
         await asyncio.wait_for(BrokerZk._register_broker(broker), timeout=30)
     assert time.monotonic() - started >= SESSION_TIMEOUT_MS / 1000 + 5
     assert zk.owner == OLD_SESSION
+
+
+class ExpiringOnCreate(HeldRegistration):
+    """No old registration; the session expires under the first `expiries` creates."""
+
+    def __init__(self, expiries: int) -> None:
+        super().__init__()
+        self.owner = None
+        self.expiries = expiries
+
+    async def create(self, path: str, data: bytes, ephemeral: bool = False) -> None:
+        if self.expiries > 0:
+            self.expiries -= 1
+            raise SessionExpiredError(path)
+        await super().create(path, data, ephemeral)
+
+
+def test_soak_session_expired_during_startup_registration_registers_in_the_new_session() -> None:
+    """The soak (seed 436106115's round) found a broker that exited at start-up with a
+    SessionExpiredError from `/brokers/ids/<id>`: a quorum loss outlived its first session
+    while it registered. Kafka's broker retries in the new session; so does Odradek now."""
+    zk = ExpiringOnCreate(expiries=2)
+    broker = registering_broker(zk, reclaim=False)
+    broker._register_broker = lambda: BrokerZk._register_broker(broker)
+    asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
+    assert zk.owner == OUR_SESSION
+    assert broker.registered.is_set() and broker.broker_epoch == 7
+
+
+def test_a_session_that_expires_under_every_registration_attempt_ends_the_startup() -> None:
+    zk = ExpiringOnCreate(expiries=STARTUP_REGISTRATION_ATTEMPTS)
+    broker = registering_broker(zk, reclaim=False)
+    broker._register_broker = lambda: BrokerZk._register_broker(broker)
+    with pytest.raises(OperatorError, match="expired during each of 5 attempts"):
+        asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
+    assert zk.owner is None and not broker.registered.is_set()
 
 
 # ---------------------------------------------------------------------------------------------

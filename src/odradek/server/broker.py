@@ -305,7 +305,7 @@ class Broker(BrokerZk, BrokerShutdown):
         )
         # 5. register, 6. controller
         self._zk.add_state_listener(self._on_session_state)
-        await self._register_broker()
+        await self._register_at_startup()
         self.controller.startup()
         # Directories that failed at start-up are reported now that we are registered.
         self.log_dir_failure.start()

@@ -31,7 +31,7 @@ from odradek.server.dynamic_config_manager import DynamicConfigManager
 from odradek.server.quota.broker_quotas import BrokerQuotas
 from odradek.server.session_reclaim import reclaim_registration, record_session
 from odradek.zk.client import SessionState, ZkClient
-from odradek.zk.errors import NodeExistsError, NoNodeError
+from odradek.zk.errors import NodeExistsError, NoNodeError, SessionExpiredError
 from odradek.zk.ops import CreateOp
 from odradek.zk.znodes import (
     BrokerIdZNode,
@@ -46,6 +46,10 @@ from odradek.zk.znodes import (
 log = logging.getLogger(__name__)
 
 ISR_CHANGE_NOTIFICATION_BYTES = 400_000
+
+
+# Registrations at start-up cut short by a session expiry before the broker gives up.
+STARTUP_REGISTRATION_ATTEMPTS = 5
 
 
 class BrokerZk:
@@ -174,6 +178,28 @@ class BrokerZk:
         self.broker_epoch = stat.czxid
         self.registered.set()
         log.info("registered %s with broker epoch %d", path, self.broker_epoch)
+
+    async def _register_at_startup(self) -> None:
+        """Register, once more in the new session if the session expires under the registration
+        (a ZooKeeper quorum lost for longer than the session timeout while we start): Kafka's
+        broker retries its ZooKeeper requests in a new session then (`KafkaZkClient`'s
+        `retryRequestsUntilConnected`) rather than exit. ZooKeeper unreachable for longer than
+        the client's connection-loss deadline still ends the start-up, with its one-line error."""
+        for attempt in range(1, STARTUP_REGISTRATION_ATTEMPTS + 1):
+            try:
+                await self._register_broker()
+                return
+            except SessionExpiredError:
+                if attempt == STARTUP_REGISTRATION_ATTEMPTS:
+                    raise OperatorError(
+                        f"broker {self.broker_id}: the ZooKeeper session expired during each of "
+                        f"{attempt} attempts to register"
+                    ) from None
+                log.warning(
+                    "ZooKeeper session expired while registering (attempt %d); registering again "
+                    "in a new session",
+                    attempt,
+                )
 
     def _on_session_state(self, state: SessionState) -> None:
         if state is SessionState.CONNECTED and self._session_expired:
