@@ -968,6 +968,34 @@ def test_a_sole_replica_that_restarted_unseen_keeps_its_leadership_as_it_was(
     assert not [line for line in transitions if "OfflinePartition" in line]
 
 
+def test_a_restarted_leader_whose_other_isr_members_died_gets_a_new_epoch_at_failover(
+    cluster: ControllerMachine,
+) -> None:
+    """Found by the soak (round seed 436106114): the leader restarted unseen while the other ISR
+    members were dead, so it stayed leader at the same epoch and served its checkpointed HW
+    (8499) until the dead members left the ISR, below the 8579 clients had seen under that
+    epoch. Now it is elected again at a new epoch with the live ISR members (itself)."""
+    cluster.start({1, 2, 3})
+    cluster.admin.create_topic("t", {0: [1, 2, 3]})
+    cluster.drain()
+    before = cluster.admin.partition_states()[("t", 0)]
+    assert before.leader == 1 and sorted(before.isr) == [1, 2, 3]
+    old = cluster.active
+    cluster.tree.expire_session(old.zk.client.session_id)
+    cluster.kill(2)
+    cluster.kill(3)
+    cluster.kill(1)
+    cluster.register(1)
+    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
+    standby = next(c for c in cluster.candidates if c is not old)
+    cluster.drain(first=standby)
+    after = cluster.admin.partition_states()[("t", 0)]
+    assert cluster.active is standby
+    assert after.leader == 1
+    assert after.leader_epoch > before.leader_epoch
+    assert list(after.isr) == [1]
+
+
 def test_a_plain_failover_keeps_every_leader_epoch(cluster: ControllerMachine) -> None:
     cluster.start({1, 2, 3})
     cluster.admin.create_topic("t", {0: [1, 2, 3], 1: [2, 3, 1]})

@@ -104,9 +104,11 @@ class BrokerEventHandlers(TermComponents):
         Where a live ISR member that did not restart can lead, it does, at a new leader epoch, as a controller
         watching at the time would have done (the restarted broker rejoins the ISR once it has
         caught up); the partition never goes offline. Where the restarted broker is the only live
-        ISR member (a one-broker cluster after a restart; every broker after a quorum loss) nothing changes: it is the only
-        possible leader, its high watermark catches up with its log end at once (the ISR is
-        itself), and a second LeaderAndIsr at a new epoch only made clients see
+        ISR member and the ISR names dead brokers, it is elected again among the live ISR members
+        at a new epoch, the ISR shrunk to them, as an offline election would.
+        Where the ISR is the restarted broker alone (a one-broker cluster after a restart)
+        nothing changes: it is the only possible leader, its high watermark catches up with its
+        log end at once (the ISR is itself), and a second LeaderAndIsr at a new epoch only made clients see
         NOT_LEADER_OR_FOLLOWER for a moment after the restart (the compaction crash tests).
         """
         context = self.context
@@ -130,27 +132,49 @@ class BrokerEventHandlers(TermComponents):
                 for r in context.leadership[tp].isr
             )
         ]
-        if not movable:
-            return
-        log.info(
-            "brokers %s registered after the leaderships they hold were written, unseen by any "
-            "controller: %d partitions move to another ISR member at a new leader epoch",
-            sorted(brokers),
-            len(movable),
-        )
-        shutting_down = set(context.shutting_down_broker_ids)
-        context.shutting_down_broker_ids |= brokers
-        try:
-            await self._psm.handle_state_changes(
-                movable, PartitionState.OnlinePartition, ElectionStrategy.CONTROLLED_SHUTDOWN
+        # No other live ISR member, and the ISR names dead brokers: the restarted leader's high
+        # watermark waits for them, so it would serve its checkpointed one until they are
+        # dropped. Elected again as for an offline partition (the live ISR members, clean) at a
+        # new epoch (found by the soak: HW 8499 served under the epoch clients had seen 8579
+        # under). ISR members that live (all of them, after a ZooKeeper outage every broker
+        # re-registers) catch up at once: nothing changes for those partitions.
+        live_ids = context.live_broker_ids
+        stranded = [
+            tp
+            for tp in restarted
+            if tp not in movable and any(r not in live_ids for r in context.leadership[tp].isr)
+        ]
+        if movable:
+            log.info(
+                "brokers %s registered after the leaderships they hold were written, unseen by "
+                "any controller: %d partitions move to another ISR member at a new leader epoch",
+                sorted(brokers),
+                len(movable),
             )
-        finally:
-            context.shutting_down_broker_ids = shutting_down
-        # The restarted brokers learn that they follow now (the election left them out).
-        await self._rsm.handle_state_changes(
-            [PartitionReplica(tp[0], tp[1], restarted[tp]) for tp in movable],
-            ReplicaState.OnlineReplica,
-        )
+            shutting_down = set(context.shutting_down_broker_ids)
+            context.shutting_down_broker_ids |= brokers
+            try:
+                await self._psm.handle_state_changes(
+                    movable, PartitionState.OnlinePartition, ElectionStrategy.CONTROLLED_SHUTDOWN
+                )
+            finally:
+                context.shutting_down_broker_ids = shutting_down
+            # The restarted brokers learn that they follow now (the election left them out).
+            await self._rsm.handle_state_changes(
+                [PartitionReplica(tp[0], tp[1], restarted[tp]) for tp in movable],
+                ReplicaState.OnlineReplica,
+            )
+        if stranded:
+            log.info(
+                "brokers %s registered after the leaderships they hold were written, unseen by "
+                "any controller, with no other live ISR member: %d partitions elected again among "
+                "the live ISR members at a new leader epoch",
+                sorted(brokers),
+                len(stranded),
+            )
+            await self._psm.handle_state_changes(
+                stranded, PartitionState.OnlinePartition, ElectionStrategy.OFFLINE
+            )
         self._send_batch()
 
     async def _on_broker_startup(self, new_ids: set[int]) -> None:
