@@ -57,6 +57,7 @@ from odradek.controller.controller_zk import ControllerZk
 from odradek.zk.client import WatchCallback, WatchEvent, WatchEventKind, ZkClient
 from odradek.zk.errors import (
     BadVersionError,
+    ConnectionLossError,
     ControllerMovedError,
     NodeExistsError,
     NoNodeError,
@@ -477,6 +478,10 @@ class FakeZkClient:
     def __init__(self, tree: FakeZooKeeper) -> None:
         self.tree = tree
         self.session_id = tree.new_session_id()
+        self.connected = True
+        # get_children of these paths fails once with ConnectionLossError, as a request does
+        # when the connection stays lost past the client's retry deadline.
+        self.lose_connection_on_children: set[str] = set()
 
     @property
     def expired(self) -> bool:
@@ -509,6 +514,9 @@ class FakeZkClient:
 
     async def get_children(self, path: str, watch: WatchCallback | None = None) -> list[str]:
         self._live()
+        if path in self.lose_connection_on_children:
+            self.lose_connection_on_children.discard(path)
+            raise ConnectionLossError(path)
         children = self.tree.get_children(path)
         if watch is not None:
             self.tree.add_child_watch(path, self.session_id, watch)

@@ -58,8 +58,8 @@ from odradek.protocol.messages import (
     UpdateMetadataResponseV7,
 )
 from odradek.protocol.topic_ids import uuid_to_topic_id
-from odradek.zk.errors import ControllerMovedError
-from odradek.zk.znodes import ControllerEpochZNode, ControllerZNode
+from odradek.zk.errors import ConnectionLossError, ControllerMovedError
+from odradek.zk.znodes import BrokerIdsZNode, ControllerEpochZNode, ControllerZNode
 from tests.fakes.channel import RecordingChannelManager, SentRequest
 from tests.fakes.controller_zk import (
     FakeControllerZk,
@@ -196,11 +196,12 @@ class ControllerMachine(RuleBasedStateMachine):
         return self.loop.run_until_complete(coroutine)
 
     async def _process(self, candidate: Candidate, event: Any) -> None:
-        """One event, as the event manager runs it; only a fenced write may fail (and must be
-        handled by `on_error`): any other exception fails the test."""
+        """One event, as the event manager runs it; only a fenced write or a lost connection
+        (injected) may fail (and must be handled by `on_error`): any other exception fails the
+        test."""
         try:
             await candidate.controller.process(event)
-        except ControllerMovedError as error:
+        except (ControllerMovedError, ConnectionLossError) as error:
             await candidate.controller.on_error(event, error)
 
     def drain(self, first: Candidate | None = None) -> None:
@@ -994,6 +995,28 @@ def test_a_restarted_leader_whose_other_isr_members_died_gets_a_new_epoch_at_fai
     assert after.leader == 1
     assert after.leader_epoch > before.leader_epoch
     assert list(after.isr) == [1]
+
+
+def test_a_broker_change_cut_short_by_a_lost_connection_runs_again(
+    cluster: ControllerMachine,
+) -> None:
+    """Found by the soak (seed 526470687's family): a ZooKeeper quorum lost for longer than the
+    session timeout failed the controller's read of /brokers/ids with ConnectionLossError (the
+    session survived: a new quorum leader renews every session). The BrokerChange was dropped
+    and, with it, the watch it would have set again: the controller never saw another broker
+    register, and a restarted broker stayed out of every ISR. Now the event runs again."""
+    cluster.start({1, 2})
+    cluster.drain()
+    active = cluster.active
+    active.zk.client.lose_connection_on_children.add(BrokerIdsZNode.path())
+    cluster.register(3)
+    cluster.drain()
+    assert active.zk.client.lose_connection_on_children == set()  # the loss happened
+    assert cluster.active is active
+    assert 3 in active.controller.context.live_brokers
+    cluster.register(4)  # the watch was set again
+    cluster.drain()
+    assert 4 in active.controller.context.live_brokers
 
 
 def test_a_plain_failover_keeps_every_leader_epoch(cluster: ControllerMachine) -> None:

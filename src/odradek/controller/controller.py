@@ -64,6 +64,7 @@ from odradek.errors import KafkaError, NotControllerError
 from odradek.network.client import PLAINTEXT_CLIENT, ClientSecurity
 from odradek.zk.client import SessionState, WatchEvent, WatchEventKind, ZkClient
 from odradek.zk.errors import (
+    ConnectionLossError,
     ControllerMovedError,
     NoNodeError,
     SessionExpiredError,
@@ -75,6 +76,24 @@ from odradek.zk.znodes import (
 )
 
 log = logging.getLogger(__name__)
+
+
+# Events that only re-read ZooKeeper and act on what they find (watch-driven, no caller waiting):
+# safe to run again after a lost connection interrupted them.
+REREAD_EVENTS = (
+    ev.ControllerChange,
+    ev.BrokerChange,
+    ev.BrokerModification,
+    ev.TopicChange,
+    ev.PartitionModifications,
+    ev.TopicDeletion,
+    ev.IsrChangeNotification,
+    ev.LogDirEventNotification,
+    ev.PartitionReassignment,
+    ev.PartitionReassignmentIsrChange,
+    ev.UncleanLeaderElectionEnable,
+    ev.PreferredReplicaElection,
+)
 
 
 class KafkaController(ControllerFailover, BrokerEventHandlers, TopicEventHandlers):
@@ -97,6 +116,8 @@ class KafkaController(ControllerFailover, BrokerEventHandlers, TopicEventHandler
     ) -> None:
         self.broker_id = broker_id
         self.zk_client = zk
+        # Events a lost connection interrupted, to run again once connected (see on_error).
+        self._rerun_when_connected: list[Any] = []
         self.zk = ControllerZk(zk)
         self.context = ControllerContext()
         self.state_change_logger = StateChangeLogger(broker_id)
@@ -213,7 +234,12 @@ class KafkaController(ControllerFailover, BrokerEventHandlers, TopicEventHandler
             self.event_manager.clear_and_put(ev.Expire())
         elif state is SessionState.CONNECTED and self._expired:
             self._expired = False
+            self._rerun_when_connected.clear()  # a new session re-reads everything anyway
             self.event_manager.put(ev.RegisterBrokerAndReelect())
+        elif state is SessionState.CONNECTED:
+            pending, self._rerun_when_connected = self._rerun_when_connected, []
+            for event in pending:
+                self.event_manager.put(event)
 
     # watches: they only enqueue, and only for the current term
 
@@ -396,6 +422,22 @@ class KafkaController(ControllerFailover, BrokerEventHandlers, TopicEventHandler
             return
         if isinstance(error, SessionExpiredError):
             log.info("ZooKeeper session expired while processing %s", event.name)
+            return
+        if isinstance(error, ConnectionLossError) and isinstance(event, REREAD_EVENTS):
+            # Kafka's controller never fails an event on a lost connection: its ZooKeeper client
+            # waits until connected. Ours gives a request up after the session timeout, and a
+            # quorum lost for longer expires no session: the event (and the watch it would set
+            # again) would be lost for good -- found by the soak, a controller that never again
+            # saw a broker register. Such an event re-reads ZooKeeper: it runs again once the
+            # connection is back.
+            log.warning(
+                "ZooKeeper connection lost while processing %s; it runs again once connected",
+                event.name,
+            )
+            if self.zk_client.connected:
+                self.put(event)
+            else:
+                self._rerun_when_connected.append(event)
             return
         log.error("error processing controller event %s", event.name, exc_info=error)
         if (
