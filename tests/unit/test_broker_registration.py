@@ -76,6 +76,7 @@ class HeldRegistration:
 
 class Config(dict[str, Any]):
     advertised_listeners: list[Any] = []
+    zookeeper_connection_timeout_ms = 5000
 
 
 def registering_broker(zk: Any, log_dirs: list[Path] | None = None, reclaim: bool = True) -> Any:
@@ -145,6 +146,7 @@ class ExpiringOnCreate(HeldRegistration):
     async def create(self, path: str, data: bytes, ephemeral: bool = False) -> None:
         if self.expiries > 0:
             self.expiries -= 1
+            self.session_id += 1  # the client's next session (kazoo opens one after an expiry)
             raise SessionExpiredError(path)
         await super().create(path, data, ephemeral)
 
@@ -156,15 +158,37 @@ def test_soak_session_expired_during_startup_registration_registers_in_the_new_s
     zk = ExpiringOnCreate(expiries=2)
     broker = registering_broker(zk, reclaim=False)
     broker._register_broker = lambda: BrokerZk._register_broker(broker)
+    broker._new_session_after = lambda expired: BrokerZk._new_session_after(broker, expired)
     asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
     assert zk.owner == OUR_SESSION
     assert broker.registered.is_set() and broker.broker_epoch == 7
+
+
+def test_a_registration_after_an_expiry_waits_for_the_new_session() -> None:
+    """The soak's next run: the five attempts were spent within a millisecond, each failing at
+    once with the expiry because the client had no new session yet."""
+
+    class Reconnecting(ExpiringOnCreate):
+        async def create(self, path: str, data: bytes, ephemeral: bool = False) -> None:
+            assert self.connected, "a registration attempt while no session is open"
+            if self.expiries > 0:
+                self.connected = False
+                asyncio.get_running_loop().call_later(0.3, setattr, self, "connected", True)
+            await super().create(path, data, ephemeral)
+
+    zk = Reconnecting(expiries=1)
+    broker = registering_broker(zk, reclaim=False)
+    broker._register_broker = lambda: BrokerZk._register_broker(broker)
+    broker._new_session_after = lambda expired: BrokerZk._new_session_after(broker, expired)
+    asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
+    assert zk.owner == OUR_SESSION and broker.registered.is_set()
 
 
 def test_a_session_that_expires_under_every_registration_attempt_ends_the_startup() -> None:
     zk = ExpiringOnCreate(expiries=STARTUP_REGISTRATION_ATTEMPTS)
     broker = registering_broker(zk, reclaim=False)
     broker._register_broker = lambda: BrokerZk._register_broker(broker)
+    broker._new_session_after = lambda expired: BrokerZk._new_session_after(broker, expired)
     with pytest.raises(OperatorError, match="expired during each of 5 attempts"):
         asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
     assert zk.owner is None and not broker.registered.is_set()

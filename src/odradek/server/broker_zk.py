@@ -187,6 +187,7 @@ class BrokerZk:
         the client's connection-loss deadline still ends the start-up, with its one-line error."""
         for attempt in range(1, STARTUP_REGISTRATION_ATTEMPTS + 1):
             try:
+                expired = self._zk.session_id
                 await self._register_broker()
                 return
             except SessionExpiredError:
@@ -200,6 +201,21 @@ class BrokerZk:
                     "in a new session",
                     attempt,
                 )
+                await self._new_session_after(expired)
+
+    async def _new_session_after(self, expired: int) -> None:
+        """Wait (bounded by zookeeper.connection.timeout.ms) until the client holds a session
+        other than `expired`: until then every request fails at once with the expiry (the soak
+        saw five attempts spent within a millisecond)."""
+        timeout = self.config.zookeeper_connection_timeout_ms / 1000
+        deadline = time.monotonic() + timeout
+        while not (self._zk.connected and self._zk.session_id != expired):
+            if time.monotonic() >= deadline:
+                raise OperatorError(
+                    f"ZooKeeper at {self._zk.connect_string}: no new session within {timeout:g}s "
+                    "after the session expired"
+                )
+            await asyncio.sleep(0.05)
 
     def _on_session_state(self, state: SessionState) -> None:
         if state is SessionState.CONNECTED and self._session_expired:
