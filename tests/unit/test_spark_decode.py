@@ -137,35 +137,62 @@ def test_chunks_accumulate_across_adds() -> None:
     assert rows[0]["headers"] == [{"key": "h", "value": None}]
 
 
-def test_aborted_transactions_are_dropped() -> None:
-    def txn(records: int) -> bytearray:
-        return bytearray(
-            build_batch(
-                [(None, b"x", [], 1)] * records,
-                producer_id=7,
-                producer_epoch=0,
-                base_sequence=0,
-                is_transactional=True,
-            )
+def _transactional(producer_id: int, records: int) -> bytearray:
+    return bytearray(
+        build_batch(
+            [(None, b"x", [], 1)] * records,
+            producer_id=producer_id,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=True,
         )
+    )
 
-    parts = [
-        txn(2),
-        bytearray(build_marker_batch(7, 0, False, 1, 2)),
-        txn(3),
-        bytearray(build_marker_batch(7, 0, True, 1, 2)),
-    ]
+
+def _marker(producer_id: int, commit: bool) -> bytearray:
+    return bytearray(build_marker_batch(producer_id, 0, commit, 1, 2))
+
+
+def _at_offsets_from_zero(parts: list[bytearray]) -> bytes:
+    """The batches back to back with consecutive offsets from 0."""
     out = bytearray()
     offset = 0
     for raw in parts:
         (header,) = assign_offsets(raw, list(iter_batches(raw)), offset, 0)
         offset = header.next_offset
         out += raw
+    return bytes(out)
+
+
+def test_aborted_transactions_are_dropped() -> None:
+    out = _at_offsets_from_zero(
+        [_transactional(7, 2), _marker(7, False), _transactional(7, 3), _marker(7, True)]
+    )
     decoder = ArrowDecoder("t", 0, SCHEMA_NO_HEADERS)
-    assert decoder.add(bytes(out), 0, 100, aborted=[(7, 0)]) == 7
+    assert decoder.add(out, 0, 100, aborted=[(7, 0)]) == 7
     assert decoder.take().column("offset").to_pylist() == [3, 4, 5]
-    decoder.add(bytes(out), 0, 100)
+    decoder.add(out, 0, 100)
     assert decoder.take().column("offset").to_pylist() == [0, 1, 3, 4, 5]
+
+
+def test_aborted_transactions_of_several_producers_are_dropped_in_offset_order() -> None:
+    """The Fetch response lists aborted transactions in any order: a later transaction of a
+    smaller producer id must not hide an earlier one of a larger id (the decoder once kept its
+    heap ordered by producer id, and returned producer 9's aborted records)."""
+    out = _at_offsets_from_zero(
+        [
+            _transactional(9, 2),  # offsets 0-1, aborted
+            _marker(9, False),  # 2
+            _transactional(5, 2),  # 3-4, aborted
+            _marker(5, False),  # 5
+            _transactional(5, 1),  # 6, committed
+            _marker(5, True),  # 7
+        ]
+    )
+    for aborted in ([(9, 0), (5, 3)], [(5, 3), (9, 0)]):
+        decoder = ArrowDecoder("t", 0, SCHEMA_NO_HEADERS)
+        decoder.add(out, 0, 100, aborted=aborted)
+        assert decoder.take().column("offset").to_pylist() == [6]
 
 
 def test_malformed_records_are_a_corrupt_record_error() -> None:
@@ -175,39 +202,3 @@ def test_malformed_records_are_a_corrupt_record_error() -> None:
     with pytest.raises(CorruptRecordError, match="t-0: batch at offset 0"):
         decoder.add(bytes(raw), 0, 10)
     assert decoder.rows == 0
-
-
-def test_aborted_transactions_of_several_producers_are_dropped_in_offset_order() -> None:
-    """The Fetch response lists aborted transactions in any order: a later transaction of a
-    smaller producer id must not hide an earlier one of a larger id (the decoder once kept its
-    heap ordered by producer id, and returned producer 9's aborted records)."""
-
-    def txn(producer_id: int, records: int) -> bytearray:
-        return bytearray(
-            build_batch(
-                [(None, b"x", [], 1)] * records,
-                producer_id=producer_id,
-                producer_epoch=0,
-                base_sequence=0,
-                is_transactional=True,
-            )
-        )
-
-    parts = [
-        txn(9, 2),  # offsets 0-1, aborted
-        bytearray(build_marker_batch(9, 0, False, 1, 2)),  # 2
-        txn(5, 2),  # 3-4, aborted
-        bytearray(build_marker_batch(5, 0, False, 1, 2)),  # 5
-        txn(5, 1),  # 6, committed
-        bytearray(build_marker_batch(5, 0, True, 1, 2)),  # 7
-    ]
-    out = bytearray()
-    offset = 0
-    for raw in parts:
-        (header,) = assign_offsets(raw, list(iter_batches(raw)), offset, 0)
-        offset = header.next_offset
-        out += raw
-    for aborted in ([(9, 0), (5, 3)], [(5, 3), (9, 0)]):
-        decoder = ArrowDecoder("t", 0, SCHEMA_NO_HEADERS)
-        decoder.add(bytes(out), 0, 100, aborted=aborted)
-        assert decoder.take().column("offset").to_pylist() == [6]
