@@ -489,8 +489,14 @@ def test_cluster3_fixture_serves_clients(cluster3: LocalCluster, capsys: pytest.
         capsys, "topics", "--bootstrap-server", bootstrap, "--create", "--topic", topic
     )
     assert (code, out.strip(), err) == (0, f"Created topic {topic}.", "")
-    code, out, _ = run_main(capsys, "topics", "--bootstrap-server", bootstrap, "--list")
-    assert topic in out.splitlines()
+
+    def listed() -> bool:
+        # --list may reach a broker whose UpdateMetadata for the new topic is still on its way
+        # (as with Kafka, only the broker that answered CreateTopics is sure to know it).
+        code, out, _ = run_main(capsys, "topics", "--bootstrap-server", bootstrap, "--list")
+        return code == 0 and topic in out.splitlines()
+
+    wait_until(listed, timeout=30, message=f"{topic} in the topic list")
     code, _, _ = run_main(
         capsys, "topics", "--bootstrap-server", bootstrap, "--delete", "--topic", topic
     )
