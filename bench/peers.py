@@ -180,6 +180,10 @@ class Process(System):
 class Kafka(Process):
     name = "kafka"
 
+    def extra_properties(self, port: int) -> dict[str, str]:
+        """Settings added to (or replacing) the ones above; a bench adds listeners here."""
+        return {}
+
     def start(self) -> None:
         libs = kafka_libs()
         if not (libs / f"kafka_2.13-{KAFKA_VERSION}.jar").is_file():
@@ -208,6 +212,7 @@ class Kafka(Process):
             "log.dirs": str(directory / "data"),
             "zookeeper.connect": f"127.0.0.1:{zk_port}",
             "offsets.topic.replication.factor": "1",
+            **self.extra_properties(port),
         }
         config = directory / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))

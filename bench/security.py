@@ -11,7 +11,13 @@ the SASL_SSL listener, from `--connectors` client threads, each connection then 
 The authorizer is off here (no `authorizer.class.name`): the figures are the cost of encryption and
 authentication; an ACL check is a dictionary lookup per request.
 
+With `--kafka`, a Kafka 3.9.1 broker (the jars of `./dev kafka`, Kafka's defaults) with a PLAINTEXT
+and an SSL listener (the same PEM certificate and CA) takes the same load in the same run after
+Odradek's, and its SSL/PLAINTEXT ratios are printed beside Odradek's: the cost of TLS to a broker
+on the JVM, on the same machine and with the same client.
+
     ./dev bench security --records 300000 --sizes 100,1024
+    ./dev bench security --records 300000 --sizes 1024 --kafka
     ./dev bench security --brokers 3 --replication-factor 3 --acks all --records 200000
 """
 
@@ -27,10 +33,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import peers  # bench/peers.py: the Kafka 3.9.1 broker
 import throughput  # bench/throughput.py: the same load for every listener
 
 LISTENERS = ("SASL_SSL", "INTERNAL", "PLAINTEXT", "SSL")
@@ -43,6 +51,53 @@ def client_settings(setup, protocol: str) -> dict[str, str]:  # type: ignore[no-
     if protocol == "SASL_SSL":
         settings.update(setup.librdkafka_properties("admin"))
     return settings
+
+
+class TlsKafka(peers.Kafka):
+    """Kafka 3.9.1 with a PLAINTEXT and an SSL listener (PEM keystore and truststore)."""
+
+    def __init__(self, work: Path, keystore: Path, ca_certificate: Path) -> None:
+        super().__init__(work, argparse.Namespace())
+        self.keystore = keystore
+        self.ca_certificate = ca_certificate
+        self.ssl_bootstrap = ""
+
+    def extra_properties(self, port: int) -> dict[str, str]:
+        ssl_port = peers.free_port()
+        self.ssl_bootstrap = f"127.0.0.1:{ssl_port}"
+        return {
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},SSL://{self.ssl_bootstrap}",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_certificate),
+        }
+
+
+def measure(
+    servers: str, settings: dict[str, str], label: str, size: int, args: argparse.Namespace
+) -> dict[str, dict[str, float]]:
+    """The same produce-then-consume load as every other listener of this bench."""
+    throughput.CLIENT_SETTINGS = settings
+    topic = f"bench-{label}-{size}-{uuid.uuid4().hex[:6]}"
+    throughput.create_topic(servers, topic, args.partitions, args.replication_factor, {})
+    produced = throughput.produce(servers, topic, args.records, size, args.acks, args.linger_ms)
+    consumed = throughput.consume(servers, topic, args.partitions, args.records, size)
+    return {
+        "produce": {k: round(v, 2) for k, v in produced.items()},
+        "consume": {k: round(v, 2) for k, v in consumed.items()},
+    }
+
+
+def ratios(results: dict[str, Any], protocols: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    plain = results["PLAINTEXT"]
+    return {
+        protocol: {
+            step: round(results[protocol][step]["records_per_s"] / plain[step]["records_per_s"], 2)
+            for step in ("produce", "consume")
+        }
+        for protocol in protocols
+    }
 
 
 def connect_rate(
@@ -135,6 +190,11 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=int, default=5)
     parser.add_argument("--connectors", type=int, default=4, help="threads opening connections")
     parser.add_argument("--connect-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--kafka",
+        action="store_true",
+        help="also run the load against a Kafka 3.9.1 broker's PLAINTEXT and SSL listeners",
+    )
     args = parser.parse_args()
 
     from odradek.testing.secure import bootstrap, start_secure_cluster
@@ -143,50 +203,43 @@ def main() -> None:
     cluster, setup = start_secure_cluster(
         directory, args.brokers, listeners=LISTENERS, overrides={"authorizer.class.name": ""}
     )
+    kafka: TlsKafka | None = None
     try:
+        if args.kafka:
+            kafka = TlsKafka(directory, setup.pki.brokers[1].keystore, setup.pki.ca_certificate)
+            kafka.start()
+            peers.wait_port(int(kafka.ssl_bootstrap.rsplit(":", 1)[1]), kafka.process, 120)
         for size in [int(s) for s in args.sizes.split(",")]:
-            results = {}
-            for protocol in ("PLAINTEXT", "SSL", "SASL_SSL"):
-                servers = bootstrap(cluster, protocol)
-                throughput.CLIENT_SETTINGS = client_settings(setup, protocol)
-                topic = f"bench-{protocol.lower()}-{size}-{uuid.uuid4().hex[:6]}"
-                throughput.create_topic(
-                    servers, topic, args.partitions, args.replication_factor, {}
+            results = {
+                protocol: measure(
+                    bootstrap(cluster, protocol),
+                    client_settings(setup, protocol),
+                    protocol.lower(),
+                    size,
+                    args,
                 )
-                produced = throughput.produce(
-                    servers, topic, args.records, size, args.acks, args.linger_ms
-                )
-                consumed = throughput.consume(servers, topic, args.partitions, args.records, size)
-                results[protocol] = {
-                    "produce": {k: round(v, 2) for k, v in produced.items()},
-                    "consume": {k: round(v, 2) for k, v in consumed.items()},
-                }
-            plain = results["PLAINTEXT"]
-            ratios = {
-                protocol: {
-                    step: round(
-                        results[protocol][step]["records_per_s"] / plain[step]["records_per_s"], 2
-                    )
-                    for step in ("produce", "consume")
-                }
-                for protocol in ("SSL", "SASL_SSL")
+                for protocol in ("PLAINTEXT", "SSL", "SASL_SSL")
             }
-            print(
-                json.dumps(
-                    {
-                        "bench": "security_throughput",
-                        "brokers": args.brokers,
-                        "record_bytes": size,
-                        "records": args.records,
-                        "partitions": args.partitions,
-                        "replication_factor": args.replication_factor,
-                        "acks": args.acks,
-                        "results": results,
-                        "ratio_to_plaintext": ratios,
-                    }
-                ),
-                flush=True,
-            )
+            report: dict[str, Any] = {
+                "bench": "security_throughput",
+                "brokers": args.brokers,
+                "record_bytes": size,
+                "records": args.records,
+                "partitions": args.partitions,
+                "replication_factor": args.replication_factor,
+                "acks": args.acks,
+                "results": results,
+                "ratio_to_plaintext": ratios(results, ("SSL", "SASL_SSL")),
+            }
+            if kafka is not None:
+                ca = {"security.protocol": "SSL", "ssl.ca.location": str(setup.pki.ca_certificate)}
+                kafka_results = {
+                    "PLAINTEXT": measure(kafka.bootstrap, {}, "kafka-plaintext", size, args),
+                    "SSL": measure(kafka.ssl_bootstrap, ca, "kafka-ssl", size, args),
+                }
+                report["kafka_results"] = kafka_results
+                report["kafka_ratio_to_plaintext"] = ratios(kafka_results, ("SSL",))
+            print(json.dumps(report), flush=True)
         first = cluster.brokers[0]
         context = ssl.create_default_context(cafile=str(setup.pki.ca_certificate))
         tls = connect_rate(
@@ -215,6 +268,8 @@ def main() -> None:
             flush=True,
         )
     finally:
+        if kafka is not None:
+            kafka.stop()
         cluster.down()
 
 

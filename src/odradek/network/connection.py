@@ -418,20 +418,27 @@ class ClientConnection(asyncio.Protocol):
     def _write_parts(self, parts: list[bytes | FileRecords]) -> bool:
         """Write a response given as parts; True when all of it went to the transport.
 
-        Bytes go through the transport (consecutive ones joined: one write). A file range goes
-        by sendfile(2) straight to the socket while the transport has nothing buffered and the
-        socket takes it; whatever remains is sent by `_send_rest`, which waits for the socket,
-        and responses after this one wait for it (False)."""
+        On TLS every part goes to the transport as it is (a file range read into bytes once).
+        Otherwise bytes go through the transport (consecutive ones joined: one write), and a
+        file range by sendfile(2) straight to the socket while the transport has nothing
+        buffered and the socket takes it; whatever remains is sent by `_send_rest`, which waits
+        for the socket, and responses after this one wait for it (False)."""
         transport = require(self._transport, "the connection's transport")
         socket_fd = self._socket_fd
         server = self._server
+        if socket_fd < 0:
+            try:
+                data = [p.read() if isinstance(p, FileRecords) else p for p in parts]
+            except OSError as e:
+                self.close(f"reading records failed: {e}")
+                return False
+            transport.writelines(data)
+            server.outgoing_bytes += sum(map(len, data))
+            return True
         buffered: list[bytes] = []
         for index, part in enumerate(parts):
             if not isinstance(part, FileRecords):
                 buffered.append(part)
-                continue
-            if socket_fd < 0:  # TLS: the copying path
-                buffered.append(part.read())
                 continue
             if buffered:
                 joined = b"".join(buffered) if len(buffered) > 1 else buffered[0]

@@ -7,7 +7,8 @@ topic and partition fields, each records field's length prefix) as bytes, leavin
 `FileRecords` as its own part. The connection then sends the bytes with the transport and the
 file ranges with `sendfile(2)`, so that on a plaintext connection record bytes go from the page
 cache to the socket without passing through Python (Kafka's FileRecords/`transferTo`). On a TLS
-connection the handler reads the ranges into bytes instead (`FileRecords.read`).
+connection the connection reads each range into bytes (`FileRecords.read`) and hands the parts
+to the TLS transport one by one, so record bytes are copied once before encryption.
 
 Layout by version (Kafka's FetchResponse.json): v7+ carry the top-level error code and session
 id; v12+ are flexible (compact arrays, strings and bytes; empty tagged-field sections); v13+ name

@@ -44,7 +44,6 @@ from odradek.errors import KafkaError
 from odradek.protocol.build import build_response
 from odradek.protocol.fetch_response import (
     EncodedResponse,
-    FileRecords,
     PartitionAnswer,
     TopicAnswer,
     encode_fetch_response,
@@ -74,8 +73,6 @@ if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
 log = logging.getLogger(__name__)
-
-ZERO_COPY_PROTOCOLS = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -227,8 +224,6 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     if refused:
         requests = [r for r in requests if (r.topic, r.partition) not in refused]
     max_wait_ms = int(request.max_wait.total_seconds() * 1000)
-    # Records leave by sendfile(2) straight from the segment files, except through TLS.
-    zero_copy = context.security_protocol in ZERO_COPY_PROTOCOLS
     config = broker.config
     cap = config["replica.fetch.response.max.bytes" if replica_id >= 0 else "fetch.max.bytes"]
     max_bytes = max(0, min(int(getattr(request, "max_bytes", 0x7FFFFFFF)), cap))
@@ -245,7 +240,9 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
             min_bytes,
             max_bytes,
             follower_update,
-            zero_copy,
+            # Records stay in their segment files (FileRecords) until the connection sends
+            # them: by sendfile(2), or on TLS read once and handed to the transport as they are.
+            zero_copy=True,
         )
     else:
         result = {}
@@ -284,8 +281,6 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                 continue
             read = item.read
             records = read.records
-            if isinstance(records, FileRecords) and not zero_copy:
-                records = records.read()
             entries[key] = PartitionAnswer(
                 index,
                 0,
