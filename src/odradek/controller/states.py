@@ -308,9 +308,7 @@ class StateChangeLogger:
         line per partition and per replica (30,000 for a broker that led 10,000 partitions), and
         the search was a fifth of each line's cost. The record names this module."""
         logger = self.logger
-        logger.handle(
-            logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None)
-        )
+        logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None))
 
     def invalid_transition(
         self,
