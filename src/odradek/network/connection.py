@@ -418,33 +418,27 @@ class ClientConnection(asyncio.Protocol):
     def _write_parts(self, parts: list[bytes | FileRecords]) -> bool:
         """Write a response given as parts; True when all of it went to the transport.
 
-        On TLS every part goes to the transport as it is (a file range read into bytes once).
-        Otherwise bytes go through the transport (consecutive ones joined: one write), and a
-        file range by sendfile(2) straight to the socket while the transport has nothing
-        buffered and the socket takes it; whatever remains is sent by `_send_rest`, which waits
-        for the socket, and responses after this one wait for it (False)."""
+        Bytes go through the transport (consecutive ones in one `writelines`). On TLS a file
+        range is read into bytes once and goes the same way. Otherwise it goes by sendfile(2)
+        straight to the socket while the transport has nothing buffered and the socket takes
+        it; whatever remains is sent by `_send_rest`, which waits for the socket, and responses
+        after this one wait for it (False)."""
         transport = require(self._transport, "the connection's transport")
         socket_fd = self._socket_fd
         server = self._server
         if socket_fd < 0:
             try:
-                data = [p.read() if isinstance(p, FileRecords) else p for p in parts]
+                parts = [p.read() if isinstance(p, FileRecords) else p for p in parts]
             except OSError as e:
                 self.close(f"reading records failed: {e}")
                 return False
-            transport.writelines(data)
-            server.outgoing_bytes += sum(map(len, data))
-            return True
         buffered: list[bytes] = []
         for index, part in enumerate(parts):
             if not isinstance(part, FileRecords):
                 buffered.append(part)
                 continue
-            if buffered:
-                joined = b"".join(buffered) if len(buffered) > 1 else buffered[0]
-                transport.write(joined)
-                server.outgoing_bytes += len(joined)
-                buffered = []
+            self._write_bytes(buffered)
+            buffered = []
             sent = 0
             if transport.get_write_buffer_size() == 0:
                 try:
@@ -468,11 +462,13 @@ class ClientConnection(asyncio.Protocol):
             self._sending_file = True
             self._send_task = asyncio.ensure_future(self._send_rest(rest))
             return False
-        if buffered:
-            joined = b"".join(buffered) if len(buffered) > 1 else buffered[0]
-            transport.write(joined)
-            server.outgoing_bytes += len(joined)
+        self._write_bytes(buffered)
         return True
+
+    def _write_bytes(self, parts: list[bytes]) -> None:
+        if parts:
+            require(self._transport, "the connection's transport").writelines(parts)
+            self._server.outgoing_bytes += sum(map(len, parts))
 
     async def _send_rest(self, parts: list[bytes | FileRecords]) -> None:
         """Send the rest of a response whose file range did not fit in the socket: each range
