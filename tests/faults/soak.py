@@ -179,12 +179,15 @@ def _kill_and_tear(lab: LabCluster, context: ScenarioContext) -> int:
     return victim
 
 
-def restart_stopped_brokers(lab: LabCluster) -> None:
+def restart_stopped_brokers(lab: LabCluster, wait_s: float = 0.0) -> None:
+    """Continue paused brokers and start dead ones; with `wait_s`, wait that long for each
+    started broker to register (a round that starts before it has would fail creating its
+    topic: run 6 lost rounds 7-9 so, each within a second of broker 1's start)."""
     for broker in lab.cluster.broker_ids:
         if lab.cluster.process_state(broker) is ProcessState.STOPPED:
             lab.cluster.cont(broker)
         if not lab.cluster.is_alive(broker):
-            lab.cluster.start_broker(broker, wait=False)
+            lab.cluster.start_broker(broker, timeout=wait_s, wait=wait_s > 0)
 
 
 # What a broker prints when it gives up at start-up because ZooKeeper did not answer within

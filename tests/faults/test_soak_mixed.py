@@ -67,7 +67,10 @@ def test_mixed_fault_soak(
             failures.append(f"round {round_number} (seed {seed}): {e}"[:3000])
             # A broker that crashed is started again: the next round tests a whole cluster.
             lab.heal()
-            restart_stopped_brokers(lab)
+            try:
+                restart_stopped_brokers(lab, wait_s=120)
+            except Exception as restart_error:  # the next round then records what follows
+                report.nemesis_errors.append(f"after round {round_number}: {restart_error}"[:300])
             # Jepsen-style: record it and go on, so that one finding does not hide the next;
             # the test fails at the end.
             remaining -= count
