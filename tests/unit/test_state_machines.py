@@ -547,16 +547,18 @@ def test_replica_offline_shrinks_isr_and_stops_the_replica(
 
     assert h.context.replica_states[target] is R.OfflineReplica
     if expected is None:
+        # Nothing to write; the state as it is goes to the other replicas (as Kafka restates it).
         assert h.zk.partition_state(TP) == before == h.context.leadership[TP]
+        expected = (before.leader, before.isr)
     else:
         new_leader, new_isr = expected
         after = LeaderAndIsr(new_leader, 4, new_isr, h.context.epoch, before.zk_version + 1)
         assert h.zk.partition_state(TP) == after
         assert h.context.leadership[TP] == after
-        recipients = {e.broker_id for e in h.channel.partitions(ApiKey.LEADER_AND_ISR)}
-        assert recipients == {r for r in (1, 2, 3) if r != replica and r in h.context.live_brokers}
-        for entry in h.channel.partitions(ApiKey.LEADER_AND_ISR):
-            assert (entry.state.leader, tuple(entry.state.isr)) == expected
+    recipients = {e.broker_id for e in h.channel.partitions(ApiKey.LEADER_AND_ISR)}
+    assert recipients == {r for r in (1, 2, 3) if r != replica and r in h.context.live_brokers}
+    for entry in h.channel.partitions(ApiKey.LEADER_AND_ISR):
+        assert (entry.state.leader, tuple(entry.state.isr)) == expected
     stops = h.channel.partitions(ApiKey.STOP_REPLICA)
     if live:
         assert [(e.broker_id, e.tp, e.state.delete_partition) for e in stops] == [
@@ -565,6 +567,32 @@ def test_replica_offline_shrinks_isr_and_stops_the_replica(
     else:
         assert stops == []
     assert h.channel.brokers_sent(ApiKey.UPDATE_METADATA) == set(h.context.live_brokers)
+
+
+def test_soak_a_removal_that_landed_before_a_lost_connection_is_restated_to_the_leader() -> None:
+    """Soak run 7, round 4: during a ZooKeeper outage the controller's removal of broker 3 from
+    the ISR landed (leader epoch 4) but its answer was lost, and the event ran again once
+    connected. The leader, broker 1, still at epoch 3, had its own ISR write refused on the
+    version and stopped accepting writes until the controller restated its role; the re-run
+    found 3 already out of the ISR, wrote nothing and sent nothing, so the partition took no
+    write for four minutes. The re-run must restate the state ZooKeeper holds to the leader."""
+    h = Harness(live=[1, 2, 3])
+    h.add_topic(TOPIC, {0: [1, 2, 3]})
+    h.seed_partition(TP, leader=1, isr=[1, 2, 3], leader_epoch=3)
+    h.zk.write_partition_state(
+        TP, leader=1, leader_epoch=4, isr=[1, 2], controller_epoch=h.context.epoch
+    )
+    landed = h.zk.partition_state(TP)
+    h.kill(3)
+
+    run(h.replicas.handle_state_changes([PartitionReplica(TOPIC, 0, 3)], R.OfflineReplica))
+    h.send()
+
+    assert h.zk.partition_state(TP) == landed  # nothing written again
+    sent = {e.broker_id: e.state for e in h.channel.partitions(ApiKey.LEADER_AND_ISR)}
+    assert set(sent) == {1, 2}
+    assert all((s.leader, s.leader_epoch, tuple(s.isr)) == (1, 4, (1, 2)) for s in sent.values())
+    assert all(s.zk_version == landed.zk_version for s in sent.values())
 
 
 def test_replicas_of_a_topic_being_deleted_get_no_leader_and_isr() -> None:

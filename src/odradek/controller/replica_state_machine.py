@@ -193,7 +193,11 @@ class ReplicaStateMachine:
         self, replica_id: int, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, LeaderAndIsr]:
         """Shrink the ISR (and drop the leadership) of `replica_id` in ZooKeeper, with version
-        races retried on fresh reads. Returns the partitions whose state was written."""
+        races retried on fresh reads. Returns the state of each partition written now, and of
+        each led partition whose ISR already lacked the replica, for the caller to restate to
+        its replicas (Kafka's doRemoveReplicasFromIsr returns both): the removal may have landed
+        before a lost connection, and its leader, whose own ISR write then failed on the
+        version, waits fenced for exactly this LeaderAndIsr."""
         context = self.context
         done: dict[TopicPartition, LeaderAndIsr] = {}
         # Leaders may have changed these ISRs (re-added the replica, say) without the controller
@@ -215,6 +219,8 @@ class ReplicaStateMachine:
             for tp in remaining:
                 current = context.leadership[tp]
                 if replica_id not in current.isr and current.leader != replica_id:
+                    if current.leader >= 0:
+                        done[tp] = current
                     continue
                 leader, isr = remove_replica_from_isr(current.leader, current.isr, replica_id)
                 if current.leader == replica_id and leader == current.leader:
