@@ -914,6 +914,23 @@ def test_controller_watch_does_not_multiply_with_each_controller_move(
         assert cluster.tree.watch_count(session, ControllerZNode.path()) <= 1
 
 
+def _leaderships_sent(
+    cluster: ControllerMachine, broker_id: int, tp: TopicPartition
+) -> list[tuple[int, int]]:
+    """(leader, leader epoch) of every LeaderAndIsr entry for `tp` the active controller's
+    channel sent to `broker_id`, in order."""
+    requests = [
+        r
+        for r in cluster.active_channel().sent
+        if r.api_key == ApiKey.LEADER_AND_ISR and r.broker_id == broker_id
+    ]
+    return [
+        (int(e.state.leader), int(e.state.leader_epoch))
+        for e in RecordingChannelManager._iter_partitions(requests)
+        if e.tp == tp
+    ]
+
+
 def test_a_leader_that_restarted_unseen_gets_a_new_epoch_at_failover(
     cluster: ControllerMachine,
 ) -> None:
@@ -940,6 +957,9 @@ def test_a_leader_that_restarted_unseen_gets_a_new_epoch_at_failover(
     assert after.leader_epoch > before.leader_epoch
     assert after.leader in (2, 3)
     assert sorted(after.isr) == [2, 3]  # back in once it has caught up with the new leader
+    # The new process never heard that it leads at the old epoch (soak run 7, round 5: the
+    # failover's first LeaderAndIsr went out before the move and it served its checkpointed HW).
+    assert (1, before.leader_epoch) not in _leaderships_sent(cluster, 1, ("t", 0))
 
 
 def test_a_sole_replica_that_restarted_unseen_keeps_its_leadership_as_it_was(
@@ -995,6 +1015,7 @@ def test_a_restarted_leader_whose_other_isr_members_died_gets_a_new_epoch_at_fai
     assert after.leader == 1
     assert after.leader_epoch > before.leader_epoch
     assert list(after.isr) == [1]
+    assert _leaderships_sent(cluster, 1, ("t", 0)) == [(1, after.leader_epoch)]
 
 
 def test_a_broker_change_cut_short_by_a_lost_connection_runs_again(

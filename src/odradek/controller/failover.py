@@ -237,10 +237,13 @@ class ControllerFailover(TermComponents):
         online = [r for r, s in context.replica_states.items() if s is ReplicaState.OnlineReplica]
         await self._rsm.handle_state_changes(online, ReplicaState.OnlineReplica)
         await self._psm.trigger_online_partition_state_change()
-        self._send_batch()
         # 4a. leaders that registered again after their leadership was written, unseen by any
-        # controller: a new leader epoch for the new process, in place (never offline)
+        # controller: a new leader epoch for the new process, in place (never offline). In the
+        # same batch as step 4, whose LeaderAndIsr it replaces for those partitions: sent
+        # first, the old epoch would make the new process lead at it for a moment, serving its
+        # checkpointed high watermark (found by the soak: HW 13021 after 13350 under epoch 13).
         await self._on_unprocessed_restarts(written)
+        self._send_batch()
         # 4b. resume the reassignments in progress; act on /admin/reassign_partitions
         await self._reassignment.initialize()
         self._send_batch()
