@@ -5,6 +5,9 @@ the repository; `kafka_libs()` finds them (ODRADEK_KAFKA_LIBS overrides the plac
 runs `java -cp 'libs/*' kafka.Kafka server.properties` against a chroot of the test session's
 ZooKeeper, in a temporary directory, and is ready when it answers ApiVersions.
 
+Several brokers form one cluster when they share the chroot and differ in `broker_id`. `pause()`
+and `resume()` SIGSTOP and SIGCONT the JVM, as `LocalCluster.stop`/`cont` do an Odradek broker.
+
 Concurrency: a `KafkaBroker` belongs to the test (thread) that started it; `stop()` kills the JVM
 and is idempotent, and an atexit hook kills it should the interpreter exit first.
 """
@@ -13,11 +16,13 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 from odradek.protocol.codec import ApiKey
+from odradek.testing.processes import ClusterProcess, ProcessState
 from tests.fixtures.zookeeper import free_port
 from tests.integration import _wire
 
@@ -49,13 +54,15 @@ def kafka_available() -> bool:
 class KafkaBroker:
     """One Kafka broker process (see the module docstring)."""
 
-    def __init__(self, directory: Path, zookeeper_connect: str, **properties: str) -> None:
+    def __init__(
+        self, directory: Path, zookeeper_connect: str, broker_id: int = 1, **properties: str
+    ) -> None:
         self.directory = directory
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.log = directory / "kafka.log"
         config = {
-            "broker.id": "1",
+            "broker.id": str(broker_id),
             "listeners": f"PLAINTEXT://{self.bootstrap}",
             "log.dirs": str(directory / "data"),
             "zookeeper.connect": zookeeper_connect,
@@ -101,6 +108,26 @@ class KafkaBroker:
             time.sleep(0.5)
         self.stop()
         raise TimeoutError(f"Kafka did not start within {timeout:g}s: {self.log}")
+
+    def pause(self, timeout: float = 10.0) -> None:
+        """SIGSTOP: the JVM freezes, keeping its sockets and (until it expires) its ZooKeeper
+        session; returns once the kernel reports it stopped."""
+        self._signal(signal.SIGSTOP, ProcessState.STOPPED, timeout)
+
+    def resume(self, timeout: float = 10.0) -> None:
+        """SIGCONT: the JVM frozen by `pause` runs again."""
+        self._signal(signal.SIGCONT, ProcessState.RUNNING, timeout)
+
+    def _signal(self, signum: int, expected: ProcessState, timeout: float) -> None:
+        if self._process is None:
+            raise RuntimeError("Kafka is not running")
+        process = ClusterProcess(self._process.pid, "kafka.Kafka", self._process)
+        os.kill(process.pid, signum)  # not killpg: the JVM shares the test's process group
+        deadline = time.monotonic() + timeout
+        while process.state() not in (expected, ProcessState.DEAD):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Kafka did not become {expected.value} within {timeout:g}s")
+            time.sleep(0.01)
 
     def stop(self) -> None:
         process, self._process = self._process, None
