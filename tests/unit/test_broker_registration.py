@@ -158,7 +158,7 @@ def test_soak_session_expired_during_startup_registration_registers_in_the_new_s
     zk = ExpiringOnCreate(expiries=2)
     broker = registering_broker(zk, reclaim=False)
     broker._register_broker = lambda: BrokerZk._register_broker(broker)
-    broker._new_session_after = lambda expired: BrokerZk._new_session_after(broker, expired)
+    broker._wait_for_session = lambda expired: BrokerZk._wait_for_session(broker, expired)
     asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
     assert zk.owner == OUR_SESSION
     assert broker.registered.is_set() and broker.broker_epoch == 7
@@ -179,16 +179,46 @@ def test_a_registration_after_an_expiry_waits_for_the_new_session() -> None:
     zk = Reconnecting(expiries=1)
     broker = registering_broker(zk, reclaim=False)
     broker._register_broker = lambda: BrokerZk._register_broker(broker)
-    broker._new_session_after = lambda expired: BrokerZk._new_session_after(broker, expired)
+    broker._wait_for_session = lambda expired: BrokerZk._wait_for_session(broker, expired)
     asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
     assert zk.owner == OUR_SESSION and broker.registered.is_set()
+
+
+def test_soak_a_connection_lost_under_the_startup_registration_registers_once_connected() -> None:
+    """Soak run 8, round 5: broker 2 exited at start-up with ConnectionLossError at
+    /brokers/ids/2 (ZooKeeper answered nothing past the client's deadline; the session lived).
+    Kafka's broker waits for the connection and retries. The create had landed before the loss:
+    the retry finds the registration is ours."""
+
+    class LandedThenLost(HeldRegistration):
+        def __init__(self) -> None:
+            super().__init__()
+            self.owner = None
+            self.losses = 1
+
+        async def create(self, path: str, data: bytes, ephemeral: bool = False) -> None:
+            assert self.connected, "a registration attempt while disconnected"
+            await super().create(path, data, ephemeral)
+            if self.losses > 0:
+                self.losses -= 1
+                self.connected = False
+                asyncio.get_running_loop().call_later(0.3, setattr, self, "connected", True)
+                raise ConnectionLossError(path)
+
+    zk = LandedThenLost()
+    broker = registering_broker(zk, reclaim=False)
+    broker._register_broker = lambda: BrokerZk._register_broker(broker)
+    broker._wait_for_session = lambda expired: BrokerZk._wait_for_session(broker, expired)
+    asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
+    assert zk.losses == 0 and zk.owner == OUR_SESSION
+    assert broker.registered.is_set() and broker.broker_epoch == 7
 
 
 def test_a_session_that_expires_under_every_registration_attempt_ends_the_startup() -> None:
     zk = ExpiringOnCreate(expiries=STARTUP_REGISTRATION_ATTEMPTS)
     broker = registering_broker(zk, reclaim=False)
     broker._register_broker = lambda: BrokerZk._register_broker(broker)
-    broker._new_session_after = lambda expired: BrokerZk._new_session_after(broker, expired)
+    broker._wait_for_session = lambda expired: BrokerZk._wait_for_session(broker, expired)
     with pytest.raises(OperatorError, match="expired during each of 5 attempts"):
         asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
     assert zk.owner is None and not broker.registered.is_set()

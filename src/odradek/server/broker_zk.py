@@ -31,7 +31,12 @@ from odradek.server.dynamic_config_manager import DynamicConfigManager
 from odradek.server.quota.broker_quotas import BrokerQuotas
 from odradek.server.session_reclaim import reclaim_registration, record_session
 from odradek.zk.client import SessionState, ZkClient
-from odradek.zk.errors import NodeExistsError, NoNodeError, SessionExpiredError
+from odradek.zk.errors import (
+    ConnectionLossError,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from odradek.zk.ops import CreateOp
 from odradek.zk.znodes import (
     BrokerIdZNode,
@@ -183,13 +188,23 @@ class BrokerZk:
         """Register, once more in the new session if the session expires under the registration
         (a ZooKeeper quorum lost for longer than the session timeout while we start): Kafka's
         broker retries its ZooKeeper requests in a new session then (`KafkaZkClient`'s
-        `retryRequestsUntilConnected`) rather than exit. ZooKeeper unreachable for longer than
-        the client's connection-loss deadline still ends the start-up, with its one-line error."""
-        for attempt in range(1, STARTUP_REGISTRATION_ATTEMPTS + 1):
+        `retryRequestsUntilConnected`) rather than exit.
+
+        A connection lost under the registration (the request given up after the client's
+        deadline, the session still alive) is retried once connected again, as Kafka's
+        `retryRequestsUntilConnected` does; a create that landed before the loss is found as
+        our own by `_register_broker`. ZooKeeper not serving again within
+        zookeeper.connection.timeout.ms ends the start-up, with a one-line error."""
+        attempt = 1
+        while True:
             try:
                 expired = self._zk.session_id
                 await self._register_broker()
                 return
+            except ConnectionLossError:
+                log.warning("ZooKeeper connection lost while registering; registering again")
+                await self._wait_for_session(None)
+                continue
             except SessionExpiredError:
                 if attempt == STARTUP_REGISTRATION_ATTEMPTS:
                     raise OperatorError(
@@ -201,19 +216,20 @@ class BrokerZk:
                     "in a new session",
                     attempt,
                 )
-                await self._new_session_after(expired)
+                attempt += 1
+                await self._wait_for_session(expired)
 
-    async def _new_session_after(self, expired: int) -> None:
-        """Wait (bounded by zookeeper.connection.timeout.ms) until the client holds a session
-        other than `expired`: until then every request fails at once with the expiry (the soak
+    async def _wait_for_session(self, expired: int | None) -> None:
+        """Wait (bounded by zookeeper.connection.timeout.ms) until the client is connected, in a
+        session other than `expired` if given: until then every request fails at once (the soak
         saw five attempts spent within a millisecond)."""
         timeout = self.config.zookeeper_connection_timeout_ms / 1000
         deadline = time.monotonic() + timeout
         while not (self._zk.connected and self._zk.session_id != expired):
             if time.monotonic() >= deadline:
                 raise OperatorError(
-                    f"ZooKeeper at {self._zk.connect_string}: no new session within {timeout:g}s "
-                    "after the session expired"
+                    f"ZooKeeper at {self._zk.connect_string} unreachable within {timeout:g}s "
+                    "while registering"
                 )
             await asyncio.sleep(0.05)
 
