@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import socket
 import ssl
@@ -43,7 +42,7 @@ from odradek.security.certificates import LocalPki, create_local_pki
 from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
-from tests.integration._kafka import KafkaBroker, kafka_available, kafka_libs
+from tests.integration._kafka import KafkaBroker, kafka_available, kafka_libs, require_kafka
 from tests.integration._tools import assert_one_line_error, odradek_in_process
 
 TOPIC = "sized"
@@ -598,11 +597,7 @@ REFUSALS = [
 
 @pytest.fixture(scope="module")
 def kafka(zookeeper: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not kafka_available():
-        message = f"Kafka's jars are not in {kafka_libs()}: run ./dev kafka"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_kafka()
     zookeeper.ensure_running()
     broker = KafkaBroker(
         tmp_path_factory.mktemp("kafka-dynconfig"),

@@ -13,7 +13,6 @@ fault suites (every fetcher uses a session).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 import uuid
@@ -29,7 +28,7 @@ from odradek.testing import LocalCluster
 from tests.fixtures.cluster import wait_until
 from tests.integration import _wire
 from tests.integration._clients import create_topic, unique_topic
-from tests.integration._kafka import kafka_available, kafka_libs
+from tests.integration._kafka import kafka_libs, require_kafka
 
 RECORDS_PER_PARTITION = 300
 JAVA_CONSUMER = Path(__file__).parent / "java" / "ConsumeAll.java"
@@ -272,11 +271,7 @@ def test_java_client_reads_through_sessions(
     loaded_topic: tuple[str, set[bytes]],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    if not kafka_available():
-        message = f"Kafka's jars are not in {kafka_libs()}: run ./dev kafka"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_kafka()
     name, values = loaded_topic
     classes = tmp_path_factory.mktemp("java")
     classpath = f"{kafka_libs()}/*"

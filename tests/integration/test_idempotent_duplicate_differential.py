@@ -27,7 +27,6 @@ Without Kafka's jars the tests are skipped, except in CI (CI=true), where that i
 from __future__ import annotations
 
 import atexit
-import os
 import re
 import shutil
 import uuid
@@ -53,7 +52,7 @@ from tests.integration._epoch_bump_clients import (
     Librdkafka,
     java_command,
 )
-from tests.integration._kafka import KafkaBroker, kafka_available, kafka_libs
+from tests.integration._kafka import KafkaBroker, kafka_available, require_kafka
 
 M_A, M_B = b"m-a", b"m-b"
 BROKER_PROPERTIES = {
@@ -196,11 +195,7 @@ def check_renumbered(name: str, outcome: Outcome, topic_a: str, topic_b: str) ->
 def clusters(
     zookeeper: ZooKeeperHandle, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Target]]:
-    if not kafka_available():
-        message = f"Kafka's jars are not in {kafka_libs()}: run ./dev kafka"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_kafka()
     zookeeper.ensure_running()
     base = tmp_path_factory.mktemp("epoch-bump")
     odradek = LocalCluster.up(

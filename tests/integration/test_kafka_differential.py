@@ -20,7 +20,6 @@ Without Kafka's jars the test is skipped, except in CI (CI=true), where that is 
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -44,7 +43,7 @@ from odradek.testing.local_cluster import LocalCluster
 from tests.fixtures.zookeeper import ZooKeeperHandle
 from tests.fuzz.record_batches import BOMB_NAMES, Case, bomb_cases, cases
 from tests.integration import _wire
-from tests.integration._kafka import KafkaBroker, kafka_available, kafka_libs
+from tests.integration._kafka import KafkaBroker, require_kafka
 
 HOUR_MS = 3600 * 1000
 NOW_MS = int(time.time() * 1000)
@@ -63,11 +62,7 @@ TOPIC_CONFIGS = {
 def brokers(
     zookeeper: ZooKeeperHandle, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, str]]:
-    if not kafka_available():
-        message = f"Kafka's jars are not in {kafka_libs()}: run ./dev kafka"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_kafka()
     zookeeper.ensure_running()
     base = tmp_path_factory.mktemp("differential")
     odradek = LocalCluster.up(

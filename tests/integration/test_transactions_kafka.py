@@ -7,26 +7,19 @@ describeTransactions and listTransactions read the producer and the transactiona
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from odradek.testing import LocalCluster
 from tests.integration._clients import create_topic, unique_topic
-from tests.integration._kafka import kafka_available, kafka_libs
+from tests.integration._kafka import kafka_libs, require_kafka
 from tests.integration._transactions import read_all, unique_id
 
 JAVA_CLIENT = Path(__file__).with_name("TransactionalJavaClient.java")
 
 
 def test_java_client_transactions_and_admin(cluster3: LocalCluster) -> None:
-    if not kafka_available():
-        message = f"Kafka's jars are not in {kafka_libs()}: run ./dev kafka"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    require_kafka()
     bootstrap = cluster3.bootstrap_servers
     topic = unique_topic("txn-java")
     create_topic(bootstrap, topic, partitions=1)
