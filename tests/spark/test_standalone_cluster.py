@@ -123,7 +123,9 @@ class Driver:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                # PYTHONFAULTHANDLER: `dump_stacks` has the driver's Python workers print
+                # their threads' tracebacks (to this log) when the test fails.
+                env={**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONFAULTHANDLER": "1"},
                 start_new_session=True,
             )
         self.app_id: str | None = None
@@ -143,6 +145,33 @@ class Driver:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def dump_stacks(self) -> str:
+        """Where the driver is, for a failed test's report: the JVM's stream execution threads
+        (jstack), and every Python process under it aborted with SIGABRT, on which Python's
+        fault handler writes all its threads' tracebacks to this log. Only for a test that
+        has failed: the Python workers die of it."""
+        if self.process.poll() is not None:
+            return "the driver had exited"
+        try:
+            jstack = subprocess.run(
+                ["jstack", str(self.process.pid)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            jstack = f"jstack failed: {e!r}"
+        threads = [t for t in jstack.split("\n\n") if "stream execution thread" in t]
+        for pid in descendants(self.process.pid):
+            if "python" in process_name(pid):
+                try:
+                    os.kill(pid, signal.SIGABRT)
+                except ProcessLookupError:
+                    pass
+        time.sleep(1)  # the fault handler's output is written as the process dies
+        return "\n\n".join(threads) or jstack[-4000:]
+
     def stop(self) -> None:
         """SIGTERM the driver's group (as Ctrl-C would stop a job), SIGKILL after a deadline."""
         if self.process.poll() is None:
@@ -156,6 +185,33 @@ class Driver:
         except ProcessLookupError:
             pass
         self.process.wait()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def process_name(pid: int) -> str:
+    try:
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
+    except OSError:
+        return ""
 
 
 def committed_batches(checkpoint: Path) -> list[tuple[int, int, dict[int, int]]]:
@@ -324,6 +380,10 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
         # The master gave the application a new executor in place of the killed one.
         replacements = {e.pid for e in spark.executors()} - executors_at_start
         assert replacements, "the master started no executor in place of the killed one"
+    except BaseException:
+        print(f"where the driver was:\n{driver.dump_stacks()}")
+        print(f"the driver's log, last lines:\n{driver.output()[-6000:]}")
+        raise
     finally:
         if generator is not None and generator.poll() is None:
             generator.kill()

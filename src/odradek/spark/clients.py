@@ -189,11 +189,16 @@ class ClusterOffsets:
         retries: int = 3,
         retry_interval_s: float = 1.0,
         read_committed: bool = False,
+        answer_timeout_s: float | None = None,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.read_committed = read_committed
         self.params = dict(params)
         self.timeout_s = timeout_s
+        # How long to wait for a request's answers: librdkafka times the request out itself
+        # (`timeout_s`), plus its lookup of the leader; this only bounds an answer that never
+        # comes, so that a query never stalls on one partition.
+        self.answer_timeout_s = 2 * timeout_s + 5 if answer_timeout_s is None else answer_timeout_s
         self.retries = retries
         self.retry_interval_s = retry_interval_s
         self._admin: AdminClient | None = None
@@ -300,10 +305,19 @@ class ClusterOffsets:
             except KafkaException as e:
                 self._admin = None
                 raise translate(e, f"listing {which} offsets") from None
+            answers_by = time.monotonic() + self.answer_timeout_s
             for rd_tp, future in futures.items():
                 tp = TopicPartition(rd_tp.topic, rd_tp.partition)
                 try:
-                    offset = int(future.result().offset)
+                    wait_s = max(0.0, answers_by - time.monotonic())
+                    offset = int(future.result(timeout=wait_s).offset)
+                except TimeoutError:
+                    failed[tp] = RequestTimedOutError(
+                        f"listing the {which} offset of {tp}: no answer within "
+                        f"{self.answer_timeout_s:.0f} s"
+                    )
+                    retry.append(tp)
+                    continue
                 except KafkaException as e:
                     failed[tp] = translate(e, f"listing the {which} offset of {tp}")
                     if is_retriable(e):
