@@ -9,7 +9,9 @@ quietly, and the reader's Consumer path (`spark.reader`) carries on from that of
 retries, leader changes and `failOnDataLoss` rules. A rows chunk is only yielded once its rows are
 all decoded, so the two paths never yield an offset twice.
 
-The leader comes from the reader's Consumer's metadata (one Metadata request). Only PLAINTEXT
+The leader comes from the reader's Consumer's metadata (one Metadata request), or from what an
+earlier task in the same Python worker learnt (`spark.fetch_pool`, which also keeps idle
+connections for the next task). Only PLAINTEXT
 connections take this path: with `security.protocol` set to anything else the reader uses the
 Consumer for everything. `isolation.level=read_committed` in the consumer's configuration fetches
 with isolation level 1 and drops aborted transactions' batches (see `spark.decode`).
@@ -20,7 +22,8 @@ connection's receive buffer until the decoder copies them into Arrow columns); a
 are appended to the decoder and yielded as a RecordBatch once `CHUNK_ROWS` rows (or `CHUNK_BYTES`
 of keys and values) are held, and at the end of the range.
 
-Concurrency: one task thread; the socket is closed before `fast_read` returns.
+Concurrency: one task thread; the connection is back in the pool, or closed, when `fast_read`
+returns.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import datetime
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -39,6 +42,7 @@ from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey, ProtocolError, request_class
 from odradek.protocol.record_batch import BatchHeader, iter_batches
 from odradek.spark.decode import ArrowDecoder
+from odradek.spark.fetch_pool import POOL, FetchPool
 from odradek.spark.fetch_response import FetchedPartition, read_fetch_partition
 from odradek.spark.offsets import OffsetRange
 from odradek.spark.wire import BrokerSocket, WireError
@@ -131,36 +135,71 @@ def _batches(records: memoryview | None, position: int) -> tuple[list[BatchHeade
     return headers, max([position, *(h.next_offset for h in headers)])
 
 
+def _connect(address: tuple[str, int], timeout_s: float) -> BrokerSocket:
+    return BrokerSocket(
+        address[0],
+        address[1],
+        _socket_timeout(timeout_s),
+        ApiKey.FETCH,
+        FETCH_VERSION,
+        "odradek-spark-reader",
+        _MAX_RESPONSE,
+    )
+
+
+def _socket_timeout(timeout_s: float) -> float:
+    return min(30.0, timeout_s + _MAX_WAIT_MS / 1000)
+
+
 def fast_read(
-    consumer: Consumer,
+    consumer: Callable[[], Consumer],
     r: OffsetRange,
     schema: pa.Schema,
     config: Mapping[str, Any],
     timeout_s: float,
+    pool: FetchPool = POOL,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield RecordBatches of `r` from its start; the generator's value is where it stopped."""
+    """Yield RecordBatches of `r` from its start; the generator's value is where it stopped.
+
+    `consumer()` gives the reader's Consumer (created on first call): it is asked for the leader
+    only when `pool` does not know it. The connection comes from `pool` when one is idle there,
+    and goes back to it when the read ended cleanly with nothing in flight."""
     position = r.from_offset
+    if position >= r.until_offset:
+        return position
     pending_from = position  # where the decoder's rows not yet yielded start
     isolation = 1 if str(config.get("isolation.level", "")).lower() == "read_committed" else 0
+    bootstrap = str(config.get("bootstrap.servers", ""))
     decoder = ArrowDecoder(r.topic, r.partition, schema)
     connection: BrokerSocket | None = None
+    address = pool.leader(bootstrap, r.topic, r.partition)
+    clean = False
     started = time.monotonic()
     try:
-        host, port = _leader(consumer, r.topic, r.partition, min(10.0, timeout_s))
-        connection = BrokerSocket(
-            host,
-            port,
-            min(30.0, timeout_s + _MAX_WAIT_MS / 1000),
-            ApiKey.FETCH,
-            FETCH_VERSION,
-            "odradek-spark-reader",
-            _MAX_RESPONSE,
-        )
-        connection.send(_request(r, position, isolation))
-        while position < r.until_offset:
+        if address is None:
+            address = _leader(consumer(), r.topic, r.partition, min(10.0, timeout_s))
+        connection = pool.checkout(address)
+        reused = connection is not None
+        try:
+            if connection is None:
+                connection = _connect(address, timeout_s)
+            else:
+                connection.set_timeout(_socket_timeout(timeout_s))
+            connection.send(_request(r, position, isolation))
+            frame = connection.receive_frame()
+        except WireError:
+            if not reused or connection is None:
+                raise
+            # An idle connection the broker has closed since: once more on a new one.
+            connection.close()
+            connection = _connect(address, timeout_s)
+            connection.send(_request(r, position, isolation))
+            frame = connection.receive_frame()
+        item = _partition_data(frame, r)
+        pool.remember_leader(bootstrap, r.topic, r.partition, address)
+        while True:
             # `records` is a view of the connection's buffer: decoded (copied) before the next
             # receive overwrites it.
-            item = _partition_data(connection.receive_frame(), r)
             records = item.records
             headers, following = _batches(records, position)
             if following == position:
@@ -173,12 +212,17 @@ def fast_read(
             if decoder.rows >= CHUNK_ROWS or decoder.data_bytes >= CHUNK_BYTES:
                 pending_from = position
                 yield decoder.take()
+            if position >= r.until_offset:
+                break
+            item = _partition_data(connection.receive_frame(), r)
+        clean = True
     except OdradekError as e:
         # Records it cannot decode: drop the rows not yet yielded, let the Consumer judge them.
         log.warning("fast read of %s-%s at %d: %s", r.topic, r.partition, position, e)
         decoder.take()
         position = pending_from
     except (_Stop, WireError, OSError, ProtocolError, KafkaException) as e:
+        pool.forget_leader(bootstrap, r.topic, r.partition)
         log.debug(
             "fast read of %s-%s stopped at %d after %.1fs: %s",
             r.topic,
@@ -189,7 +233,10 @@ def fast_read(
         )
     finally:
         if connection is not None:
-            connection.close()
+            if clean and address is not None:
+                pool.checkin(address, connection)
+            else:
+                connection.close()
     if decoder.rows:
         yield decoder.take()
     return min(position, r.until_offset)

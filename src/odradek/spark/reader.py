@@ -1,9 +1,9 @@
 """Reading: one offset range per Spark task on the executors, and the batch reader's planning.
 
-`RangeReader.batches(range)` runs in a Spark task. It creates one Consumer. First the fast path
-(`spark.fetch`) sends Fetch requests to the partition's leader itself and decodes the record
-batches natively into Arrow (`spark.decode`); on anything but a healthy read it stops, and the
-Consumer carries on from there: it assigns the range's partition at that offset and consumes
+`RangeReader.batches(range)` runs in a Spark task. It creates at most one Consumer. First the
+fast path (`spark.fetch`) sends Fetch requests to the partition's leader itself and decodes the
+record batches natively into Arrow (`spark.decode`); on anything but a healthy read it stops, and
+the Consumer carries on from there: it assigns the range's partition at that offset and consumes
 until the range's end, yielding an Arrow RecordBatch per chunk of up to `CHUNK_RECORDS` messages.
 The Consumer path's steps:
 
@@ -122,10 +122,18 @@ class RangeReader:
             self.options.client_params,
             self.options.isolation_level,
         )
-        try:
-            consumer = Consumer(config)
-        except KafkaException as e:
-            raise translate(e, "creating the Kafka consumer") from None
+        created: list[Consumer] = []
+
+        def consumer() -> Consumer:
+            # Created when first needed: a fast read whose leader and connection the worker
+            # already holds (spark.fetch_pool) needs none.
+            if not created:
+                try:
+                    created.append(Consumer(config))
+                except KafkaException as e:
+                    raise translate(e, "creating the Kafka consumer") from None
+            return created[0]
+
         try:
             if fast_path_allowed(config):
                 # Fetch + native Arrow decoding while the leader is healthy (spark.fetch); the
@@ -138,9 +146,10 @@ class RangeReader:
                 partition = OffsetRange(
                     partition.topic, partition.partition, start, partition.until_offset
                 )
-            yield from self._read(consumer, partition)
+            yield from self._read(consumer(), partition)
         finally:
-            consumer.close()
+            for client in created:
+                client.close()
 
     def _watermarks(self, consumer: Consumer, tp: RdTopicPartition) -> tuple[int, int] | None:
         """(log start offset, high watermark) from the leader; None if the partition is unknown."""

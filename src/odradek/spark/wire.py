@@ -128,5 +128,8 @@ class BrokerSocket:
             raise WireError("correlation id out of order")
         return response
 
+    def set_timeout(self, timeout_s: float) -> None:
+        self.sock.settimeout(timeout_s)
+
     def close(self) -> None:
         self.sock.close()
