@@ -108,6 +108,9 @@ class FetchState:
     caught_up: bool = False
     """Our LEO had reached the leader's high watermark at the last fetch (Kafka's
     isReplicaInSync): a caught-up replica is never throttled."""
+    last_error: int = 0
+    """The error code of the leader's last answer for this partition (0: none): a change is
+    logged, a repeat is not (a partition can be refused many times a second)."""
 
     @property
     def key(self) -> TopicPartition:
@@ -161,7 +164,10 @@ class ReplicaFetcher:
                 continue
             try:
                 connection = await self._connect()
-                truncating = [s for s in self.partitions.values() if s.truncating]
+                now = time.monotonic()
+                truncating = [
+                    s for s in self.partitions.values() if s.truncating and s.delayed_until <= now
+                ]
                 if truncating:
                     await self._truncate(connection, truncating)
                 ready = [
@@ -187,7 +193,9 @@ class ReplicaFetcher:
 
     async def _sleep_until_ready(self, backoff: float) -> None:
         now = time.monotonic()
-        pending = [s.delayed_until for s in self.partitions.values() if not s.truncating]
+        # Truncating partitions wait here too: one the leader refused is asked again only after
+        # replica.fetch.backoff.ms, never in a tight loop.
+        pending = [s.delayed_until for s in self.partitions.values()]
         delay = min(pending) - now if pending else backoff
         self._wakeup.clear()
         with contextlib.suppress(TimeoutError):  # not wait_for: it can lose cancellations on 3.11
@@ -241,8 +249,9 @@ class ReplicaFetcher:
                 if state is None or not self._current(state):
                     continue
                 if error != ErrorCode.none:
-                    self._delay(state)
+                    self._refused(state, error, "OffsetsForLeaderEpoch")
                     continue
+                state.last_error = 0
                 log_ = state.partition.log
                 if leader_epoch < 0 or end_offset < 0:
                     self._finish_truncation(
@@ -426,6 +435,7 @@ class ReplicaFetcher:
         partition = state.partition
         error = data.error_code
         if error == ErrorCode.none:
+            state.last_error = 0
             records = data.records
             if records and self.manager.throttle is not None:
                 self.manager.throttle.record_fetched(partition.topic, partition.partition, records)
@@ -454,7 +464,27 @@ class ReplicaFetcher:
             state.truncating = True
             self.manager.schedule_out_of_range(self, state)
             return
-        log.debug(
-            "%s: fetch error %s from leader %d; backing off", partition, error, self.leader_id
-        )
+        self._refused(state, error, "Fetch")
+
+    def _refused(self, state: FetchState, error: int, api: str) -> None:
+        """The leader answered `error` for this partition: ask again after the backoff. Logged
+        when the error changes, so that a partition refused for good (a LeaderAndIsr one side
+        missed) shows in the log instead of retrying silently."""
+        if error != state.last_error:
+            log.info(
+                "%s: %s answered %s by leader %d (our leader epoch %d); retrying after backoff",
+                state.partition,
+                api,
+                _error_name(error),
+                self.leader_id,
+                state.leader_epoch,
+            )
+            state.last_error = error
         self._delay(state)
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -122,7 +122,37 @@ def _follower_verdicts(
             log.warning("refused a follower fetch of %s-%d: %s", key[0], key[1], verdict.reason)
         elif verdict.update_state:
             updatable.add(key)
+        else:
+            _log_not_counted(replica_id, replica_epoch, verdict.reason, broker.live_broker_epochs)
     return refused, updatable
+
+
+_NOT_COUNTED_LOG_INTERVAL_S = 10.0
+_not_counted_logged: dict[tuple[int, int], float] = {}
+
+
+def _log_not_counted(
+    replica_id: int, replica_epoch: int, reason: str, live: Mapping[int, int]
+) -> None:
+    """A follower fetch served without moving the follower's state (the ISR cannot grow by
+    it): say so, once per replica and epoch every few seconds, since it repeats on every fetch."""
+    now = time.monotonic()
+    key = (replica_id, replica_epoch)
+    if now - _not_counted_logged.get(key, -_NOT_COUNTED_LOG_INTERVAL_S) < (
+        _NOT_COUNTED_LOG_INTERVAL_S
+    ):
+        return
+    if len(_not_counted_logged) > 1000:
+        _not_counted_logged.clear()
+    _not_counted_logged[key] = now
+    log.info(
+        "follower fetches of replica %d (epoch %d) are served but not counted: %s "
+        "(live broker epochs: %s)",
+        replica_id,
+        replica_epoch,
+        reason,
+        dict(sorted(live.items())),
+    )
 
 
 def _replica_id(request: Any) -> int:

@@ -1,0 +1,91 @@
+"""A replica fetcher whose leader refuses a partition: it asks again after
+`replica.fetch.backoff.ms`, never in a tight loop, and says so in the log once per error (a soak
+round once ended with a follower that never rejoined the ISR and nothing in either log to say
+why)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.cluster.fetcher import ReplicaFetcher
+
+BACKOFF_MS = 100
+
+
+class Manager:
+    broker_id = 2
+    security = None
+    throttle = None
+
+    def __init__(self) -> None:
+        self.config = {
+            "replica.fetch.backoff.ms": BACKOFF_MS,
+            "replica.socket.timeout.ms": 1000,
+            "replica.fetch.wait.max.ms": 500,
+        }
+
+    def broker_epoch(self) -> int:
+        return 7
+
+
+class RefusingLeader:
+    """A connection whose leader answers every OffsetsForLeaderEpoch with FENCED_LEADER_EPOCH."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def send(self, api_key: int, version: int, request: Any, timeout: float = 30) -> Any:
+        self.asked += 1
+        partitions = [
+            SimpleNamespace(
+                partition=p.partition,
+                error_code=ErrorCode.fenced_leader_epoch,
+                leader_epoch=-1,
+                end_offset=-1,
+            )
+            for t in request.topics
+            for p in t.partitions
+        ]
+        return SimpleNamespace(topics=[SimpleNamespace(topic="t", partitions=partitions)])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def follower_partition() -> Any:
+    log = SimpleNamespace(leader_epoch_cache=SimpleNamespace(latest_epoch=13), log_end_offset=100)
+    return SimpleNamespace(
+        topic="t", partition=0, leader_epoch=13, log=log, high_watermark=90, log_end_offset=100
+    )
+
+
+def test_a_refused_truncation_is_retried_after_the_backoff_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="odradek.cluster.fetcher")
+    leader = asyncio.run(run_against_a_refusing_leader())
+    # About one request per backoff (5 or 6 here); a tight loop sends thousands.
+    assert 2 <= leader.asked <= 10, leader.asked
+    refusals = [r for r in caplog.records if "fenced_leader_epoch" in r.getMessage()]
+    assert len(refusals) == 1, [r.getMessage() for r in refusals]
+    assert "OffsetsForLeaderEpoch" in refusals[0].getMessage()
+
+
+async def run_against_a_refusing_leader() -> RefusingLeader:
+    fetcher = ReplicaFetcher(Manager(), 1, ("127.0.0.1", 9), 0)  # type: ignore[arg-type]
+    leader = RefusingLeader()
+    fetcher._connection = leader  # type: ignore[assignment]
+    try:
+        fetcher.add(follower_partition())  # type: ignore[arg-type]
+        await asyncio.sleep(5 * BACKOFF_MS / 1000)
+    finally:
+        await fetcher.close()
+    return leader
