@@ -381,7 +381,11 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
         replacements = {e.pid for e in spark.executors()} - executors_at_start
         assert replacements, "the master started no executor in place of the killed one"
     except BaseException:
-        print(f"where the driver was:\n{driver.dump_stacks()}")
+        try:
+            where = driver.dump_stacks()
+        except Exception as e:  # the diagnosis must never hide the failure itself
+            where = f"(could not dump the driver's stacks: {e!r})"
+        print(f"where the driver was:\n{where}")
         print(f"the driver's log, last lines:\n{driver.output()[-6000:]}")
         raise
     finally:
