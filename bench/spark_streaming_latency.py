@@ -12,7 +12,15 @@ timestamps on the driver. Measured, after `--warmup` seconds and for `--duration
   of each of its phases (`durationMs`: latestOffset, queryPlanning, addBatch, walCommit, ...),
   to show where a batch's time goes.
 
+`--source both` runs a second query in the same session over `stream-ceiling` (defined here):
+a Python streaming source that reads nothing from anywhere -- its offset N is the record "sent"
+at start + N/rate, and it emits Arrow batches of the source's schema with those timestamps. Its
+latency is what Spark's micro-batches cost by themselves (planning, tasks, Python workers,
+offset and commit logs, `foreachBatch`) at the same trigger and rate: the floor of any Python
+source.
+
     .venv/bin/python bench/spark_streaming_latency.py --rate 1000 --duration 30
+    .venv/bin/python bench/spark_streaming_latency.py --rate 1000 --trigger-ms 100 --source both
 """
 
 from __future__ import annotations
@@ -80,6 +88,136 @@ class RateProducer(threading.Thread):
         self.producer.flush(30)
 
 
+def ceiling_stream_source() -> type:
+    """`stream-ceiling`: options `rate` (records/s), `start` (epoch seconds of offset 0),
+    `partitions`, `value_bytes`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamReader,
+        InputPartition,
+    )
+
+    from odradek.spark.arrow import arrow_schema, source_schema
+
+    class Range(InputPartition):
+        def __init__(self, first: int, end: int) -> None:
+            self.first, self.end = first, end
+
+    class CeilingStreamReader(DataSourceStreamReader):
+        def __init__(self, options: dict[str, str]) -> None:
+            self.rate = float(options["rate"])
+            self.start = float(options["start"])
+            self.parts = int(options["partitions"])
+            self.value = b"x" * int(options["value_bytes"])
+
+        def initialOffset(self) -> dict:
+            return {"offset": self._now_offset()}
+
+        def _now_offset(self) -> int:
+            return max(0, int((time.time() - self.start) * self.rate))
+
+        def latestOffset(self, start: dict, limit: Any) -> dict:
+            return {"offset": max(int(start["offset"]), self._now_offset())}
+
+        def partitions(self, start: dict, end: dict) -> list:
+            first, last = int(start["offset"]), int(end["offset"])
+            step = max(1, -(-(last - first) // self.parts))
+            return [Range(a, min(a + step, last)) for a in range(first, last, step)] or [
+                Range(first, first)
+            ]
+
+        def read(self, partition: Any) -> Any:
+            n = partition.end - partition.first
+            if n <= 0:
+                return
+            schema = arrow_schema(source_schema(False))
+            offsets = pa.array(range(partition.first, partition.end), pa.int64())
+            # offset i was "sent" at start + i / rate
+            seconds = pc.add(pc.divide(pc.cast(offsets, pa.float64()), self.rate), self.start)
+            micros = pc.cast(pc.multiply(seconds, 1_000_000), pa.int64(), safe=False)
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.nulls(n, pa.binary()),
+                    pa.array([self.value] * n, pa.binary()),
+                    pa.repeat(pa.scalar("t", pa.string()), n),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                    offsets,
+                    micros.cast(schema.field("timestamp").type),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                ],
+                schema=schema,
+            )
+
+        def commit(self, end: dict) -> None:
+            pass
+
+    class CeilingStreamSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "stream-ceiling"
+
+        def schema(self) -> Any:
+            return source_schema(False)
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return CeilingStreamReader(dict(self.options))
+
+    return CeilingStreamSource
+
+
+def measure(
+    reader: Any,
+    work: Path,
+    name: str,
+    args: argparse.Namespace,
+    sent: Any,
+) -> dict[str, Any]:
+    """Run one streaming query over `reader` (a DataStreamReader, loaded) and measure it."""
+    from pyspark.sql import functions as F
+
+    latencies: list[float] = []
+    measuring = threading.Event()
+
+    def on_batch(df: Any, _batch_id: int) -> None:
+        stamps = df.select((F.col("timestamp").cast("double") * 1000).alias("ms")).collect()
+        now_ms = time.time() * 1000
+        if measuring.is_set():
+            latencies.extend(now_ms - row["ms"] for row in stamps)
+
+    query = (
+        reader.writeStream.foreachBatch(on_batch)
+        .option("checkpointLocation", str(work / f"checkpoint-{name}"))
+        .trigger(processingTime=f"{args.trigger_ms} milliseconds")
+        .start()
+    )
+    try:
+        time.sleep(args.warmup)  # a benchmark's fixed schedule, not a test's wait
+        first_batch = len(query.recentProgress)
+        sent_before = sent()
+        measuring.set()
+        time.sleep(args.duration)
+        measuring.clear()
+        produced = sent() - sent_before
+        progress = query.recentProgress[first_batch:]
+    finally:
+        query.stop()
+    durations = [float(p["durationMs"]["triggerExecution"]) for p in progress]
+    phases = sorted({name for p in progress for name in p["durationMs"]})
+    return {
+        "produced_per_s": round(produced / args.duration, 1),
+        "records_measured": len(latencies),
+        "batches": len(progress),
+        "latency_ms": percentiles(latencies),
+        "batch_duration_ms": percentiles(durations),
+        "batch_phase_median_ms": {
+            phase: statistics.median(float(p["durationMs"].get(phase, 0)) for p in progress)
+            for phase in phases
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -94,80 +232,81 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=15, help="seconds not measured")
     parser.add_argument("--duration", type=float, default=30, help="seconds measured")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--source",
+        choices=("odradek", "ceiling", "both"),
+        default="odradek",
+        help="odradek, the stream-ceiling source (Spark's own floor), or both in one run",
+    )
     args = parser.parse_args()
-
-    from pyspark.sql import functions as F
 
     from odradek.spark.session import local_session
 
     work = Path(tempfile.mkdtemp(prefix="odradek-spark-latency-"))
-    latencies: list[float] = []
-    measuring = threading.Event()
-
-    def on_batch(df: Any, _batch_id: int) -> None:
-        stamps = df.select((F.col("timestamp").cast("double") * 1000).alias("ms")).collect()
-        now_ms = time.time() * 1000
-        if measuring.is_set():
-            latencies.extend(now_ms - row["ms"] for row in stamps)
-
-    with target(args.bootstrap, args.brokers) as (bootstrap, local):
-        topic = f"bench-latency-{uuid.uuid4().hex[:8]}"
-        create_topic(bootstrap, topic, args.partitions, args.replication_factor)
-        spark = local_session("odradek-bench-latency", master=args.master)
-        producer = RateProducer(bootstrap, topic, args.rate, args.record_bytes)
-        try:
-            query = (
-                spark.readStream.format("odradek")
-                .option("kafka.bootstrap.servers", bootstrap)
-                .option("subscribe", topic)
+    results: dict[str, Any] = {}
+    spark = None
+    try:
+        if args.source in ("ceiling", "both"):
+            spark = local_session("odradek-bench-latency", master=args.master)
+            spark.dataSource.register(ceiling_stream_source())
+            started = time.time()
+            reader = (
+                spark.readStream.format("stream-ceiling")
+                .option("rate", str(args.rate))
+                .option("start", str(started))
+                .option("partitions", str(args.partitions))
+                .option("value_bytes", str(args.record_bytes))
                 .load()
-                .writeStream.foreachBatch(on_batch)
-                .option("checkpointLocation", str(work / "checkpoint"))
-                .trigger(processingTime=f"{args.trigger_ms} milliseconds")
-                .start()
             )
-            producer.start()
-            time.sleep(args.warmup)  # a benchmark's fixed schedule, not a test's wait
-            first_batch = len(query.recentProgress)
-            sent_before = producer.sent
-            measuring.set()
-            time.sleep(args.duration)
-            measuring.clear()
-            sent = producer.sent - sent_before
-            progress = query.recentProgress[first_batch:]
-            query.stop()
-        finally:
-            producer.halt.set()
-            producer.join(30)
+            results["ceiling"] = measure(
+                reader,
+                work,
+                "ceiling",
+                args,
+                lambda: int((time.time() - started) * args.rate),
+            )
+        if args.source in ("odradek", "both"):
+            with target(args.bootstrap, args.brokers) as (bootstrap, local):
+                topic = f"bench-latency-{uuid.uuid4().hex[:8]}"
+                create_topic(bootstrap, topic, args.partitions, args.replication_factor)
+                if spark is None:
+                    spark = local_session("odradek-bench-latency", master=args.master)
+                producer = RateProducer(bootstrap, topic, args.rate, args.record_bytes)
+                producer.start()
+                try:
+                    reader = (
+                        spark.readStream.format("odradek")
+                        .option("kafka.bootstrap.servers", bootstrap)
+                        .option("subscribe", topic)
+                        .load()
+                    )
+                    results["odradek"] = measure(
+                        reader, work, "odradek", args, lambda: producer.sent
+                    )
+                    results["odradek"]["target"] = "local odradek" if local else bootstrap
+                finally:
+                    producer.halt.set()
+                    producer.join(30)
+    finally:
+        if spark is not None:
             spark.stop()
-            shutil.rmtree(work, ignore_errors=True)
-    durations = [float(p["durationMs"]["triggerExecution"]) for p in progress]
-    phases = sorted({name for p in progress for name in p["durationMs"]})
-    phase_medians = {
-        name: statistics.median(float(p["durationMs"].get(name, 0)) for p in progress)
-        for name in phases
+        shutil.rmtree(work, ignore_errors=True)
+    summary: dict[str, Any] = {
+        "bench": "spark_streaming_latency",
+        "master": args.master,
+        "rate": args.rate,
+        "trigger_ms": args.trigger_ms,
+        "record_bytes": args.record_bytes,
+        "partitions": args.partitions,
+        "seconds": args.duration,
+        **results,
     }
-    print(
-        json.dumps(
-            {
-                "bench": "spark_streaming_latency",
-                "target": "local odradek" if local else bootstrap,
-                "master": args.master,
-                "rate": args.rate,
-                "produced_per_s": round(sent / args.duration, 1),
-                "trigger_ms": args.trigger_ms,
-                "record_bytes": args.record_bytes,
-                "partitions": args.partitions,
-                "seconds": args.duration,
-                "records_measured": len(latencies),
-                "batches": len(progress),
-                "latency_ms": percentiles(latencies),
-                "batch_duration_ms": percentiles(durations),
-                "batch_phase_median_ms": phase_medians,
-            }
-        ),
-        flush=True,
-    )
+    if "odradek" in results and "ceiling" in results:
+        odradek_p50 = results["odradek"]["latency_ms"].get("p50")
+        ceiling_p50 = results["ceiling"]["latency_ms"].get("p50")
+        if odradek_p50 and ceiling_p50:
+            summary["odradek_p50_over_ceiling_p50"] = round(odradek_p50 / ceiling_p50, 2)
+    print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":
