@@ -59,6 +59,7 @@ from odradek.coordinator.group.metadata import GroupMetadata, GroupState
 from odradek.coordinator.group.offsets import OffsetAndMetadata, TopicPartition, expired_offsets
 from odradek.coordinator.group.placement import partition_for
 from odradek.errors import CorruptRecordError, KafkaError
+from odradek.zk.errors import ConnectionLossError, SessionExpiredError
 
 log = logging.getLogger(__name__)
 
@@ -276,8 +277,13 @@ class GroupMetadataManager:
             imported = await self._import_legacy(partition, replay)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("loading offsets partition %d failed; will retry", partition)
+        except Exception as e:
+            if isinstance(e, ConnectionLossError | SessionExpiredError):
+                # ZooKeeper (the legacy offsets' import) is away for a moment: expected under
+                # faults, one line rather than a traceback.
+                log.warning("loading offsets partition %d failed (%s); will retry", partition, e)
+            else:
+                log.exception("loading offsets partition %d failed; will retry", partition)
             await asyncio.sleep(1.0)
             if self._owned.get(partition) is owned:
                 owned.load = asyncio.get_running_loop().create_task(self._load(partition, owned))
