@@ -12,15 +12,18 @@ append).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.metadata import GroupConfig, GroupMetadata, GroupState, JoinRequest
 from odradek.coordinator.group.metadata_manager import GroupMetadataManager, OffsetConfig
 from odradek.coordinator.group.offsets import GroupOffsets, OffsetAndMetadata, expired_offsets
+from odradek.zk.errors import ConnectionLossError, SessionExpiredError
 from tests.fakes.offsets_log import FakeOffsetsLog
 
 T = TypeVar("T")
@@ -360,13 +363,14 @@ class FakeLegacy:
         self.offsets = offsets
         self.marked: list[str] = []
         self.fail_reads = 0
+        self.failure: Exception = ConnectionError("ZooKeeper is away")
 
     async def unimported_offsets(
         self, partition: int, partition_of: Callable[[str], int]
     ) -> dict[str, dict[tuple[str, int], int]]:
         if self.fail_reads:
             self.fail_reads -= 1
-            raise ConnectionError("ZooKeeper is away")
+            raise self.failure
         return {
             g: o
             for g, o in self.offsets.items()
@@ -417,6 +421,32 @@ def test_a_failed_import_keeps_the_partition_loading_and_is_retried() -> None:
         assert (await broker.fetch())[("t", 0)].offset == 100
 
     run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("failure", "traceback"),
+    [
+        (SessionExpiredError("SessionExpiredError at /consumers"), False),
+        (ConnectionLossError("ConnectionLossError at /consumers"), False),
+        (ValueError("a defect"), True),
+    ],
+)
+def test_a_load_failed_by_zookeeper_logs_one_line_and_others_a_traceback(
+    failure: Exception, traceback: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> None:
+        log, clock = FakeOffsetsLog(), Clock()
+        legacy = FakeLegacy({GROUP: {("t", 0): 100}})
+        legacy.fail_reads, legacy.failure = 1, failure
+        broker = Broker(log, clock, legacy=legacy)
+        broker.manager.on_elected(broker.partition, 1)
+        await asyncio.sleep(0.2)
+
+    with caplog.at_level(logging.WARNING, logger="odradek.coordinator.group.metadata_manager"):
+        run(scenario)
+    [record] = [r for r in caplog.records if "will retry" in r.getMessage()]
+    assert (record.exc_info is not None) is traceback
+    assert str(failure) in record.getMessage() or traceback
 
 
 def test_an_offsets_only_group_is_listed_empty_without_protocol() -> None:
