@@ -28,28 +28,35 @@ class Manager:
             "replica.fetch.backoff.ms": BACKOFF_MS,
             "replica.socket.timeout.ms": 1000,
             "replica.fetch.wait.max.ms": 500,
+            "replica.fetch.max.bytes": 1 << 20,
         }
 
     def broker_epoch(self) -> int:
         return 7
 
+    def topic_id_for(self, topic: str) -> None:
+        return None  # the fetch itself is not what these tests look at
+
 
 class RefusingLeader:
-    """A connection whose leader answers every OffsetsForLeaderEpoch with FENCED_LEADER_EPOCH."""
+    """A connection whose leader answers OffsetsForLeaderEpoch with FENCED_LEADER_EPOCH, the
+    first `refusals` times (all of them by default), then with the follower's own epoch."""
 
     closed = False
 
-    def __init__(self) -> None:
+    def __init__(self, refusals: int = 1_000_000) -> None:
         self.asked = 0
+        self.refusals = refusals
 
     async def send(self, api_key: int, version: int, request: Any, timeout: float = 30) -> Any:
         self.asked += 1
+        refused = self.asked <= self.refusals
         partitions = [
             SimpleNamespace(
                 partition=p.partition,
-                error_code=ErrorCode.fenced_leader_epoch,
-                leader_epoch=-1,
-                end_offset=-1,
+                error_code=ErrorCode.fenced_leader_epoch if refused else ErrorCode.none,
+                leader_epoch=-1 if refused else 13,
+                end_offset=-1 if refused else 100,
             )
             for t in request.topics
             for p in t.partitions
@@ -79,9 +86,9 @@ def test_a_refused_truncation_is_retried_after_the_backoff_and_logged_once(
     assert "OffsetsForLeaderEpoch" in refusals[0].getMessage()
 
 
-async def run_against_a_refusing_leader() -> RefusingLeader:
+async def run_against_a_refusing_leader(refusals: int = 1_000_000) -> RefusingLeader:
     fetcher = ReplicaFetcher(Manager(), 1, ("127.0.0.1", 9), 0)  # type: ignore[arg-type]
-    leader = RefusingLeader()
+    leader = RefusingLeader(refusals)
     fetcher._connection = leader  # type: ignore[assignment]
     try:
         fetcher.add(follower_partition())  # type: ignore[arg-type]
@@ -89,3 +96,14 @@ async def run_against_a_refusing_leader() -> RefusingLeader:
     finally:
         await fetcher.close()
     return leader
+
+
+def test_a_partition_the_leader_answers_again_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="odradek.cluster.fetcher")
+    leader = asyncio.run(run_against_a_refusing_leader(refusals=2))
+    assert leader.asked == 3  # two refusals, then the truncation completes
+    lines = [r.getMessage() for r in caplog.records]
+    again = [line for line in lines if "answers again" in line]
+    assert len(again) == 1 and "fenced_leader_epoch" in again[0], lines

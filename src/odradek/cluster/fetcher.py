@@ -111,6 +111,9 @@ class FetchState:
     last_error: int = 0
     """The error code of the leader's last answer for this partition (0: none): a change is
     logged, a repeat is not (a partition can be refused many times a second)."""
+    error_since: float = 0.0
+    """When the leader started refusing the partition (time.monotonic()), for the line that
+    says it answers again."""
 
     @property
     def key(self) -> TopicPartition:
@@ -251,7 +254,7 @@ class ReplicaFetcher:
                 if error != ErrorCode.none:
                     self._refused(state, error, "OffsetsForLeaderEpoch")
                     continue
-                state.last_error = 0
+                self._answered(state)
                 log_ = state.partition.log
                 if leader_epoch < 0 or end_offset < 0:
                     self._finish_truncation(
@@ -435,7 +438,7 @@ class ReplicaFetcher:
         partition = state.partition
         error = data.error_code
         if error == ErrorCode.none:
-            state.last_error = 0
+            self._answered(state)
             records = data.records
             if records and self.manager.throttle is not None:
                 self.manager.throttle.record_fetched(partition.topic, partition.partition, records)
@@ -466,11 +469,24 @@ class ReplicaFetcher:
             return
         self._refused(state, error, "Fetch")
 
+    def _answered(self, state: FetchState) -> None:
+        if state.last_error:
+            log.info(
+                "%s: leader %d answers again after %.1f s of %s",
+                state.partition,
+                self.leader_id,
+                time.monotonic() - state.error_since,
+                _error_name(state.last_error),
+            )
+            state.last_error = 0
+
     def _refused(self, state: FetchState, error: int, api: str) -> None:
         """The leader answered `error` for this partition: ask again after the backoff. Logged
         when the error changes, so that a partition refused for good (a LeaderAndIsr one side
         missed) shows in the log instead of retrying silently."""
         if error != state.last_error:
+            if not state.last_error:
+                state.error_since = time.monotonic()
             log.info(
                 "%s: %s answered %s by leader %d (our leader epoch %d); retrying after backoff",
                 state.partition,
