@@ -42,6 +42,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer
@@ -50,6 +51,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tests.faults.checker import CheckResult
 from tests.faults.history import History
+from tests.faults.workload import file_logger, thread_stack
 
 TRANSACTION_TIMEOUT_MS = 30_000
 CALL_TIMEOUT_S = 30.0
@@ -89,6 +91,7 @@ class TransactionalWriter:
         seed: int,
         name: str = "t0",
         pause_s: float = 0.05,
+        client_log: Path | None = None,
     ) -> None:
         self.topic = topic
         self.partitions = partitions
@@ -105,6 +108,11 @@ class TransactionalWriter:
             "request.timeout.ms": 5000,
             "socket.timeout.ms": 10_000,
         }
+        if client_log is not None:
+            # librdkafka's transaction state machine (coordinator lookups, EndTxn retries,
+            # fencing), so that a call that does not return can be traced.
+            self._config["debug"] = "eos"
+            self._config["logger"] = file_logger("faults.librdkafka.txn", client_log)
         self._lock = threading.Lock()
         self._outcomes: Counter[str] = Counter()
         self._notes: Counter[str] = Counter()
@@ -134,7 +142,9 @@ class TransactionalWriter:
         self._stopping.set()
         self._thread.join(timeout)
         if self._thread.is_alive() and self.error is None:
-            self.error = f"still running {timeout:g}s after stop()"
+            self.error = (
+                f"still running {timeout:g}s after stop(), at:\n{thread_stack(self._thread)}"
+            )
 
     def abandon(self) -> None:
         self._abandoning.set()

@@ -28,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,7 +183,7 @@ class ProducerWorkload:
             # librdkafka's idempotence decisions (epoch bumps, drains, retries), so that a
             # duplicate `idempotent_writes_once` finds can be traced to what the client did.
             self._idempotent_config["debug"] = "eos"
-            self._idempotent_config["logger"] = _file_logger("faults.librdkafka", client_log)
+            self._idempotent_config["logger"] = file_logger("faults.librdkafka", client_log)
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._abandoning = threading.Event()
@@ -314,11 +316,22 @@ class ProducerWorkload:
         with self._lock:
             for thread, stats in zip(self._threads, self._stats, strict=True):
                 if thread.is_alive():
-                    stats.error = f"still running {timeout:g}s after stop()"
+                    stats.error = (
+                        f"still running {timeout:g}s after stop(), at:\n{thread_stack(thread)}"
+                    )
             return list(self._stats)
 
 
-def _file_logger(name: str, path: Path) -> logging.Logger:
+def thread_stack(thread: threading.Thread, frames: int = 12) -> str:
+    """Where `thread` is now (its innermost `frames` frames), for a client call that did not
+    return: the report names the call instead of only saying that something hung."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return "(thread gone)"
+    return "".join(traceback.format_stack(frame)[-frames:])
+
+
+def file_logger(name: str, path: Path) -> logging.Logger:
     logger = logging.getLogger(f"{name}.{path}")
     logger.propagate = False
     logger.setLevel(logging.DEBUG)
