@@ -196,9 +196,10 @@ class ReplicaFetcher:
 
     async def _sleep_until_ready(self, backoff: float) -> None:
         now = time.monotonic()
-        # Truncating partitions wait here too: one the leader refused is asked again only after
-        # replica.fetch.backoff.ms, never in a tight loop.
-        pending = [s.delayed_until for s in self.partitions.values()]
+        # Wake for the first partition whose backoff ends (a truncating one the leader refused
+        # included); a partition with no backoff that is still not ready (a truncation that got
+        # no answer for it) waits a whole backoff, as before, never a tight loop.
+        pending = [s.delayed_until for s in self.partitions.values() if s.delayed_until > now]
         delay = min(pending) - now if pending else backoff
         self._wakeup.clear()
         with contextlib.suppress(TimeoutError):  # not wait_for: it can lose cancellations on 3.11
