@@ -99,6 +99,7 @@ def _follower_verdicts(
     replica_epoch = int(state.replica_epoch) if state is not None else UNKNOWN_BROKER_EPOCH
     refused: dict[tuple[str, int], ErrorCode] = {}
     updatable: set[tuple[str, int]] = set()
+    not_counted: str | None = None  # why partitions were served without counting, if any
     known_epoch = broker.live_broker_epochs.get(replica_id)
     if replica_epoch != UNKNOWN_BROKER_EPOCH and (
         known_epoch is None or replica_epoch > known_epoch
@@ -123,7 +124,9 @@ def _follower_verdicts(
         elif verdict.update_state:
             updatable.add(key)
         else:
-            _log_not_counted(replica_id, replica_epoch, verdict.reason, broker.live_broker_epochs)
+            not_counted = verdict.reason
+    if not_counted is not None:
+        _log_not_counted(replica_id, replica_epoch, not_counted, broker.live_broker_epochs)
     return refused, updatable
 
 
