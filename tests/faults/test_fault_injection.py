@@ -82,6 +82,7 @@ from tests.faults.workload import (
     merge_floors,
     merge_persisted,
     read_partition_states,
+    unfinished_report,
 )
 from tests.fixtures.cluster import wait_until
 from tests.integration._replication import (
@@ -189,10 +190,12 @@ def _replicas_caught_up(committed: Committed) -> bool:
     return replicas_agree_below_high_watermark(committed.replicas, committed.high_watermarks).passed
 
 
-def _producer_checks(stats: list[ProducerStats]) -> list[CheckResult]:
+def _producer_checks(stats: list[ProducerStats], topic: str) -> list[CheckResult]:
     problems = [f"{s.name}: {s.error}" for s in stats if s.error]
     problems += [
-        f"{s.name}: {s.unfinished} messages without a report" for s in stats if s.unfinished
+        f"{s.name}: {s.unfinished} messages without a report ({unfinished_report(s, topic)})"
+        for s in stats
+        if s.unfinished
     ]
     duplicates = duplicate_acknowledgements(stats)
     acknowledged = sum(len(o) for s in stats for o in s.acknowledged.values())
@@ -392,7 +395,7 @@ class FaultRun:
                 ((r.offset, (r.value or b"").decode(errors="replace")) for r in partition_records),
             )
         results = [
-            *_producer_checks(stats),
+            *_producer_checks(stats, self.topic),
             acknowledged_records_readable(acknowledged, records),
             producer_order(acknowledged, merge_floors(stats)),
             idempotent_writes_once(

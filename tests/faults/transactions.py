@@ -20,7 +20,10 @@ the run's `History` (the checks are in `history`).
 
   librdkafka's error rules decide: a retriable error repeats the call, an abortable one
   (`txn_requires_abort`) aborts, anything else discards the producer, and the next transaction
-  starts on a new producer with the same id (whose initialization fences the old one).
+  starts on a new producer with the same id (whose initialization fences the old one). A call
+  still running well past its own timeout (librdkafka can block for ever after a coordinator left
+  the metadata: `tests.integration._transactions.bounded_call`) is noted as `<call> hung` and its
+  producer abandoned the same way, without being closed.
 * `CommittedReader`: a confluent-kafka consumer with `isolation.level=read_committed`, assigned
   every partition from offset 0, recording each record it gets as `txn_read` while faults run.
 * `read_final_committed`: after the heal, waits until every partition's last stable offset has
@@ -42,6 +45,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +55,9 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tests.faults.checker import CheckResult
 from tests.faults.history import History
-from tests.faults.workload import file_logger, thread_stack
+from tests.faults.workload import file_logger
+from tests.fixtures.threads import thread_stack
+from tests.integration._transactions import ClientCallHung, bounded_call
 
 TRANSACTION_TIMEOUT_MS = 30_000
 CALL_TIMEOUT_S = 30.0
@@ -157,6 +163,14 @@ class TransactionalWriter:
         with self._lock:
             self._notes[what] += 1
 
+    def _call(self, call: Callable[[float], object], name: str) -> None:
+        """`call(CALL_TIMEOUT_S)` under `bounded_call`; a hang is noted, then raised."""
+        try:
+            bounded_call(lambda: call(CALL_TIMEOUT_S), CALL_TIMEOUT_S, name)
+        except ClientCallHung:
+            self._note(f"{name} hung")
+            raise
+
     def _new_producer(self) -> Producer | None:
         """A producer with the writer's transactional id, initialized (which fences every earlier
         one and ends the transaction it left open); None if that did not succeed in time."""
@@ -164,8 +178,10 @@ class TransactionalWriter:
         while not self._abandoning.is_set():
             producer = Producer(self._config)
             try:
-                producer.init_transactions(CALL_TIMEOUT_S)
+                self._call(producer.init_transactions, "init_transactions")
                 return producer
+            except ClientCallHung:
+                pass  # noted; the producer is abandoned
             except KafkaException as e:
                 self._note(f"init_transactions {e.args[0].name()}")
                 _close(producer)
@@ -225,7 +241,9 @@ class TransactionalWriter:
                 self.history.record("txn_send", name, partition, value=value)
                 producer.produce(self.topic, value=value.encode(), partition=partition)
             if action != "commit":
-                producer.flush(CALL_TIMEOUT_S)
+                self._call(producer.flush, "flush")
+        except ClientCallHung:
+            return None, "failed", "flush hung"
         except KafkaException as e:
             error = e.args[0]
             self._note(error.name())
@@ -242,13 +260,14 @@ class TransactionalWriter:
 
     def _zombie_commit(self, zombie: Producer) -> str:
         try:
-            zombie.commit_transaction(CALL_TIMEOUT_S)
+            self._call(zombie.commit_transaction, "commit_transaction")
+        except ClientCallHung:
+            return "zombie commit hung"
         except KafkaException as e:
-            return f"zombie commit refused: {e.args[0].name()}"
-        else:
-            return "zombie commit accepted"
-        finally:
             _close(zombie)
+            return f"zombie commit refused: {e.args[0].name()}"
+        _close(zombie)
+        return "zombie commit accepted"
 
     def _end(
         self, producer: Producer, commit: bool, commit_tried: bool
@@ -258,10 +277,13 @@ class TransactionalWriter:
             try:
                 if commit:
                     commit_tried = True
-                    producer.commit_transaction(CALL_TIMEOUT_S)
+                    self._call(producer.commit_transaction, "commit_transaction")
                     return producer, "committed", ""
-                producer.abort_transaction(CALL_TIMEOUT_S)
+                self._call(producer.abort_transaction, "abort_transaction")
                 return producer, "aborted", ""
+            except ClientCallHung:
+                call = "commit" if commit else "abort"
+                return None, "unknown" if commit_tried else "failed", f"{call} hung"
             except KafkaException as e:
                 error: KafkaError = e.args[0]
                 self._note(f"{'commit' if commit else 'abort'} {error.name()}")

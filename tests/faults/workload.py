@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
-import sys
 import threading
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +53,7 @@ from odradek.zk.znodes import (
 )
 from tests.faults.checker import ControllerEpochHistory, LeaderEpochHistory
 from tests.faults.history import History
+from tests.fixtures.threads import thread_stack
 from tests.integration._replication import producer_config
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 METADATA_VERSION = 12
 OBSERVER_INTERVAL_S = 0.2
 OBSERVER_REQUEST_TIMEOUT_S = 1.5
+STATISTICS_INTERVAL_MS = 5000  # librdkafka statistics, kept to explain unfinished messages
 ZK_TIMEOUT_S = 5.0
 
 
@@ -137,6 +138,10 @@ class ProducerStats:
     idempotent: bool = False
     persisted: dict[int, list[bytes]] = field(default_factory=dict)
     """Idempotent producers' records acknowledged without an offset, by partition."""
+    unreported: dict[int, int] = field(default_factory=dict)
+    """Records handed to the client and not yet reported on, by partition."""
+    statistics: str = ""
+    """librdkafka's latest statistics (JSON), read only to explain unfinished messages."""
 
 
 class ProducerWorkload:
@@ -221,6 +226,9 @@ class ProducerWorkload:
                     offset=offset if offset is not None and offset >= 0 else None,
                 )  # fmt: skip
         with self._lock:
+            reported = message.partition()
+            if reported is not None:
+                stats.unreported[reported] = stats.unreported.get(reported, 0) - 1
             if error is not None:
                 stats.failures[error.name()] = stats.failures.get(error.name(), 0) + 1
                 partition = message.partition()
@@ -251,7 +259,10 @@ class ProducerWorkload:
 
     def _run(self, stats: ProducerStats) -> None:
         try:
-            producer = Producer(self._idempotent_config if stats.idempotent else self._config)
+            config = dict(self._idempotent_config if stats.idempotent else self._config)
+            config["statistics.interval.ms"] = STATISTICS_INTERVAL_MS
+            config["stats_cb"] = functools.partial(self._on_statistics, stats)
+            producer = Producer(config)
             sequence = 0
             while not self._stopping.is_set():
                 if len(producer) < self.max_queued:
@@ -272,6 +283,8 @@ class ProducerWorkload:
                             on_delivery=functools.partial(self._on_delivery, stats, floor),
                         )
                         sequence += 1
+                        with self._lock:
+                            stats.unreported[partition] = stats.unreported.get(partition, 0) + 1
                     except BufferError:
                         pass
                 producer.poll(self.interval_s)
@@ -287,6 +300,10 @@ class ProducerWorkload:
         except BaseException as e:  # reported by stop(), in the test thread
             with self._lock:
                 stats.error = repr(e)
+
+    def _on_statistics(self, stats: ProducerStats, statistics: str) -> None:
+        with self._lock:
+            stats.statistics = statistics
 
     @property
     def idempotent_producers(self) -> list[str]:
@@ -322,13 +339,33 @@ class ProducerWorkload:
             return list(self._stats)
 
 
-def thread_stack(thread: threading.Thread, frames: int = 12) -> str:
-    """Where `thread` is now (its innermost `frames` frames), for a client call that did not
-    return: the report names the call instead of only saying that something hung."""
-    frame = sys._current_frames().get(thread.ident or -1)
-    if frame is None:
-        return "(thread gone)"
-    return "".join(traceback.format_stack(frame)[-frames:])
+def unfinished_report(stats: ProducerStats, topic: str) -> str:
+    """One line on where a producer's unreported messages wait: by partition, what librdkafka's
+    last statistics say of that partition (its leader, queued, in flight) and of the leader's
+    connection (state, requests waiting to be sent and for an answer)."""
+    waiting = {p: n for p, n in sorted(stats.unreported.items()) if n}
+    parts = [f"unreported by partition {waiting}"]
+    try:
+        statistics = json.loads(stats.statistics) if stats.statistics else {}
+    except ValueError:
+        statistics = {}
+    brokers = {b.get("nodeid"): b for b in statistics.get("brokers", {}).values()}
+    partitions = statistics.get("topics", {}).get(topic, {}).get("partitions", {})
+    for partition in waiting:
+        state = partitions.get(str(partition))
+        if state is None:
+            continue
+        leader = state.get("leader", -1)
+        broker = brokers.get(leader, {})
+        parts.append(
+            f"p{partition}: leader {leader} msgq {state.get('msgq_cnt')} "
+            f"xmit {state.get('xmit_msgq_cnt')} inflight {state.get('msgs_inflight')}; "
+            f"broker {leader} {broker.get('state')} outbuf {broker.get('outbuf_cnt')} "
+            f"waitresp {broker.get('waitresp_cnt')} req_timeouts {broker.get('req_timeouts')}"
+        )
+    if statistics:
+        parts.append(f"statistics of {statistics.get('age', 0) / 1e6:.0f}s into the client")
+    return "; ".join(parts)
 
 
 def file_logger(name: str, path: Path) -> logging.Logger:

@@ -5,19 +5,62 @@ reads a topic's partitions from the beginning with the given isolation level unt
 values arrived or the partitions' end is reached and stays; `end_offsets` asks ListOffsets for
 the latest offsets under an isolation level (read_committed gives the last stable offset).
 
+`bounded_call` runs one transactional API call with a watchdog: librdkafka (2.16 included) can
+block in `send_offsets_to_transaction` past its own timeout, for ever, when the group coordinator
+it cached was a broker that left the metadata (killed, or its ZooKeeper session expired) —
+librdkafka issues #5456 (the coordinator request's timeout is never checked) and #5511 (a
+decommissioned coordinator never re-triggers the lookup). An application can only abandon such a
+producer and start another with the same transactional id, whose InitProducerId fences it; the
+tests do the same, and the abandoned producer is kept referenced by its blocked thread, so it is
+never destroyed under a call.
+
 Every wait has a deadline; every client is closed by the caller or here.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 CLIENT_TIMEOUT_S = 60.0
+HUNG_AFTER_S = 30.0
+"""How long past its own timeout a client call may run before the producer is abandoned."""
+
+T = TypeVar("T")
+
+
+class ClientCallHung(Exception):
+    """A client call did not return `HUNG_AFTER_S` after its own timeout (module docstring)."""
+
+
+def bounded_call(call: Callable[[], T], timeout_s: float, what: str) -> T:
+    """`call()`, whose own timeout is `timeout_s`, in a thread of its own; ClientCallHung if it
+    is still running `HUNG_AFTER_S` later (its thread is left blocked, holding the client)."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as e:  # re-raised in the caller's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name=f"client-call-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s + HUNG_AFTER_S)
+    if thread.is_alive():
+        raise ClientCallHung(
+            f"{what} still running {timeout_s + HUNG_AFTER_S:g}s after it was called "
+            f"(its timeout: {timeout_s:g}s)"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
 
 
 def unique_id(prefix: str) -> str:

@@ -17,21 +17,37 @@ their markers by the next leader).
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from odradek.coordinator.group.placement import OFFSETS_TOPIC, partition_for
 from odradek.coordinator.transaction.log_records import TRANSACTION_STATE_TOPIC
 from odradek.testing import LocalCluster
-from tests.fixtures.cluster import START_TIMEOUT_S, _bring_down, _used_clusters, wait_until
+from tests.fixtures.cluster import (
+    START_TIMEOUT_S,
+    WaitTimeout,
+    _bring_down,
+    _used_clusters,
+    wait_until,
+)
+from tests.fixtures.threads import innermost_calls, thread_stack
 from tests.integration._clients import create_topic, unique_topic
 from tests.integration._groups import committed
-from tests.integration._transactions import CLIENT_TIMEOUT_S, read_all, txn_producer, unique_id
+from tests.integration._transactions import (
+    CLIENT_TIMEOUT_S,
+    ClientCallHung,
+    bounded_call,
+    read_all,
+    txn_producer,
+    unique_id,
+)
 
 INPUTS = 3000
 PARTITIONS = 3
@@ -84,6 +100,21 @@ class Loop(threading.Thread):
         self.aborts = self.new_producers = 0
         self.error: BaseException | None = None
         self.stop = threading.Event()
+        self.started = time.monotonic()
+        self.events: deque[str] = deque(maxlen=10)
+        self.last_consumed = self.started
+
+    def note(self, what: str) -> None:
+        self.events.append(f"{time.monotonic() - self.started:.0f}s {what}")
+
+    def describe(self) -> str:
+        """One line on where the loop is: its counts, its last events, the call it is in."""
+        return (
+            f"{self.committed_inputs}/{INPUTS} inputs committed, {self.aborts} aborts, "
+            f"{self.new_producers} new producers, last input consumed "
+            f"{time.monotonic() - self.last_consumed:.0f}s ago; last events {list(self.events)}; "
+            f"now in {innermost_calls(self, 5)}"
+        )
 
     def run(self) -> None:
         try:
@@ -121,6 +152,7 @@ class Loop(threading.Thread):
                 messages = [m for m in messages if not m.error()]
                 if not messages:
                     continue
+                self.last_consumed = time.monotonic()
                 try:
                     producer.begin_transaction()
                     for message in messages:
@@ -130,44 +162,82 @@ class Loop(threading.Thread):
                             partition=message.partition(),
                         )
                     positions = consumer.position(consumer.assignment())
-                    producer.send_offsets_to_transaction(
-                        positions, consumer.consumer_group_metadata(), CLIENT_TIMEOUT_S
+                    group = consumer.consumer_group_metadata()
+                    send = producer.send_offsets_to_transaction
+                    bounded_call(
+                        functools.partial(send, positions, group, CLIENT_TIMEOUT_S),
+                        CLIENT_TIMEOUT_S,
+                        "send_offsets_to_transaction",
                     )
-                    producer.commit_transaction(CLIENT_TIMEOUT_S)
+                    bounded_call(
+                        functools.partial(producer.commit_transaction, CLIENT_TIMEOUT_S),
+                        CLIENT_TIMEOUT_S,
+                        "commit_transaction",
+                    )
                     self.committed_inputs += len(messages)
+                    self.note(f"committed, {self.committed_inputs} in all")
+                except ClientCallHung as e:
+                    # librdkafka #5456/#5511 (see _transactions): abandon the producer; the next
+                    # one's InitProducerId fences it and aborts its transaction.
+                    self.note(f"abandoned the producer: {e}")
+                    producer = self._replace(producer)
+                    self._rewind(consumer)
                 except KafkaException as e:
                     error = e.args[0]
+                    self.note(f"transaction failed: {error.name()}")
                     if error.txn_requires_abort():
                         self.aborts += 1
-                        try:
-                            producer.abort_transaction(CLIENT_TIMEOUT_S)
-                        except KafkaException:
-                            producer = self._replace(producer)
+                        producer = self._abort(producer)
                     elif error.retriable() and not error.fatal():
                         # The commit's outcome is unknown: abort if we still can, else the
                         # coordinator settles it; either way re-read from the committed offsets.
-                        try:
-                            producer.abort_transaction(CLIENT_TIMEOUT_S)
-                        except KafkaException:
-                            producer = self._replace(producer)
+                        producer = self._abort(producer)
                     else:
                         producer = self._replace(producer)
                     self._rewind(consumer)
         finally:
             consumer.close()
 
-    def _replace(self, producer: object) -> object:
+    def _abort(self, producer: Producer) -> Producer:
+        """Abort the transaction; a producer that cannot is replaced."""
+        try:
+            bounded_call(
+                lambda: producer.abort_transaction(CLIENT_TIMEOUT_S),
+                CLIENT_TIMEOUT_S,
+                "abort_transaction",
+            )
+            return producer
+        except (KafkaException, ClientCallHung) as e:
+            self.note(f"abort failed: {e}")
+            return self._replace(producer)
+
+    def _replace(self, producer: Producer) -> Producer:
         self.new_producers += 1
+        self.note("replacing the producer")
         deadline = time.monotonic() + 120
         while True:
             try:
-                return txn_producer(
-                    self.bootstrap, self.txn_id, **{"transaction.timeout.ms": 20000}
+                return bounded_call(
+                    lambda: txn_producer(
+                        self.bootstrap, self.txn_id, **{"transaction.timeout.ms": 20000}
+                    ),
+                    CLIENT_TIMEOUT_S,
+                    "init_transactions",
                 )
-            except KafkaException:
+            except (KafkaException, ClientCallHung) as e:
+                self.note(f"init_transactions: {e}")
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+
+
+def _wait_for(loop: Loop, inputs: int, timeout: float, what: str) -> None:
+    """Wait until `inputs` are committed (or the loop failed); a timeout says where the loop is,
+    on its first line since that is what a CI summary shows."""
+    try:
+        wait_until(lambda: loop.committed_inputs >= inputs or loop.error, timeout, what)
+    except WaitTimeout as e:
+        raise WaitTimeout(f"{e}: {loop.describe()}\n{thread_stack(loop)}") from None
 
 
 def _kill_and_restart(cluster: LocalCluster, broker_id: int) -> None:
@@ -212,23 +282,18 @@ def test_exactly_once_through_leader_and_coordinator_kills(txn_cluster: LocalClu
     loop = Loop(bootstrap, source, sink, group, txn_id)
     loop.start()
     try:
-        wait_until(lambda: loop.committed_inputs >= INPUTS // 4 or loop.error, 120, "no progress")
+        _wait_for(loop, INPUTS // 4, 120, "no progress")
         leader = _leader(bootstrap, sink, 0)
         _kill_and_restart(txn_cluster, leader)
-        wait_until(
-            lambda: loop.committed_inputs >= INPUTS // 2 or loop.error,
-            180,
-            "stuck after leader kill",
-        )
+        loop.note(f"killed and restarted broker {leader}, the sink's leader")
+        _wait_for(loop, INPUTS // 2, 180, "stuck after leader kill")
         _kill_and_restart(txn_cluster, txn_coordinator)
-        wait_until(
-            lambda: loop.committed_inputs >= INPUTS or loop.error,
-            180,
-            "the loop did not finish after the coordinator kill",
-        )
+        loop.note(f"killed and restarted broker {txn_coordinator}, the coordinator")
+        _wait_for(loop, INPUTS, 180, "the loop did not finish after the coordinator kill")
     finally:
         loop.stop.set()
         loop.join(timeout=120)
+    print(f"the loop: {loop.describe()}")  # shown with -s or -rP: what the faults cost it
     assert loop.error is None, repr(loop.error)
     outputs = read_all(bootstrap, sink, PARTITIONS, "read_committed", quiet_s=5.0)
     expected = sorted(f"in-{i}-out" for i in range(INPUTS))
