@@ -97,6 +97,6 @@ def test_load_config_trims_values_as_kafka_does(tmp_path: Path) -> None:
 def test_a_cleaner_priority_outside_nice_range_is_refused(tmp_path: Path, value: str) -> None:
     path = tmp_path / "server.properties"
     path.write_text("broker.id=1\nzookeeper.connect=z:2181\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="log.cleaner.nice"):
+    with pytest.raises(ConfigError, match=r"log\.cleaner\.nice"):
         load_config(path, [f"log.cleaner.nice={value}"])
     assert load_config(path, ["log.cleaner.nice=19"])["log.cleaner.nice"] == 19

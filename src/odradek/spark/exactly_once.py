@@ -25,28 +25,39 @@ nondeterministic expressions before the sink), and the sink's `topic` option. Re
 topic must use `isolation.level=read_committed` (a read_uncommitted reader also sees the records
 of aborted attempts).
 
-Concurrency: one task thread; the producer and the consumer (used only to read and name the
-group) belong to the task.
+librdkafka (2.16 included) can block in `send_offsets_to_transaction` past its own timeout, for
+ever, when the group coordinator it cached left the metadata (a killed broker, an expired
+ZooKeeper session): issues #5456 and #5511. Every transactional call of a task therefore runs
+under `bounded`: still blocked `HUNG_AFTER_S` past its timeout, the task fails with
+`TransactionCallHung` instead of hanging for ever, without aborting (the call holds the
+producer), and Spark's retry of the task fences that producer with `init_transactions`.
+
+Concurrency: one task thread (and, per transactional call, a thread that makes it); the producer
+and the consumer (used only to read and name the group) belong to the task.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka import TopicPartition as RdTopicPartition
 
-from odradek.errors import DataSourceOptionError
+from odradek.errors import DataSourceOptionError, RequestTimedOutError
 from odradek.spark.clients import consumer_config, translate
 
 __all__ = [
     "BATCH_ID_PROPERTY",
     "QUERY_ID_PROPERTY",
     "TaskIdentity",
+    "TransactionCallHung",
     "TransactionLedger",
+    "bounded",
     "task_identity",
 ]
 
@@ -55,6 +66,39 @@ log = logging.getLogger(__name__)
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # Spark's MicroBatchExecution.BATCH_ID_KEY
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # Spark's StreamExecution.QUERY_ID_KEY
 TXN_TIMEOUT_S = 60.0
+HUNG_AFTER_S = 30.0
+
+T = TypeVar("T")
+
+
+class TransactionCallHung(RequestTimedOutError):
+    """A transactional call still blocked `HUNG_AFTER_S` after its own timeout (module
+    docstring); its producer must not be used again."""
+
+
+def bounded(call: Callable[[], T], what: str, timeout_s: float = TXN_TIMEOUT_S) -> T:
+    """`call()` (whose own timeout is `timeout_s`) in a thread of its own, its result or error
+    returned here; TransactionCallHung if it has not returned `HUNG_AFTER_S` later."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as e:  # re-raised in the task's thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name=f"odradek-txn-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s + HUNG_AFTER_S)
+    if thread.is_alive():
+        raise TransactionCallHung(
+            f"{what} did not return {timeout_s + HUNG_AFTER_S:g}s after it was called, past its "
+            f"timeout of {timeout_s:g}s (librdkafka issues #5456, #5511): the task fails and "
+            "its retry fences this producer"
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -127,8 +171,10 @@ class TransactionLedger:
             self.identity.batch_id + 1,
             metadata=json.dumps({"batchId": self.identity.batch_id}),
         )
-        producer.send_offsets_to_transaction(
-            [marker], self.consumer.consumer_group_metadata(), TXN_TIMEOUT_S
+        group = self.consumer.consumer_group_metadata()
+        bounded(
+            lambda: producer.send_offsets_to_transaction([marker], group, TXN_TIMEOUT_S),
+            "send_offsets_to_transaction",
         )
 
     def close(self) -> None:

@@ -69,7 +69,13 @@ from odradek.errors import (
 from odradek.spark.arrow import arrow_schema, source_schema
 from odradek.spark.clients import admin_config, producer_config, translate
 from odradek.spark.decode import ArrowDecoder
-from odradek.spark.exactly_once import TXN_TIMEOUT_S, TransactionLedger, task_identity
+from odradek.spark.exactly_once import (
+    TXN_TIMEOUT_S,
+    TransactionCallHung,
+    TransactionLedger,
+    bounded,
+    task_identity,
+)
 from odradek.spark.fetch import fast_path_allowed
 from odradek.spark.options import SinkOptions
 from odradek.spark.produce import FastPathStop, FastProducer, SealedBatch, TopicLayout
@@ -403,7 +409,7 @@ def write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Write
     producer = task.producer
     try:
         # Fences earlier attempts of this task and settles their open transaction first.
-        producer.init_transactions(TXN_TIMEOUT_S)
+        bounded(lambda: producer.init_transactions(TXN_TIMEOUT_S), "init_transactions")
         if ledger.already_committed():
             task.report.skipped = sum(batch.num_rows for batch in batches)
             log.info(
@@ -417,10 +423,12 @@ def write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> Write
         try:
             report = task.write(batches)
             ledger.record(producer)
-            producer.commit_transaction(TXN_TIMEOUT_S)
+            bounded(lambda: producer.commit_transaction(TXN_TIMEOUT_S), "commit_transaction")
+        except TransactionCallHung:
+            raise  # the producer is held by the blocked call: the retry's init fences it
         except BaseException:
-            with contextlib.suppress(KafkaException):
-                producer.abort_transaction(TXN_TIMEOUT_S)
+            with contextlib.suppress(KafkaException, TransactionCallHung):
+                bounded(lambda: producer.abort_transaction(TXN_TIMEOUT_S), "abort_transaction")
             raise
         return report
     except KafkaException as e:
