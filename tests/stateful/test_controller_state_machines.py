@@ -1054,3 +1054,37 @@ def test_a_plain_failover_keeps_every_leader_epoch(cluster: ControllerMachine) -
     cluster.drain(first=standby)
     assert cluster.active is standby
     assert cluster.admin.partition_states() == before
+
+
+def test_restarted_followers_learn_the_new_leader_of_a_partition_moved_at_failover(
+    cluster: ControllerMachine,
+) -> None:
+    """Found by the soak (run 12, round seed 1887379399): brokers 1 and 3 both restarted unseen,
+    each leading a partition and following the other's. At failover both partitions moved to
+    broker 2 at a new epoch, the restarted brokers out of the ISR (the election treats them as
+    shutting down, so it sends them nothing). Only each partition's former leader was then told
+    its new role: broker 1, a follower of the partition broker 3 had led, kept fetching from
+    broker 3 at the old epoch, was refused NOT_LEADER_OR_FOLLOWER for ever, and never rejoined
+    the ISR. Every restarted replica of a moved partition must hear of its new leader."""
+    cluster.start({1, 2, 3})
+    cluster.admin.create_topic("t", {0: [1, 2, 3], 1: [3, 1, 2]})
+    cluster.drain()
+    before = cluster.admin.partition_states()
+    assert before[("t", 0)].leader == 1 and before[("t", 1)].leader == 3
+    old = cluster.active
+    cluster.tree.expire_session(old.zk.client.session_id)
+    cluster.kill(1)
+    cluster.kill(3)
+    cluster.register(1)
+    cluster.register(3)
+    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
+    standby = next(c for c in cluster.candidates if c is not old)
+    cluster.drain(first=standby)
+    after = cluster.admin.partition_states()
+    assert cluster.active is standby
+    for tp in (("t", 0), ("t", 1)):
+        assert after[tp].leader == 2
+        assert after[tp].leader_epoch > before[tp].leader_epoch
+        for broker in (1, 3):
+            sent = _leaderships_sent(cluster, broker, tp)
+            assert sent and sent[-1] == (2, after[tp].leader_epoch), (tp, broker, sent)

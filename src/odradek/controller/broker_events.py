@@ -159,9 +159,18 @@ class BrokerEventHandlers(TermComponents):
                 )
             finally:
                 context.shutting_down_broker_ids = shutting_down
-            # The restarted brokers learn that they follow now (the election left them out).
+            # The restarted brokers learn that they follow now: the election treated them as
+            # shutting down and sent them nothing. Every restarted replica of a moved partition,
+            # not only its former leader: a restarted follower (it led another partition) left
+            # fetching from the old leader at the old epoch is refused for ever and never rejoins
+            # the ISR (found by the soak, run 12).
             await self._rsm.handle_state_changes(
-                [PartitionReplica(tp[0], tp[1], restarted[tp]) for tp in movable],
+                [
+                    PartitionReplica(tp[0], tp[1], replica)
+                    for tp in movable
+                    for replica in context.partition_replica_assignment(tp)
+                    if replica in brokers
+                ],
                 ReplicaState.OnlineReplica,
             )
         if stranded:
