@@ -482,6 +482,9 @@ class FakeZkClient:
         # get_children of these paths fails once with ConnectionLossError, as a request does
         # when the connection stays lost past the client's retry deadline.
         self.lose_connection_on_children: set[str] = set()
+        # The next multi lands but its answer is lost: "resend" -- the client resends it and
+        # returns what the resend meets; "lose" -- it gives up with ConnectionLossError.
+        self.next_multi_answer_lost: str | None = None
 
     @property
     def expired(self) -> bool:
@@ -562,6 +565,11 @@ class FakeZkClient:
 
     async def multi(self, ops: Sequence[ZkOp]) -> list[Any]:
         self._live()
+        lost, self.next_multi_answer_lost = self.next_multi_answer_lost, None
+        if lost is not None:
+            self.tree.multi(ops, session_id=self.session_id)
+            if lost == "lose":
+                raise ConnectionLossError("the answer to a multi that landed")
         return self.tree.multi(ops, session_id=self.session_id)
 
     async def checked_multi(self, epoch_zk_version: int, ops: Sequence[ZkOp]) -> list[Any]:

@@ -1088,3 +1088,64 @@ def test_restarted_followers_learn_the_new_leader_of_a_partition_moved_at_failov
         for broker in (1, 3):
             sent = _leaderships_sent(cluster, broker, tp)
             assert sent and sent[-1] == (2, after[tp].leader_epoch), (tp, broker, sent)
+
+
+@pytest.mark.parametrize("lost", ["resend", "lose"])
+def test_a_controller_registration_whose_answer_was_lost_still_takes_over(
+    cluster: ControllerMachine, lost: str
+) -> None:
+    """Found by the soak (run 13): the standby's registration as controller landed while the
+    connection dropped. Its client resent it and met NodeExists (or gave up with a lost
+    connection); the standby then read `/controller`, found its own id and counted itself
+    active without taking over: no watches, no state, and no other broker could be elected.
+    New topics got no leaders for minutes. Now a registration of our own session is ours."""
+    cluster.start({1, 2, 3})
+    cluster.drain()
+    old = cluster.active
+    standby = next(c for c in cluster.candidates if c is not old)
+    standby.zk.client.next_multi_answer_lost = lost
+    cluster.tree.expire_session(old.zk.client.session_id)
+    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
+    cluster.drain(first=standby)
+    assert standby.zk.client.next_multi_answer_lost is None  # the loss happened
+    assert cluster.active is standby
+    assert standby.controller.channel is not None  # it took over
+    cluster.admin.create_topic("t", {0: [1, 2, 3]})
+    cluster.drain()
+    assert cluster.admin.partition_states()[("t", 0)].leader == 1
+
+
+def test_restarted_leaders_of_each_others_isr_get_new_epochs_at_failover(
+    cluster: ControllerMachine,
+) -> None:
+    """Found by the soak (run 13, round seed 1119462789, `monotonic_hw_and_epochs`): brokers 2 and
+    3 restarted unseen, each leading partitions whose whole ISR was the two of them. With no
+    other ISR member to move to, and no dead one, the failover kept broker 2's leadership at
+    epoch 8, and its new process served its checkpointed HW 5935 after clients had seen 6192
+    under that epoch. Now such a partition is elected again among its live ISR members at a
+    new epoch, as when the ISR names dead brokers."""
+    cluster.start({1, 2, 3})
+    cluster.admin.create_topic("t", {0: [1, 2], 1: [2, 1]})
+    cluster.drain()
+    before = cluster.admin.partition_states()
+    assert before[("t", 0)].leader == 1 and before[("t", 1)].leader == 2
+    old = cluster.active
+    cluster.tree.expire_session(old.zk.client.session_id)
+    cluster.kill(1)
+    cluster.kill(2)
+    cluster.register(1)
+    cluster.register(2)
+    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
+    standby = next(c for c in cluster.candidates if c is not old)
+    cluster.drain(first=standby)
+    after = cluster.admin.partition_states()
+    assert cluster.active is standby
+    for tp in (("t", 0), ("t", 1)):
+        assert after[tp].leader_epoch > before[tp].leader_epoch, tp
+        assert sorted(after[tp].isr) == [1, 2]
+        leader = after[tp].leader
+        # The new process never heard that it leads at the old epoch.
+        assert (before[tp].leader, before[tp].leader_epoch) not in _leaderships_sent(
+            cluster, before[tp].leader, tp
+        )
+        assert _leaderships_sent(cluster, leader, tp)[-1] == (leader, after[tp].leader_epoch)

@@ -103,9 +103,9 @@ class BrokerEventHandlers(TermComponents):
 
         Where a live ISR member that did not restart can lead, it does, at a new leader epoch, as a controller
         watching at the time would have done (the restarted broker rejoins the ISR once it has
-        caught up); the partition never goes offline. Where the restarted broker is the only live
-        ISR member and the ISR names dead brokers, it is elected again among the live ISR members
-        at a new epoch, the ISR shrunk to them, as an offline election would.
+        caught up); the partition never goes offline. Where no ISR member that did not restart
+        is live (the others are dead, or restarted leaders too), it is elected again among the
+        live ISR members at a new epoch, the ISR shrunk to them, as an offline election would.
         Where the ISR is the restarted broker alone (a one-broker cluster after a restart)
         nothing changes: it is the only possible leader, its high watermark catches up with its
         log end at once (the ISR is itself), and a second LeaderAndIsr at a new epoch only made clients see
@@ -138,11 +138,19 @@ class BrokerEventHandlers(TermComponents):
         # new epoch (found by the soak: HW 8499 served under the epoch clients had seen 8579
         # under). ISR members that live (all of them, after a ZooKeeper outage every broker
         # re-registers) catch up at once: nothing changes for those partitions.
+        # The same where every ISR member is a restarted leader (found by the soak, run 13:
+        # brokers 2 and 3 both restarted, each the other's only ISR peer; broker 2 kept epoch 8
+        # and served its checkpointed HW 5935 after clients had seen 6192). Only an ISR of the
+        # restarted leader alone keeps its epoch (below).
         live_ids = context.live_broker_ids
         stranded = [
             tp
             for tp in restarted
-            if tp not in movable and any(r not in live_ids for r in context.leadership[tp].isr)
+            if tp not in movable
+            and (
+                len(context.leadership[tp].isr) > 1
+                or any(r not in live_ids for r in context.leadership[tp].isr)
+            )
         ]
         if movable:
             log.info(

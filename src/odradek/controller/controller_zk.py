@@ -93,10 +93,32 @@ class ControllerZk:
             return -1
         return ControllerZNode.decode(data, znode.version).broker_id
 
+    async def own_controller_registration(self, broker_id: int) -> tuple[int, int] | None:
+        """(epoch, epoch znode version) if `/controller` names `broker_id` and is an ephemeral of
+        this client's current session -- our own registration, created by a request whose
+        answer was lost (the client resent it and met NodeExists, or gave up with a lost
+        connection) -- else None. Kafka's `checkControllerAndEpoch` accepts it the same way:
+        while that znode lives no other broker can have bumped the epoch since."""
+        try:
+            data, stat = await self.zk.get(ControllerZNode.path())
+        except NoNodeError:
+            return None
+        session = getattr(self.zk, "session_id", None)
+        if (
+            ControllerZNode.decode(data, stat.version).broker_id != broker_id
+            or session is None
+            or stat.ephemeralOwner != session
+        ):
+            return None
+        data, stat = await self.zk.get(ControllerEpochZNode.path())
+        epoch = ControllerEpochZNode.decode(data, stat.version)
+        return epoch.epoch, epoch.zk_version
+
     async def register_controller_and_increment_epoch(self, broker_id: int) -> tuple[int, int]:
         """Try to become controller: create ephemeral `/controller` and bump `/controller_epoch` in
         one transaction conditional on the epoch's znode version. Returns (epoch, epoch znode
-        version); raises NodeExistsError or BadVersionError when another broker won."""
+        version); raises NodeExistsError or BadVersionError when another broker won. A resent
+        transaction that meets its own first attempt (answer lost) is our win, not a loss."""
         path = ControllerEpochZNode.path()
         try:
             data, stat = await self.zk.get(path)
@@ -109,12 +131,20 @@ class ControllerZk:
             data, stat = await self.zk.get(path)
             current = ControllerEpochZNode.decode(data, stat.version)
         new_epoch = current.epoch + 1
-        results = await self.zk.multi(
-            [
-                CreateOp(ControllerZNode.path(), ControllerZNode.encode(broker_id), ephemeral=True),
-                SetDataOp(path, ControllerEpochZNode.encode(new_epoch), current.zk_version),
-            ]
-        )
+        try:
+            results = await self.zk.multi(
+                [
+                    CreateOp(
+                        ControllerZNode.path(), ControllerZNode.encode(broker_id), ephemeral=True
+                    ),
+                    SetDataOp(path, ControllerEpochZNode.encode(new_epoch), current.zk_version),
+                ]
+            )
+        except (NodeExistsError, BadVersionError):
+            ours = await self.own_controller_registration(broker_id)
+            if ours is None or ours[0] != new_epoch:
+                raise
+            return ours
         new_stat = results[1]
         return new_epoch, new_stat.version  # type: ignore[union-attr]
 

@@ -106,6 +106,9 @@ class ControllerFailover(TermComponents):
 
     async def _elect(self) -> None:
         self.active_controller_id = await self.zk.read_controller_id(self._controller_watcher)
+        if self.active_controller_id == self.broker_id and self.channel is None:
+            await self._adopt_own_registration()
+            return
         if self.active_controller_id != -1:
             log.debug("broker %d is the controller", self.active_controller_id)
             return
@@ -116,6 +119,25 @@ class ControllerFailover(TermComponents):
         except (NodeExistsError, BadVersionError):
             self.active_controller_id = await self.zk.read_controller_id(self._controller_watcher)
             return
+        await self._take_over(epoch, epoch_zk_version)
+
+    async def _adopt_own_registration(self) -> None:
+        """`/controller` names us, yet we never took over: our registration landed but its answer
+        was lost (the request gave up on a lost connection). If it is an ephemeral of our
+        current session it is ours: take over at its epoch, as Kafka's controller accepts its
+        own registration met again. Left alone, no broker would be controller until our
+        session ended (found by the soak: new topics waited minutes for leaders). A znode of an
+        earlier session of ours goes with that session; its deletion elects again."""
+        ours = await self.zk.own_controller_registration(self.broker_id)
+        if ours is None:
+            return
+        log.info(
+            "broker %d holds /controller by a registration whose answer was lost", self.broker_id
+        )
+        await self._take_over(*ours)
+
+    async def _take_over(self, epoch: int, epoch_zk_version: int) -> None:
+        """We hold `/controller` at `epoch`: reset the context and run the failover."""
         self.active_controller_id = self.broker_id
         self.context.reset()
         self.context.epoch = epoch
@@ -130,6 +152,8 @@ class ControllerFailover(TermComponents):
         self.active_controller_id = await self.zk.read_controller_id(self._controller_watcher)
         if was_active and not self.is_active:
             self._on_controller_resignation()
+        elif self.is_active and self.channel is None:
+            await self._adopt_own_registration()
 
     async def _trigger_controller_move(self) -> None:
         self._on_controller_resignation()
