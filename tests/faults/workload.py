@@ -368,8 +368,21 @@ def unfinished_report(stats: ProducerStats, topic: str) -> str:
     return "; ".join(parts)
 
 
+class _NeverRaisingLogger(logging.Logger):
+    """A logger for librdkafka's `logger` setting whose `log` never raises: confluent-kafka does
+    not clear an exception raised by one call, and every later call then fails with SystemError
+    (confluent-kafka-python #1708); soak run 13's transactional writer died of that."""
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().log(level, msg, *args, **kwargs)
+        except Exception:  # a lost client log line, never a failed client
+            pass
+
+
 def file_logger(name: str, path: Path) -> logging.Logger:
-    logger = logging.getLogger(f"{name}.{path}")
+    """A logger writing to `path` alone, for a librdkafka client's `logger` setting."""
+    logger = _NeverRaisingLogger(f"{name}.{path}")
     logger.propagate = False
     logger.setLevel(logging.DEBUG)
     handler = logging.FileHandler(path)
