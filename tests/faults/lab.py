@@ -337,10 +337,7 @@ def _scenario(
         history=history, message_timeout_ms=60_000,
     ).start()  # fmt: skip
     bootstrap = lab.cluster.bootstrap_servers
-    writer = TransactionalWriter(
-        bootstrap, txn_topic, PARTITIONS, history, seed,
-        client_log=lab.directory / f"transactional-producer-{topic}.log",
-    ).start()  # fmt: skip
+    writer = TransactionalWriter(bootstrap, txn_topic, PARTITIONS, history, seed).start()
     txn_reader = CommittedReader(bootstrap, txn_topic, PARTITIONS, history).start()
     readers = [
         HistoryReader(b, topic, history, lso_topic=txn_topic, lso_partitions=PARTITIONS).start()

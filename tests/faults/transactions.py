@@ -46,7 +46,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer
@@ -55,7 +54,6 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tests.faults.checker import CheckResult
 from tests.faults.history import History
-from tests.faults.workload import file_logger
 from tests.fixtures.threads import thread_stack
 from tests.integration._transactions import ClientCallHung, bounded_call
 
@@ -81,8 +79,8 @@ def _close(producer: Producer | None) -> None:
     try:
         producer.purge()
         producer.close(1.0)
-    except (KafkaException, RuntimeError, TypeError):
-        pass
+    except (KafkaException, RuntimeError, TypeError, SystemError):
+        pass  # SystemError: confluent-kafka's close can fail so (soak run 14); the producer is dropped
 
 
 class TransactionalWriter:
@@ -97,7 +95,6 @@ class TransactionalWriter:
         seed: int,
         name: str = "t0",
         pause_s: float = 0.05,
-        client_log: Path | None = None,
     ) -> None:
         self.topic = topic
         self.partitions = partitions
@@ -114,11 +111,10 @@ class TransactionalWriter:
             "request.timeout.ms": 5000,
             "socket.timeout.ms": 10_000,
         }
-        if client_log is not None:
-            # librdkafka's transaction state machine (coordinator lookups, EndTxn retries,
-            # fencing), so that a call that does not return can be traced.
-            self._config["debug"] = "eos"
-            self._config["logger"] = file_logger("faults.librdkafka.txn", client_log)
+        # No librdkafka `logger` here: confluent-kafka's log callback, under this writer's
+        # calls from several threads (`bounded_call`), left exceptions set that later failed
+        # `close` and logging itself with SystemError (soak runs 13 and 14). A call that does
+        # not return is named by its stack (`stop`) and survived by `bounded_call`.
         self._lock = threading.Lock()
         self._outcomes: Counter[str] = Counter()
         self._notes: Counter[str] = Counter()
