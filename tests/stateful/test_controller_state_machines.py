@@ -1056,6 +1056,21 @@ def test_a_plain_failover_keeps_every_leader_epoch(cluster: ControllerMachine) -
     assert cluster.admin.partition_states() == before
 
 
+def _fail_over_after_unseen_restarts(cluster: ControllerMachine, brokers: list[int]) -> Any:
+    """The active controller dies; `brokers` restart (new processes, new broker epochs) while no
+    controller watches; a standby takes over. Returns the standby."""
+    old = cluster.active
+    cluster.tree.expire_session(old.zk.client.session_id)
+    for broker in brokers:
+        cluster.kill(broker)
+    for broker in brokers:
+        cluster.register(broker)
+    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
+    standby = next(c for c in cluster.candidates if c is not old)
+    cluster.drain(first=standby)
+    return standby
+
+
 def test_restarted_followers_learn_the_new_leader_of_a_partition_moved_at_failover(
     cluster: ControllerMachine,
 ) -> None:
@@ -1071,15 +1086,7 @@ def test_restarted_followers_learn_the_new_leader_of_a_partition_moved_at_failov
     cluster.drain()
     before = cluster.admin.partition_states()
     assert before[("t", 0)].leader == 1 and before[("t", 1)].leader == 3
-    old = cluster.active
-    cluster.tree.expire_session(old.zk.client.session_id)
-    cluster.kill(1)
-    cluster.kill(3)
-    cluster.register(1)
-    cluster.register(3)
-    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
-    standby = next(c for c in cluster.candidates if c is not old)
-    cluster.drain(first=standby)
+    standby = _fail_over_after_unseen_restarts(cluster, [1, 3])
     after = cluster.admin.partition_states()
     assert cluster.active is standby
     for tp in (("t", 0), ("t", 1)):
@@ -1129,15 +1136,7 @@ def test_restarted_leaders_of_each_others_isr_get_new_epochs_at_failover(
     cluster.drain()
     before = cluster.admin.partition_states()
     assert before[("t", 0)].leader == 1 and before[("t", 1)].leader == 2
-    old = cluster.active
-    cluster.tree.expire_session(old.zk.client.session_id)
-    cluster.kill(1)
-    cluster.kill(2)
-    cluster.register(1)
-    cluster.register(2)
-    old.queue.preempt_all_and_put(ev.Expire(), old.controller)
-    standby = next(c for c in cluster.candidates if c is not old)
-    cluster.drain(first=standby)
+    standby = _fail_over_after_unseen_restarts(cluster, [1, 2])
     after = cluster.admin.partition_states()
     assert cluster.active is standby
     for tp in (("t", 0), ("t", 1)):
