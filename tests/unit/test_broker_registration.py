@@ -158,7 +158,8 @@ def test_soak_session_expired_during_startup_registration_registers_in_the_new_s
     zk = ExpiringOnCreate(expiries=2)
     broker = registering_broker(zk, reclaim=False)
     broker._register_broker = lambda: BrokerZk._register_broker(broker)
-    broker._wait_for_session = lambda expired: BrokerZk._wait_for_session(broker, expired)
+    broker._wait_for_session = lambda *a: BrokerZk._wait_for_session(broker, *a)
+    broker._in_a_session = lambda *a: BrokerZk._in_a_session(broker, *a)
     asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
     assert zk.owner == OUR_SESSION
     assert broker.registered.is_set() and broker.broker_epoch == 7
@@ -179,7 +180,8 @@ def test_a_registration_after_an_expiry_waits_for_the_new_session() -> None:
     zk = Reconnecting(expiries=1)
     broker = registering_broker(zk, reclaim=False)
     broker._register_broker = lambda: BrokerZk._register_broker(broker)
-    broker._wait_for_session = lambda expired: BrokerZk._wait_for_session(broker, expired)
+    broker._wait_for_session = lambda *a: BrokerZk._wait_for_session(broker, *a)
+    broker._in_a_session = lambda *a: BrokerZk._in_a_session(broker, *a)
     asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
     assert zk.owner == OUR_SESSION and broker.registered.is_set()
 
@@ -208,7 +210,8 @@ def test_soak_a_connection_lost_under_the_startup_registration_registers_once_co
     zk = LandedThenLost()
     broker = registering_broker(zk, reclaim=False)
     broker._register_broker = lambda: BrokerZk._register_broker(broker)
-    broker._wait_for_session = lambda expired: BrokerZk._wait_for_session(broker, expired)
+    broker._wait_for_session = lambda *a: BrokerZk._wait_for_session(broker, *a)
+    broker._in_a_session = lambda *a: BrokerZk._in_a_session(broker, *a)
     asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
     assert zk.losses == 0 and zk.owner == OUR_SESSION
     assert broker.registered.is_set() and broker.broker_epoch == 7
@@ -218,7 +221,8 @@ def test_a_session_that_expires_under_every_registration_attempt_ends_the_startu
     zk = ExpiringOnCreate(expiries=STARTUP_REGISTRATION_ATTEMPTS)
     broker = registering_broker(zk, reclaim=False)
     broker._register_broker = lambda: BrokerZk._register_broker(broker)
-    broker._wait_for_session = lambda expired: BrokerZk._wait_for_session(broker, expired)
+    broker._wait_for_session = lambda *a: BrokerZk._wait_for_session(broker, *a)
+    broker._in_a_session = lambda *a: BrokerZk._in_a_session(broker, *a)
     with pytest.raises(OperatorError, match="expired during each of 5 attempts"):
         asyncio.run(asyncio.wait_for(BrokerZk._register_at_startup(broker), timeout=30))
     assert zk.owner is None and not broker.registered.is_set()

@@ -157,6 +157,7 @@ class Broker(BrokerZk, BrokerShutdown):
         self._stopped = asyncio.Event()
         self._shutting_down = False
         self._session_expired = False
+        self._loaded_in_session: int | None = None  # the session `_load_zk_state` completed in
         self.started = False
 
     # the components start-up creates: required once it has
@@ -202,13 +203,9 @@ class Broker(BrokerZk, BrokerShutdown):
             set_acl=config["zookeeper.set.acl"],
         )
         await self._zk.start(timeout=config.zookeeper_connection_timeout_ms / 1000)
-        await self._zk.ensure_paths(PERSISTENT_PATHS)
-        self.cluster_id = await self._get_or_create_cluster_id()
-        self._log_manager.check_meta_properties(self.broker_id, self.cluster_id)
-        await self._delete_stray_partitions()
-        await self.security.start(self._zk)
-        await self.quotas.start(self._zk)
-        await self.dynamic_config_manager.start()
+        await self._in_a_session(
+            "load its state from ZooKeeper", "loading state from ZooKeeper", self._load_zk_state
+        )
         # 3. listen
         # The group coordinator exists before we listen, so no group request finds it missing;
         # it serves groups once its timers start with the other periodic work (7), and loads
@@ -256,7 +253,9 @@ class Broker(BrokerZk, BrokerShutdown):
         self.dynamic_config_manager.reconfigure_listeners()
         # 4. components
         self.topic_configs = TopicConfigs(self.zk, self._on_topic_config_change)
-        await self.topic_configs.start()
+        await self._in_a_session(
+            "watch topic configs", "watching topic configs", self.topic_configs.start
+        )
         fetcher_manager = ReplicaFetcherManager(
             self._broker_address,
             config,
@@ -305,6 +304,9 @@ class Broker(BrokerZk, BrokerShutdown):
         )
         # 5. register, 6. controller
         self._zk.add_state_listener(self._on_session_state)
+        if self._zk.session_id != self._loaded_in_session:
+            # The session that loaded the caches and armed their watches expired since.
+            self._resync_after_expiry()
         await self._register_at_startup()
         self.controller.startup()
         # Directories that failed at start-up are reported now that we are registered.
@@ -451,6 +453,19 @@ class Broker(BrokerZk, BrokerShutdown):
                 self.config, self.topic_configs.get(topic)
             )
         return config
+
+    async def _load_zk_state(self) -> None:
+        """Start-up step 2, after connecting: the paths every broker expects, the cluster id, the
+        stray logs, and the caches kept equal to ZooKeeper (credentials, ACLs, quotas, dynamic
+        configs). Each part may run again in a new session (`_in_a_session`)."""
+        await self._zk.ensure_paths(PERSISTENT_PATHS)
+        self.cluster_id = await self._get_or_create_cluster_id()
+        self._log_manager.check_meta_properties(self.broker_id, self.cluster_id)
+        await self._delete_stray_partitions()
+        await self.security.start(self._zk)
+        await self.quotas.start(self._zk)
+        await self.dynamic_config_manager.start()
+        self._loaded_in_session = self._zk.session_id
 
     def _on_topic_config_change(self, topic: str, overrides: dict[str, str]) -> None:
         self._log_configs.pop(topic, None)

@@ -137,12 +137,21 @@ class BrokerSecurity:
         self._last_epoch_refresh = -EPOCH_REFRESH_INTERVAL_S
 
     async def start(self, zk: ZkClient) -> None:
+        """Load the caches and arm their watches. Called again when an attempt was cut short by
+        a ZooKeeper session expiry or connection loss (`BrokerZk._in_a_session`): the stores an
+        earlier attempt made reload rather than being made twice."""
         self._zk = zk
-        self.credential_store = CredentialStore(zk, self.credentials)
-        await self.credential_store.start()
+        if self.credential_store is None:
+            self.credential_store = CredentialStore(zk, self.credentials)
+            await self.credential_store.start()
+        else:
+            await self.credential_store.resync()
         if self.authorizer.enabled:
-            self.acl_store = AclStore(zk, self.acl_cache)
-            await self.acl_store.start()
+            if self.acl_store is None:
+                self.acl_store = AclStore(zk, self.acl_cache)
+                await self.acl_store.start()
+            else:
+                await self.acl_store.resync()
         await self._read_broker_epochs()
         await self._read_controller_view()
 

@@ -16,8 +16,9 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.cluster.replica_manager import ReplicaManager
 from odradek.errors import OperatorError
@@ -25,6 +26,7 @@ from odradek.log.log_manager import LogManager
 from odradek.log.partition_metadata import read_partition_topic_id
 from odradek.network.server import SocketServer
 from odradek.protocol.topic_ids import uuid_to_topic_id
+from odradek.server.admin.topic_configs import TopicConfigs
 from odradek.server.broker_security import BrokerSecurity
 from odradek.server.config import KafkaConfig
 from odradek.server.dynamic_config_manager import DynamicConfigManager
@@ -52,9 +54,13 @@ log = logging.getLogger(__name__)
 
 ISR_CHANGE_NOTIFICATION_BYTES = 400_000
 
+T = TypeVar("T")
 
-# Registrations at start-up cut short by a session expiry before the broker gives up.
-STARTUP_REGISTRATION_ATTEMPTS = 5
+
+# Attempts at a start-up step (the registration, loading the broker's state from ZooKeeper) cut
+# short by a session expiry before the broker gives up.
+STARTUP_SESSION_ATTEMPTS = 5
+STARTUP_REGISTRATION_ATTEMPTS = STARTUP_SESSION_ATTEMPTS
 
 
 class BrokerZk:
@@ -68,6 +74,7 @@ class BrokerZk:
     security: BrokerSecurity
     quotas: BrokerQuotas
     dynamic_config_manager: DynamicConfigManager
+    topic_configs: TopicConfigs
     socket_servers: list[SocketServer]
     replica_manager: ReplicaManager
     _tasks: list[asyncio.Task[Any]]
@@ -186,40 +193,48 @@ class BrokerZk:
 
     async def _register_at_startup(self) -> None:
         """Register, once more in the new session if the session expires under the registration
-        (a ZooKeeper quorum lost for longer than the session timeout while we start): Kafka's
-        broker retries its ZooKeeper requests in a new session then (`KafkaZkClient`'s
-        `retryRequestsUntilConnected`) rather than exit.
+        (`_in_a_session`)."""
+        await self._in_a_session("register", "registering", self._register_broker)
 
-        A connection lost under the registration (the request given up after the client's
-        deadline, the session still alive) is retried once connected again, as Kafka's
-        `retryRequestsUntilConnected` does; a create that landed before the loss is found as
-        our own by `_register_broker`. ZooKeeper not serving again within
-        zookeeper.connection.timeout.ms ends the start-up, with a one-line error."""
+    async def _in_a_session(self, purpose: str, doing: str, step: Callable[[], Awaitable[T]]) -> T:
+        """Run a start-up step that talks to ZooKeeper until it completes in one session: again
+        in the new session if the session expires under it (a ZooKeeper quorum lost for longer
+        than the session timeout while we start), as Kafka's broker retries its ZooKeeper
+        requests in a new session (`KafkaZkClient`'s `retryRequestsUntilConnected`) rather than
+        exit. The soak found both the registration (seed 436106115) and the credential store's
+        set-up (run 15) ending a start-up with a SessionExpiredError.
+
+        A connection lost under the step (the request given up after the client's deadline, the
+        session still alive) is retried once connected again, as Kafka's
+        `retryRequestsUntilConnected` does; every step is written so that running it twice is
+        harmless (a create that landed before the loss is found as our own). ZooKeeper not
+        serving again within zookeeper.connection.timeout.ms ends the start-up, with a one-line
+        error; so does a session expiring under each of STARTUP_SESSION_ATTEMPTS attempts."""
         attempt = 1
         while True:
             try:
                 expired = self._zk.session_id
-                await self._register_broker()
-                return
+                return await step()
             except ConnectionLossError:
-                log.warning("ZooKeeper connection lost while registering; registering again")
-                await self._wait_for_session(None)
+                log.warning("ZooKeeper connection lost while %s; trying again", doing)
+                await self._wait_for_session(None, doing)
                 continue
             except SessionExpiredError:
-                if attempt == STARTUP_REGISTRATION_ATTEMPTS:
+                if attempt == STARTUP_SESSION_ATTEMPTS:
                     raise OperatorError(
                         f"broker {self.broker_id}: the ZooKeeper session expired during each of "
-                        f"{attempt} attempts to register"
+                        f"{attempt} attempts to {purpose}"
                     ) from None
                 log.warning(
-                    "ZooKeeper session expired while registering (attempt %d); registering again "
-                    "in a new session",
+                    "ZooKeeper session expired while %s (attempt %d); trying again in a new "
+                    "session",
+                    doing,
                     attempt,
                 )
                 attempt += 1
-                await self._wait_for_session(expired)
+                await self._wait_for_session(expired, doing)
 
-    async def _wait_for_session(self, expired: int | None) -> None:
+    async def _wait_for_session(self, expired: int | None, doing: str = "registering") -> None:
         """Wait (bounded by zookeeper.connection.timeout.ms) until the client is connected, in a
         session other than `expired` if given: until then every request fails at once (the soak
         saw five attempts spent within a millisecond)."""
@@ -229,18 +244,26 @@ class BrokerZk:
             if time.monotonic() >= deadline:
                 raise OperatorError(
                     f"ZooKeeper at {self._zk.connect_string} unreachable within {timeout:g}s "
-                    "while registering"
+                    f"while {doing}"
                 )
             await asyncio.sleep(0.05)
+
+    def _resync_after_expiry(self) -> None:
+        """A new session: every cache kept equal to ZooKeeper reloads and re-arms its watches
+        (a session's watches die with it)."""
+        loop = asyncio.get_running_loop()
+        for resync in (
+            self.security.resync,
+            self.quotas.resync,
+            self.dynamic_config_manager.resync,
+            self.topic_configs.resync,
+        ):
+            self._tasks.append(loop.create_task(resync()))
 
     def _on_session_state(self, state: SessionState) -> None:
         if state is SessionState.CONNECTED and self._session_expired:
             self._session_expired = False
-            self._tasks.append(asyncio.get_running_loop().create_task(self.security.resync()))
-            self._tasks.append(asyncio.get_running_loop().create_task(self.quotas.resync()))
-            self._tasks.append(
-                asyncio.get_running_loop().create_task(self.dynamic_config_manager.resync())
-            )
+            self._resync_after_expiry()
         if state is SessionState.EXPIRED:
             self._session_expired = True
             # The controller has seen us die: every partition we lead is being (or has been)

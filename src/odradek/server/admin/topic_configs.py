@@ -69,6 +69,22 @@ class TopicConfigs:
         except NoNodeError:
             self._seen_notifications = set()
 
+    async def resync(self) -> None:
+        """After a new ZooKeeper session (the watch died with the old one, and changes may have
+        been made meanwhile): watch again, apply the notifications not seen yet, and re-read
+        every topic whose config we hold, applying those that changed."""
+        await self._process_notifications()
+        for topic in list(self._configs):
+            try:
+                config = await self._read(topic)
+            except ZkError as e:
+                log.warning("cannot re-read the config of %s after a new session: %s", topic, e)
+                continue
+            if topic in self._configs and config != self._configs[topic]:
+                self._configs[topic] = config
+                log.info("config of topic %s changed while the session was lost: %s", topic, config)
+                self._on_change(topic, config)
+
     def _watch(self, event: WatchEvent) -> None:
         if self._refresh_task is None or self._refresh_task.done():
             self._refresh_task = asyncio.get_running_loop().create_task(

@@ -55,10 +55,19 @@ class BrokerQuotas:
         return self._throttles
 
     async def start(self, zk: ZkClient) -> None:
-        self._store = ClientQuotaStore(zk, self.client)
-        await self._store.start()
-        self._throttles = ReplicationThrottleFollower(zk, self.broker_id, self.replication)
-        await self._throttles.start()
+        """Load and watch. Called again when an attempt was cut short by a ZooKeeper session
+        expiry or connection loss (`BrokerZk._in_a_session`): what an earlier attempt made
+        reloads rather than being made twice."""
+        if self._store is None:
+            self._store = ClientQuotaStore(zk, self.client)
+            await self._store.start()
+        else:
+            await self._store.resync()
+        if self._throttles is None:
+            self._throttles = ReplicationThrottleFollower(zk, self.broker_id, self.replication)
+            await self._throttles.start()
+        else:
+            await self._throttles.resync()
 
     def attach(self, replica_manager: Any, topic_config: Callable[[str], dict[str, str]]) -> None:
         """Hand the replication throttles to the leader's read path and the follower's fetchers,
