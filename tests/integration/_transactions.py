@@ -19,7 +19,6 @@ Every wait has a deadline; every client is closed by the caller or here.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +26,8 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from odradek.spark.exactly_once import TransactionCallHung, bounded
 
 CLIENT_TIMEOUT_S = 60.0
 HUNG_AFTER_S = 30.0
@@ -40,27 +41,16 @@ class ClientCallHung(Exception):
 
 
 def bounded_call(call: Callable[[], T], timeout_s: float, what: str) -> T:
-    """`call()`, whose own timeout is `timeout_s`, in a thread of its own; ClientCallHung if it
-    is still running `HUNG_AFTER_S` later (its thread is left blocked, holding the client)."""
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as e:  # re-raised in the caller's thread
-            outcome["error"] = e
-
-    thread = threading.Thread(target=run, name=f"client-call-{what}", daemon=True)
-    thread.start()
-    thread.join(timeout_s + HUNG_AFTER_S)
-    if thread.is_alive():
+    """`call()`, whose own timeout is `timeout_s`, under the Spark sink's watchdog
+    (`odradek.spark.exactly_once.bounded`); ClientCallHung if it is still running
+    `HUNG_AFTER_S` later (its thread is left blocked, holding the client)."""
+    try:
+        return bounded(call, what, timeout_s, hung_after_s=HUNG_AFTER_S)
+    except TransactionCallHung:
         raise ClientCallHung(
             f"{what} still running {timeout_s + HUNG_AFTER_S:g}s after it was called "
             f"(its timeout: {timeout_s:g}s)"
-        )
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]  # type: ignore[no-any-return]
+        ) from None
 
 
 def unique_id(prefix: str) -> str:

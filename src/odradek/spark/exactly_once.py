@@ -76,9 +76,17 @@ class TransactionCallHung(RequestTimedOutError):
     docstring); its producer must not be used again."""
 
 
-def bounded(call: Callable[[], T], what: str, timeout_s: float = TXN_TIMEOUT_S) -> T:
+def bounded(
+    call: Callable[[], T],
+    what: str,
+    timeout_s: float = TXN_TIMEOUT_S,
+    hung_after_s: float | None = None,
+) -> T:
     """`call()` (whose own timeout is `timeout_s`) in a thread of its own, its result or error
-    returned here; TransactionCallHung if it has not returned `HUNG_AFTER_S` later."""
+    returned here; TransactionCallHung if it has not returned `hung_after_s` (default
+    `HUNG_AFTER_S`) later. The blocked thread keeps the client referenced, so it is never
+    destroyed under the call."""
+    grace = HUNG_AFTER_S if hung_after_s is None else hung_after_s
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -89,10 +97,10 @@ def bounded(call: Callable[[], T], what: str, timeout_s: float = TXN_TIMEOUT_S) 
 
     thread = threading.Thread(target=run, name=f"odradek-txn-{what}", daemon=True)
     thread.start()
-    thread.join(timeout_s + HUNG_AFTER_S)
+    thread.join(timeout_s + grace)
     if thread.is_alive():
         raise TransactionCallHung(
-            f"{what} did not return {timeout_s + HUNG_AFTER_S:g}s after it was called, past its "
+            f"{what} did not return {timeout_s + grace:g}s after it was called, past its "
             f"timeout of {timeout_s:g}s (librdkafka issues #5456, #5511): the task fails and "
             "its retry fences this producer"
         )
