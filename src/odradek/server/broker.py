@@ -305,8 +305,12 @@ class Broker(BrokerZk, BrokerShutdown):
         # 5. register, 6. controller
         self._zk.add_state_listener(self._on_session_state)
         if self._zk.session_id != self._loaded_in_session:
-            # The session that loaded the caches and armed their watches expired since.
-            self._resync_after_expiry()
+            # The session that loaded the caches and armed their watches expired since: reload
+            # now, or when the new session connects if it has not yet.
+            if self._zk.connected:
+                self._resync_after_expiry()
+            else:
+                self._session_expired = True
         await self._register_at_startup()
         self.controller.startup()
         # Directories that failed at start-up are reported now that we are registered.
