@@ -23,7 +23,8 @@ the run's `History` (the checks are in `history`).
   starts on a new producer with the same id (whose initialization fences the old one). A call
   still running well past its own timeout (librdkafka can block for ever after a coordinator left
   the metadata: `tests.integration._transactions.bounded_call`) is noted as `<call> hung` and its
-  producer abandoned the same way, without being closed.
+  producer abandoned the same way, without being closed. `close` itself runs under the same
+  watchdog (`close hung`).
 * `CommittedReader`: a confluent-kafka consumer with `isolation.level=read_committed`, assigned
   every partition from offset 0, recording each record it gets as `txn_read` while faults run.
 * `read_final_committed`: after the heal, waits until every partition's last stable offset has
@@ -70,17 +71,28 @@ FIRST_ACTIONS = ("commit", "abort", "fence")
 OUTCOMES = ("committed", "aborted", "fenced", "failed", "unknown")
 
 
-def _close(producer: Producer | None) -> None:
+CLOSE_TIMEOUT_S = 1.0
+
+
+def _close(producer: Producer | None) -> bool:
     """Drop a producer within about a second: what it still queues is purged, and `close`
     aborts its open transaction if it still can (else the next producer with the same id, or the
-    coordinator on its timeout, does). Never a commit, so outcomes stay what was recorded."""
+    coordinator on its timeout, does). Never a commit, so outcomes stay what was recorded.
+
+    `close` runs under the same watchdog as the transactional calls: soak run 16 (seed
+    1256811644) saw `close(1.0)` of a producer whose abort had just failed block for more than
+    270 s in librdkafka. False when it hung (the producer is abandoned, never destroyed under its
+    call)."""
     if producer is None:
-        return
+        return True
     try:
         producer.purge()
-        producer.close(1.0)
+        bounded_call(lambda: producer.close(CLOSE_TIMEOUT_S), CLOSE_TIMEOUT_S, "close")
+    except ClientCallHung:
+        return False
     except (KafkaException, RuntimeError, TypeError, SystemError):
         pass  # SystemError: confluent-kafka's close can fail so (soak run 14); the producer is dropped
+    return True
 
 
 class TransactionalWriter:
@@ -155,6 +167,11 @@ class TransactionalWriter:
 
     # -- the writer's thread
 
+    def _drop(self, producer: Producer | None) -> None:
+        """`_close`, noting a close that hung."""
+        if not _close(producer):
+            self._note("close hung")
+
     def _note(self, what: str) -> None:
         with self._lock:
             self._notes[what] += 1
@@ -180,7 +197,7 @@ class TransactionalWriter:
                 pass  # noted; the producer is abandoned
             except KafkaException as e:
                 self._note(f"init_transactions {e.args[0].name()}")
-                _close(producer)
+                self._drop(producer)
             if time.monotonic() > deadline:
                 return None
             time.sleep(0.5)
@@ -212,7 +229,7 @@ class TransactionalWriter:
         except BaseException as e:  # reported through `error`, read by the test thread
             self.error = repr(e)
         finally:
-            _close(producer)
+            self._drop(producer)
 
     def _action(self, number: int) -> str:
         choice = self._rng.random()
@@ -245,7 +262,7 @@ class TransactionalWriter:
             self._note(error.name())
             if error.txn_requires_abort():
                 return self._end(producer, commit=False, commit_tried=False)
-            _close(producer)
+            self._drop(producer)
             return None, "failed", error.name()
         if action == "fence":
             successor = self._new_producer()
@@ -260,9 +277,9 @@ class TransactionalWriter:
         except ClientCallHung:
             return "zombie commit hung"
         except KafkaException as e:
-            _close(zombie)
+            self._drop(zombie)
             return f"zombie commit refused: {e.args[0].name()}"
-        _close(zombie)
+        self._drop(zombie)
         return "zombie commit accepted"
 
     def _end(
@@ -292,7 +309,7 @@ class TransactionalWriter:
                     and not self._abandoning.is_set()
                 ):
                     continue
-                _close(producer)
+                self._drop(producer)
                 return None, "unknown" if commit_tried else "failed", error.name()
 
 
