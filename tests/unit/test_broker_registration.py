@@ -27,7 +27,7 @@ import pytest
 
 from odradek.errors import OperatorError
 from odradek.server import session_reclaim
-from odradek.server.broker_zk import STARTUP_REGISTRATION_ATTEMPTS, BrokerZk
+from odradek.server.broker_zk import STARTUP_SESSION_ATTEMPTS, BrokerZk
 from odradek.server.session_reclaim import (
     SESSION_FILE,
     RecordedSession,
@@ -218,7 +218,7 @@ def test_soak_a_connection_lost_under_the_startup_registration_registers_once_co
 
 
 def test_a_session_that_expires_under_every_registration_attempt_ends_the_startup() -> None:
-    zk = ExpiringOnCreate(expiries=STARTUP_REGISTRATION_ATTEMPTS)
+    zk = ExpiringOnCreate(expiries=STARTUP_SESSION_ATTEMPTS)
     broker = registering_broker(zk, reclaim=False)
     broker._register_broker = lambda: BrokerZk._register_broker(broker)
     broker._wait_for_session = lambda *a: BrokerZk._wait_for_session(broker, *a)

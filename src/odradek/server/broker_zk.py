@@ -60,7 +60,6 @@ T = TypeVar("T")
 # Attempts at a start-up step (the registration, loading the broker's state from ZooKeeper) cut
 # short by a session expiry before the broker gives up.
 STARTUP_SESSION_ATTEMPTS = 5
-STARTUP_REGISTRATION_ATTEMPTS = STARTUP_SESSION_ATTEMPTS
 
 
 class BrokerZk:
@@ -234,7 +233,7 @@ class BrokerZk:
                 attempt += 1
                 await self._wait_for_session(expired, doing)
 
-    async def _wait_for_session(self, expired: int | None, doing: str = "registering") -> None:
+    async def _wait_for_session(self, expired: int | None, doing: str) -> None:
         """Wait (bounded by zookeeper.connection.timeout.ms) until the client is connected, in a
         session other than `expired` if given: until then every request fails at once (the soak
         saw five attempts spent within a millisecond)."""
