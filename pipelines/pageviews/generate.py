@@ -23,7 +23,8 @@ import json
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
@@ -49,14 +50,19 @@ def events(
     out_of_order: float,
     late: float,
     max_lateness_s: float,
+    stop: Callable[[], bool] = lambda: False,
 ) -> Iterator[dict[str, Any]]:
-    """`count` view events, then the end-of-stream marker."""
+    """`count` view events (fewer if `stop()` turns true before), then the end-of-stream marker."""
     rng = random.Random(seed)
     catalogue = ["/"] + [f"/{SECTIONS[i % len(SECTIONS)]}/{i}" for i in range(max(1, pages - 1))]
     weights = [1 / (rank + 1) ** 1.1 for rank in range(len(catalogue))]  # Zipf-like popularity
     current_page: dict[str, str] = {}
     latest = start
+    views = 0
     for i in range(count):
+        if stop():
+            break
+        views += 1
         clock = start + dt.timedelta(seconds=i / event_rate)
         user = f"u{rng.randrange(users):04d}"
         previous = current_page.get(user)
@@ -85,7 +91,7 @@ def events(
             "event_time": iso(event_time),
         }
     yield {
-        "event_id": f"e-{count:07d}",
+        "event_id": f"e-{views:07d}",
         "event_type": END_OF_STREAM,
         "user_id": "generator",
         "page": None,
@@ -137,7 +143,13 @@ def main() -> int:
     parser.add_argument("--max-lateness-s", type=float, default=20.0)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--replication-factor", type=int, default=1)
+    parser.add_argument(
+        "--stop-file",
+        type=Path,
+        help="stop producing views once this file exists (at most --count), then send the marker",
+    )
     args = parser.parse_args()
+    stop_file: Path | None = args.stop_file
 
     start = dt.datetime.fromisoformat(args.start.replace("Z", "+00:00"))
     ensure_topic(args.bootstrap, args.topic, args.partitions, args.replication_factor)
@@ -157,6 +169,7 @@ def main() -> int:
 
     started = time.monotonic()
     produced = 0
+    views = 0
     last_view_time = None
     for event in events(
         args.count,
@@ -168,12 +181,14 @@ def main() -> int:
         args.out_of_order,
         args.late,
         args.max_lateness_s,
+        stop=(lambda: stop_file.exists()) if stop_file is not None else (lambda: False),
     ):
         # Keep to the rate: the event clock and the wall clock advance together.
         ahead = produced / args.rate - (time.monotonic() - started)
         if ahead > 0:
             time.sleep(ahead)
         if event["event_type"] == VIEW:
+            views += 1
             last_view_time = max(last_view_time or event["event_time"], event["event_time"])
         else:
             # The end-of-stream marker moves the job's watermark past every window: it must not
@@ -203,7 +218,7 @@ def main() -> int:
                 "generator": "pageviews",
                 "topic": args.topic,
                 "produced": produced,
-                "views": args.count,
+                "views": views,
                 "failed": len(failures),
                 "unacknowledged": unacknowledged,
                 "seconds": round(elapsed, 2),

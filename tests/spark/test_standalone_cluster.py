@@ -50,8 +50,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "pageviews"
 INPUT, OUTPUT = "pageviews", "pageviews-per-page"
-EVENTS = 3000
-RATE = 150.0  # records per second: 20 s of producing, with the faults in the middle
+EVENTS = 3000  # at least this many views; the generator goes on until both faults are done
+MAX_EVENTS = 30_000  # its bound (200 s at RATE) should the test die before stopping it
+RATE = 150.0  # records per second
 QUERIES = ("parquet", "topic")  # the job's checkpoint subdirectories, one per query
 # Spark's start and first micro-batch took 114-147 s at a load average of 4-11 on two cores, and
 # over 150 s at 12; a run on a quiet machine takes a fraction of these deadlines.
@@ -327,16 +328,21 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
         executors_at_start = {e.pid for e in spark.executors()}
         assert len(executors_at_start) == 2, spark.executors()
 
-        # 2. The generator, with the faults in the middle of its run.
+        # 2. The generator, with the faults in the middle of its run. It produces until told to
+        # stop: killing an executor needs a task running, so data must still be coming in then
+        # however long the broker's kill and restart took (CI: more than the 20 s that a fixed
+        # count of 3,000 gave, and no task ran for 60 s).
+        stop_file = tmp_path / "generator.stop"
         generator = subprocess.Popen(
             [
                 sys.executable,
                 str(PIPELINE / "generate.py"),
                 f"--bootstrap={bootstrap}",
                 f"--topic={INPUT}",
-                f"--count={EVENTS}",
+                f"--count={MAX_EVENTS}",
                 f"--rate={RATE}",
                 f"--event-rate={EVENT_RATE}",
+                f"--stop-file={stop_file}",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -353,6 +359,8 @@ def test_pageviews_on_standalone_cluster_through_broker_and_executor_kills(
         killed = kill_executor_running_a_task(driver, spark)
         phases.done(f"executor {killed} killed")
 
+        wait_until(lambda: produced(bootstrap) >= EVENTS, 60, f"{EVENTS} events")
+        stop_file.touch()
         generated, _ = generator.communicate(timeout=120)
         assert generator.returncode == 0, generated[-2000:]
         summary = [json.loads(line) for line in generated.splitlines() if line.startswith("{")][-1]
