@@ -202,3 +202,48 @@ def test_malformed_records_are_a_corrupt_record_error() -> None:
     with pytest.raises(CorruptRecordError, match="t-0: batch at offset 0"):
         decoder.add(bytes(raw), 0, 10)
     assert decoder.rows == 0
+
+
+def test_batches_taken_stay_whole_while_later_chunks_reuse_freed_memory() -> None:
+    """Column memory of dropped batches is kept for the next chunks (`_arrow`'s pool), and the
+    topic and partition columns are slices of arrays built once: a batch still held must not
+    change however many chunks of other sizes come after it."""
+    decoder = ArrowDecoder("a-topic", 3, SCHEMA_NO_HEADERS)
+    kept: list[tuple[pa.RecordBatch, list[dict]]] = []
+    offset = 0
+    for chunk, rows in enumerate([3000, 1000, 5000, 800, 4000, 3000, 200, 6000]):
+        records = [(None, bytes([chunk]) * 100 + i.to_bytes(4, "big"), [], 7) for i in range(rows)]
+        raw = bytearray(build_batch(records))
+        assign_offsets(raw, list(iter_batches(raw)), offset, 0, None)
+        decoder.add(bytes(raw), offset, offset + rows)
+        batch = decoder.take()
+        expected = [
+            {
+                "key": None,
+                "value": value,
+                "topic": "a-topic",
+                "partition": 3,
+                "offset": offset + i,
+                "timestamp": 7000,
+                "timestampType": 0,
+            }
+            for i, (_, value, _, _) in enumerate(records)
+        ]
+        offset += rows
+        if chunk % 2 == 0:
+            kept.append((batch, expected))  # the odd chunks' memory goes back to the pool
+    for batch, expected in kept:
+        assert _rows(batch) == expected
+
+
+def test_timestamps_wrap_as_before_when_milliseconds_overflow_microseconds() -> None:
+    """Microseconds are computed natively with the wrap-around of an unchecked int64 multiply
+    (what `pyarrow.compute.multiply` gave before): no crash, and the same value."""
+    huge = 2**62 + 12345
+    raw = bytearray(build_batch([(None, b"v", [], huge)]))
+    assign_offsets(raw, list(iter_batches(raw)), 0, 0, None)
+    decoder = ArrowDecoder("t", 0, SCHEMA_NO_HEADERS)
+    decoder.add(bytes(raw), 0, 1)
+    [row] = _rows(decoder.take())
+    wrapped = (huge * 1000 + 2**63) % 2**64 - 2**63
+    assert row["timestamp"] == wrapped

@@ -6,7 +6,7 @@
  * so a reader hands them to `pyarrow.Array.from_buffers` without a Python object per record:
  *
  *   key, value        binary: int32 offsets (rows + 1), data bytes, validity bits (1 = present)
- *   offset, timestamp int64 values (timestamps in ms)
+ *   offset, timestamp int64 values (timestamps in microseconds, Spark's unit)
  *   timestampType     int32 values: 0 CreateTime, 1 LogAppendTime (the Java client's ids)
  *   headers           list<struct<key: string, value: binary>>: int32 list offsets, list validity
  *                     (null when a record has no header, as Spark's Kafka source), and for the
@@ -17,9 +17,10 @@
  * one decompressed records section whose offsets lie in [from_offset, until_offset), and
  * `take()` hands the buffers over without copying them, as `Buffer` objects (read-only, exposing
  * the buffer protocol, freeing the memory when the last reference goes: `pyarrow.py_buffer`
- * keeps one), and starts again with buffers as large as the ones just taken, so that a reader's
- * next chunk of similar size grows no buffer (each growth is a realloc, a copy, and fresh pages
- * that are slow to fault in on these machines). Offsets that do not fit Arrow's int32 (a chunk
+ * keeps one), and starts again with buffers half as large again as the ones just taken, so that
+ * a reader's next chunk of similar size grows no buffer (each growth is a realloc and a copy).
+ * The memory of a Buffer whose last reference goes is kept for later chunks (`pool_put`): fresh
+ * pages are slow to fault in on these machines. Offsets that do not fit Arrow's int32 (a chunk
  * over 2 GiB) are refused: readers take a chunk well below that.
  *
  * Thread safety: a Columns belongs to one thread; the walk runs with the GIL released and touches
@@ -41,7 +42,7 @@ static inline int buf_reserve(buf_t *b, size_t extra) {
     return grow_reserve(&b->data, &b->cap, b->len, extra, 4096);
 }
 
-static inline int buf_put(buf_t *b, const void *src, size_t n) {
+static inline __attribute__((always_inline)) int buf_put(buf_t *b, const void *src, size_t n) {
     if (buf_reserve(b, n) < 0)
         return -1;
     if (n)
@@ -51,7 +52,7 @@ static inline int buf_put(buf_t *b, const void *src, size_t n) {
 }
 
 /* A validity bitmap of `bits` bits. */
-static inline int bit_put(buf_t *b, size_t bits, int set) {
+static inline __attribute__((always_inline)) int bit_put(buf_t *b, size_t bits, int set) {
     if ((bits & 7) == 0) {
         uint8_t zero = 0;
         if (buf_put(b, &zero, 1) < 0)
@@ -67,7 +68,7 @@ typedef struct {
     Py_ssize_t nulls;
 } binary_t;
 
-static inline int binary_put(binary_t *c, size_t row, const uint8_t *p, int32_t len) {
+static inline __attribute__((always_inline)) int binary_put(binary_t *c, size_t row, const uint8_t *p, int32_t len) {
     if (bit_put(&c->validity, row, len >= 0) < 0)
         return -1;
     if (len < 0)
@@ -106,7 +107,7 @@ static int binary_init(binary_t *c) {
     return buf_put(&c->offsets, &zero, 4);
 }
 
-static int arrow_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error_t *err) {
+static inline __attribute__((always_inline)) int arrow_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error_t *err) {
     visit_ctx_t *ctx = (visit_ctx_t *)ctx_;
     columns_t *c = ctx->c;
     const uint8_t *p = ctx->p;
@@ -120,7 +121,9 @@ static int arrow_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_erro
     if ((rc = binary_put(&c->key, c->rows, p + rec->key_pos, rec->key_len)) < 0 ||
         (rc = binary_put(&c->value, c->rows, p + rec->value_pos, rec->value_len)) < 0)
         goto fail;
-    int64_t timestamp = ctx->log_append_time ? ctx->max_timestamp : rec->timestamp;
+    int64_t millis = ctx->log_append_time ? ctx->max_timestamp : rec->timestamp;
+    /* Spark's timestamps are microseconds; wrapping as pyarrow's unchecked multiply did. */
+    int64_t timestamp = (int64_t)((uint64_t)millis * 1000u);
     int32_t timestamp_type = ctx->log_append_time;
     if (buf_put(&c->offset, &offset, 8) < 0 || buf_put(&c->timestamp, &timestamp, 8) < 0 ||
         buf_put(&c->timestamp_type, &timestamp_type, 4) < 0) {
@@ -167,11 +170,58 @@ fail:
 static PyObject *InvalidRecordsError;
 static PyObject *BufferType;
 
-/* A taken buffer: owns `data` (malloc'd), exposes it read-only, frees it on dealloc. */
+/* Memory of taken buffers, kept when their last reference goes for the next chunks' columns.
+ * A chunk's value column is ~10 MB: freed, glibc gives it back to the kernel, and the next chunk's
+ * buffers are fresh pages, each faulted in and zeroed (a quarter of the decoder's time, measured
+ * with perf). Blocks of at least POOL_MIN_BYTES are kept, at most POOL_SLOTS of them and
+ * POOL_MAX_BYTES in all (a reader holds one chunk being filled and one being handed to Spark);
+ * the rest are freed. Only touched with the GIL held (a Buffer's dealloc, `columns_reset`). */
+#define POOL_SLOTS 32
+#define POOL_MIN_BYTES ((size_t)64 << 10)
+#define POOL_MAX_BYTES ((size_t)96 << 20)
+
+static struct {
+    uint8_t *data;
+    size_t cap;
+} pool[POOL_SLOTS];
+static size_t pool_count, pool_bytes;
+
+static void pool_put(uint8_t *data, size_t cap) {
+    if (data == NULL)
+        return;
+    if (cap < POOL_MIN_BYTES || pool_count == POOL_SLOTS || cap > POOL_MAX_BYTES - pool_bytes) {
+        free(data);
+        return;
+    }
+    pool[pool_count].data = data;
+    pool[pool_count].cap = cap;
+    pool_count++;
+    pool_bytes += cap;
+}
+
+/* The smallest kept block of `want` bytes or more (and at most 4 times that), or NULL. */
+static uint8_t *pool_take(size_t want, size_t *cap) {
+    size_t best = pool_count;
+    for (size_t i = 0; i < pool_count; i++)
+        if (pool[i].cap >= want && pool[i].cap / 4 <= want &&
+            (best == pool_count || pool[i].cap < pool[best].cap))
+            best = i;
+    if (best == pool_count)
+        return NULL;
+    uint8_t *data = pool[best].data;
+    *cap = pool[best].cap;
+    pool_bytes -= *cap;
+    pool[best] = pool[--pool_count];
+    return data;
+}
+
+/* A taken buffer: owns `data` (malloc'd, `cap` bytes), exposes its first `len` read-only, and
+ * gives it to the pool on dealloc. */
 typedef struct {
     PyObject_HEAD
     uint8_t *data;
     Py_ssize_t len;
+    size_t cap;
 } owned_t;
 
 static int owned_getbuffer(PyObject *self, Py_buffer *view, int flags) {
@@ -182,7 +232,7 @@ static int owned_getbuffer(PyObject *self, Py_buffer *view, int flags) {
 
 static void owned_dealloc(PyObject *self) {
     PyTypeObject *type = Py_TYPE(self);
-    free(((owned_t *)self)->data);
+    pool_put(((owned_t *)self)->data, ((owned_t *)self)->cap);
     type->tp_free(self);
     Py_DECREF(type);
 }
@@ -218,6 +268,7 @@ static PyObject *owned_of(buf_t *b) {
         return NULL;
     o->data = b->data;
     o->len = (Py_ssize_t)b->len;
+    o->cap = b->cap;
     b->hint = b->len;
     b->data = NULL;
     b->len = b->cap = 0;
@@ -227,7 +278,7 @@ static PyObject *owned_of(buf_t *b) {
 static void columns_free_buffers(columns_t *c) {
     buf_t *all[] = COLUMNS_BUFFERS(c);
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-        free(all[i]->data);
+        pool_put(all[i]->data, all[i]->cap);
         all[i]->data = NULL;
         all[i]->len = all[i]->cap = 0;
     }
@@ -236,18 +287,26 @@ static void columns_free_buffers(columns_t *c) {
     c->header_key.nulls = c->header_value.nulls = 0;
 }
 
-/* Room for what the last chunk held in each buffer (nothing on the first). */
+/* Room for half as much again as the last chunk held in each buffer (nothing on the first): a
+ * chunk ends after the fetch response that takes it past its size, so the next may be somewhat
+ * larger, and a growth in the middle of a walk copies the buffer. Kept blocks come first. */
 static int columns_reserve(columns_t *c) {
     buf_t *all[] = COLUMNS_BUFFERS(c);
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         buf_t *b = all[i];
-        if (b->hint > b->cap) {
-            uint8_t *data = realloc(b->data, b->hint);
+        size_t want = b->hint + b->hint / 2;
+        if (b->hint == 0 || want <= b->cap)
+            continue;
+        size_t cap = 0;
+        uint8_t *data = b->data == NULL ? pool_take(want, &cap) : NULL;
+        if (data == NULL) {
+            data = realloc(b->data, want);
             if (data == NULL)
                 return -1;
-            b->data = data;
-            b->cap = b->hint;
+            cap = want;
         }
+        b->data = data;
+        b->cap = cap;
     }
     return 0;
 }
@@ -319,7 +378,7 @@ static PyObject *binary_tuple(binary_t *b) {
 PyDoc_STRVAR(take_doc,
 "take() -> (rows, key, value, offset, timestamp, timestamp_type, headers)\n\n"
 "The buffers appended so far (Buffer objects, handed over without a copy), and start empty.\n"
-"key and value are (offsets, data, validity, null count); offset and timestamp (ms) buffers of\n"
+"key and value are (offsets, data, validity, null count); offset and timestamp (us) buffers of\n"
 "native int64, timestamp_type of int32\n"
 "(0 CreateTime, 1 LogAppendTime); headers is (list offsets, list\n"
 "validity, list null count, header count, key (offsets, data, validity, nulls), value (...)).");

@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from odradek.protocol._arrow import Columns
 from odradek.protocol._records import InvalidRecordsError
 
@@ -60,6 +59,8 @@ class ArrowDecoder:
         self.max_decompressed = max_decompressed
         self._columns = Columns()
         self._aborted = AbortedTransactions()  # read_committed
+        self._topic_column: pa.Array = pa.array([], pa.string())
+        self._partition_column: pa.Array = pa.array([], pa.int32())
 
     @property
     def rows(self) -> int:
@@ -126,6 +127,14 @@ class ArrowDecoder:
             if isinstance(payload, memoryview):
                 payload.release()
 
+    def _constant_columns(self, rows: int) -> tuple[pa.Array, pa.Array]:
+        """The topic and partition columns of `rows` rows: slices of arrays built once for the
+        largest chunk so far (a chunk's topic column is its name once per row)."""
+        if rows > len(self._topic_column):
+            self._topic_column = pa.repeat(pa.scalar(self.topic, pa.string()), rows)
+            self._partition_column = pa.repeat(pa.scalar(self.partition, pa.int32()), rows)
+        return self._topic_column.slice(0, rows), self._partition_column.slice(0, rows)
+
     def take(self) -> pa.RecordBatch:
         """The rows added so far as one RecordBatch of `schema`; the decoder starts empty."""
         rows, key, value, offset, timestamp, timestamp_type, headers = self._columns.take()
@@ -133,12 +142,11 @@ class ArrowDecoder:
         columns = [
             _binary(schema.field("key").type, rows, key),
             _binary(schema.field("value").type, rows, value),
-            pa.repeat(pa.scalar(self.topic, pa.string()), rows),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), rows),
+            *self._constant_columns(rows),
             pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(offset)]),
-            pc.multiply(
-                pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(timestamp)]), 1000
-            ).cast(schema.field("timestamp").type),
+            pa.Array.from_buffers(
+                schema.field("timestamp").type, rows, [None, pa.py_buffer(timestamp)]
+            ),
             pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(timestamp_type)]),
         ]
         if self.with_headers:
