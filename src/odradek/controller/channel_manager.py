@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import struct
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from odradek.controller.context import ControllerContext, LeaderAndIsr, TopicPar
 from odradek.errors import NetworkError
 from odradek.network.client import PLAINTEXT_CLIENT, BrokerConnection, ClientSecurity
 from odradek.protocol.build import build
-from odradek.protocol.codec import ApiKey
+from odradek.protocol.codec import ApiKey, EncodedRequest, encode_body
 from odradek.protocol.messages import (
     LeaderAndIsrRequestV5,
     StopReplicaRequestV3,
@@ -133,6 +134,18 @@ class _BrokerSender:
                     self._connection.close()
                     self._connection = None
                 await asyncio.sleep(RECONNECT_BACKOFF)
+
+
+# UpdateMetadata v7's body starts with controller id (int32), controller epoch (int32) and the
+# recipient's broker epoch (int64), the one field that differs between recipients.
+_BROKER_EPOCH = struct.Struct(">q")
+_BROKER_EPOCH_AT = 8
+
+
+def with_broker_epoch(body: bytes, broker_epoch: int) -> bytes:
+    """An encoded UpdateMetadata v7 body with its broker epoch set to `broker_epoch`."""
+    end = _BROKER_EPOCH_AT + _BROKER_EPOCH.size
+    return body[:_BROKER_EPOCH_AT] + _BROKER_EPOCH.pack(broker_epoch) + body[end:]
 
 
 class ControllerChannelManager:
@@ -421,24 +434,28 @@ class ControllerBrokerRequestBatch:
             }
             for info in sorted(context.live_brokers.values(), key=lambda b: b.id)
         ]
+        shared: bytes | None = None  # the body encoded once (10K partitions: 0.07 s a copy)
         for broker_id in sorted(self.update_metadata_brokers):
             if broker_id not in context.live_brokers:
                 continue
+            broker_epoch = context.broker_epoch(broker_id)
             request = build(
                 UpdateMetadataRequestV7,
                 {
                     "controller_id": self.controller_id,
                     "controller_epoch": controller_epoch,
-                    "broker_epoch": context.broker_epoch(broker_id),
+                    "broker_epoch": broker_epoch,
                     "topic_states": topic_states,
                     "live_brokers": live_brokers,
                 },
             )
+            if shared is None:
+                shared = encode_body(request).body
             self.channel.send(
                 broker_id,
                 ApiKey.UPDATE_METADATA,
                 UPDATE_METADATA_VERSION,
-                request,
+                EncodedRequest(request, with_broker_epoch(shared, broker_epoch)),
                 self.on_response,
             )
 

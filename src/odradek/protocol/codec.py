@@ -244,6 +244,21 @@ class PreEncoded:
     body: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class EncodedRequest:
+    """A request entity sent with a body encoded ahead of time: the controller encodes one
+    UpdateMetadata body for every broker and changes only each one's broker epoch in it. Reading
+    an attribute reads the entity's."""
+
+    entity: Any
+    body: bytes
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("entity", "body"):  # not set yet (a copy being made): no recursion
+            raise AttributeError(name)
+        return getattr(self.entity, name)
+
+
 def encode_body(response: Any) -> PreEncoded:
     buffer = io.BytesIO()
     _writer(type(response))(buffer, response)
@@ -281,7 +296,10 @@ def encode_request(
         buffer.write(raw)
     if is_flexible(api_key, version):
         buffer.write(b"\0")
-    _writer(type(request))(buffer, request)
+    if isinstance(request, EncodedRequest):
+        buffer.write(request.body)
+    else:
+        _writer(type(request))(buffer, request)
     data = buffer.getbuffer()
     struct.pack_into(">i", data, 0, len(data) - 4)
     del data
