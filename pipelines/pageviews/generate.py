@@ -149,7 +149,6 @@ def main() -> int:
         help="stop producing views once this file exists (at most --count), then send the marker",
     )
     args = parser.parse_args()
-    stop_file: Path | None = args.stop_file
 
     start = dt.datetime.fromisoformat(args.start.replace("Z", "+00:00"))
     ensure_topic(args.bootstrap, args.topic, args.partitions, args.replication_factor)
@@ -181,7 +180,7 @@ def main() -> int:
         args.out_of_order,
         args.late,
         args.max_lateness_s,
-        stop=(lambda: stop_file.exists()) if stop_file is not None else (lambda: False),
+        stop=args.stop_file.exists if args.stop_file is not None else (lambda: False),
     ):
         # Keep to the rate: the event clock and the wall clock advance together.
         ahead = produced / args.rate - (time.monotonic() - started)

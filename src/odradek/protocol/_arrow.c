@@ -42,7 +42,7 @@ static inline int buf_reserve(buf_t *b, size_t extra) {
     return grow_reserve(&b->data, &b->cap, b->len, extra, 4096);
 }
 
-static inline __attribute__((always_inline)) int buf_put(buf_t *b, const void *src, size_t n) {
+ALWAYS_INLINE int buf_put(buf_t *b, const void *src, size_t n) {
     if (buf_reserve(b, n) < 0)
         return -1;
     if (n)
@@ -52,7 +52,7 @@ static inline __attribute__((always_inline)) int buf_put(buf_t *b, const void *s
 }
 
 /* A validity bitmap of `bits` bits. */
-static inline __attribute__((always_inline)) int bit_put(buf_t *b, size_t bits, int set) {
+ALWAYS_INLINE int bit_put(buf_t *b, size_t bits, int set) {
     if ((bits & 7) == 0) {
         uint8_t zero = 0;
         if (buf_put(b, &zero, 1) < 0)
@@ -68,7 +68,7 @@ typedef struct {
     Py_ssize_t nulls;
 } binary_t;
 
-static inline __attribute__((always_inline)) int binary_put(binary_t *c, size_t row, const uint8_t *p, int32_t len) {
+ALWAYS_INLINE int binary_put(binary_t *c, size_t row, const uint8_t *p, int32_t len) {
     if (bit_put(&c->validity, row, len >= 0) < 0)
         return -1;
     if (len < 0)
@@ -107,7 +107,7 @@ static int binary_init(binary_t *c) {
     return buf_put(&c->offsets, &zero, 4);
 }
 
-static inline __attribute__((always_inline)) int arrow_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error_t *err) {
+ALWAYS_INLINE int arrow_visit(void *ctx_, Py_ssize_t index, const rec_t *rec, walk_error_t *err) {
     visit_ctx_t *ctx = (visit_ctx_t *)ctx_;
     columns_t *c = ctx->c;
     const uint8_t *p = ctx->p;

@@ -22,6 +22,9 @@
 #include <stdint.h>
 #include <string.h>
 
+/* For the per-record helpers and `walk`, so that a constant visitor is folded into the loop. */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
 #define MIN_RECORD_SIZE 7 /* length, attributes, ts delta, offset delta, key, value, header count */
 
 typedef struct {
@@ -163,7 +166,7 @@ static inline int utf8_valid(const uint8_t *p, Py_ssize_t n) {
 
 /* Walk `count` records in p[0:n]; call `visit` on each. 0 on success, -1 with `err` filled.
  * With `prefix`, p[0:n] is only the start of the records: stop quietly where they are cut. */
-static inline __attribute__((always_inline)) int walk(const uint8_t *p, Py_ssize_t n, int64_t count, int64_t base_timestamp,
+ALWAYS_INLINE int walk(const uint8_t *p, Py_ssize_t n, int64_t count, int64_t base_timestamp,
                        int prefix, int consecutive, visit_fn visit, void *ctx,
                        walk_error_t *err) {
     Py_ssize_t pos = 0;
