@@ -156,6 +156,10 @@ def is_retriable(error: Any) -> bool:
         RdKafkaError.LEADER_NOT_AVAILABLE,
         RdKafkaError.NOT_LEADER_FOR_PARTITION,
         RdKafkaError.REQUEST_TIMED_OUT,
+        # The client's cached leader epoch is behind or ahead of the leader's (an ISR change or
+        # an election since its last metadata): Kafka's clients refresh metadata and ask again.
+        RdKafkaError.FENCED_LEADER_EPOCH,
+        RdKafkaError.UNKNOWN_LEADER_EPOCH,
     )
 
 
