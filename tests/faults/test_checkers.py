@@ -5,6 +5,8 @@ only what was never flushed."""
 
 from __future__ import annotations
 
+import json
+
 from odradek.log.checkpoints import write_offset_checkpoint
 from odradek.log.naming import RECOVERY_POINT_CHECKPOINT, log_dir_name
 from odradek.protocol.record_batch import Record, build_batch
@@ -32,6 +34,7 @@ from tests.faults.transaction_checks import (
     lso_monotonic,
     read_committed_reads_stable,
 )
+from tests.faults.workload import ProducerStats, client_stall, unfinished_report
 from tests.integration._replication import StoredBatch
 
 
@@ -210,3 +213,44 @@ def test_a_transactional_history_runs_the_transaction_checks():
     history.record("txn_final", "final-reader", 0, value="t.2-0", offset=2)
     results = {r.name: r for r in check_history(history)}
     assert not results["aborted_transactions_invisible"].passed
+
+
+def _stats_with(partition: dict, handles: dict) -> ProducerStats:
+    stats = ProducerStats("p0", unreported={0: 61})
+    stats.statistics = json.dumps(
+        {
+            "age": 400_000_000,
+            "brokers": handles,
+            "topics": {"t": {"partitions": {"0": {"leader": 1, **partition}}}},
+        }
+    )
+    return stats
+
+
+def test_client_stall_needs_every_message_unsent_and_no_connected_handle() -> None:
+    idle = {"127.0.0.1:9092/1": {"nodeid": 1, "state": "INIT"}}
+    up = {"127.0.0.1:9092/1": {"nodeid": 1, "state": "UP"}}
+    queued = {"broker": 1, "msgq_cnt": 61, "xmit_msgq_cnt": 0, "msgs_inflight": 0}
+    stall = client_stall(_stats_with(queued, idle), "t", [0])
+    assert stall.startswith("client stall: p0: 61 queued, delegated to 1, leader 1")
+    assert "127.0.0.1:9092/1 INIT" in stall
+    orphan = {**queued, "broker": -1}
+    assert client_stall(_stats_with(orphan, up), "t", [0]).startswith("client stall: p0")
+    # Sent, or delegated to a connected broker: the brokers had their chance, not a stall.
+    assert client_stall(_stats_with({**queued, "msgs_inflight": 3}, idle), "t", [0]) == ""
+    assert client_stall(_stats_with({**queued, "xmit_msgq_cnt": 5}, idle), "t", [0]) == ""
+    assert client_stall(_stats_with(queued, up), "t", [0]) == ""
+    # No statistics, or none for a waiting partition: no evidence, no stall.
+    assert client_stall(ProducerStats("p0", unreported={0: 1}), "t", [0]) == ""
+    assert client_stall(_stats_with(queued, idle), "t", [0, 1]) == ""
+
+
+def test_unfinished_report_names_every_handle_of_the_leader() -> None:
+    handles = {
+        "127.0.0.1:9092/1": {"nodeid": 1, "state": "INIT"},
+        "127.0.0.1:9093/1": {"nodeid": 1, "state": "DOWN"},
+    }
+    queued = {"broker": -1, "msgq_cnt": 61, "xmit_msgq_cnt": 0, "msgs_inflight": 0}
+    report = unfinished_report(_stats_with(queued, handles), "t")
+    assert "p0: leader 1 delegated to -1 msgq 61" in report
+    assert "handles of 1: 127.0.0.1:9092/1 INIT, 127.0.0.1:9093/1 DOWN" in report

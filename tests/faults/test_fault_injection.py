@@ -192,10 +192,12 @@ def _replicas_caught_up(committed: Committed) -> bool:
 
 def _producer_checks(stats: list[ProducerStats], topic: str) -> list[CheckResult]:
     problems = [f"{s.name}: {s.error}" for s in stats if s.error]
+    # A stall of the client itself (workload.client_stall), with its partitions shown writable
+    # by a fresh producer, is named in the run's summary line instead.
     problems += [
         f"{s.name}: {s.unfinished} messages without a report ({unfinished_report(s, topic)})"
         for s in stats
-        if s.unfinished
+        if s.unfinished and not s.client_stall
     ]
     duplicates = duplicate_acknowledgements(stats)
     acknowledged = sum(len(o) for s in stats for o in s.acknowledged.values())
@@ -445,6 +447,10 @@ class FaultRun:
         line += f" ({self.history.count('txn_read')} read_committed reads during the run"
         notes = self.txn_writer.notes()
         line += f"; writer errors {dict(notes)})" if notes else ")"
+        stalls = [f"{s.name}: {s.unfinished} unreported, {s.client_stall}" for s in stats
+                  if s.unfinished and s.client_stall]  # fmt: skip
+        if stalls:
+            line += "; librdkafka left messages unserved: " + " | ".join(stalls)
         if self.stopped_early:
             line += f"; stopped early: {self.stopped_early}"
         return line

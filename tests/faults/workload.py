@@ -10,7 +10,10 @@ records who leads what and who controls the cluster.
   seen acknowledged in that partition when it handed the record to the client (its "floor").
   Continuously checked: a record acknowledged at or below its floor (Kafka orders what a producer
   sends after an acknowledgement behind it; a broker that lost an acknowledged record and handed
-  its offset out again shows up here first).
+  its offset out again shows up here first). Messages still unreported after the final flush
+  (longer than message.timeout.ms) are explained from librdkafka's statistics; if the client never
+  handed them to a connection (`client_stall`), a fresh producer writes to their partitions, and
+  only if that fails do they count against `producers_finished`.
 * `ClusterObserver`: a thread with its own event loop that, about every 200 ms, reads
   `/controller_epoch`, `/controller` and the topic's partition state znodes from ZooKeeper, and
   asks every broker (over its own short-timeout connection, so a frozen broker only delays its
@@ -62,6 +65,7 @@ METADATA_VERSION = 12
 OBSERVER_INTERVAL_S = 0.2
 OBSERVER_REQUEST_TIMEOUT_S = 1.5
 STATISTICS_INTERVAL_MS = 5000  # librdkafka statistics, kept to explain unfinished messages
+STALL_PROBE_TIMEOUT_S = 60.0
 ZK_TIMEOUT_S = 5.0
 
 
@@ -142,6 +146,9 @@ class ProducerStats:
     """Records handed to the client and not yet reported on, by partition."""
     statistics: str = ""
     """librdkafka's latest statistics (JSON), read only to explain unfinished messages."""
+    client_stall: str = ""
+    """Set when the unfinished messages were stuck in the client itself (`client_stall`) and a
+    fresh producer then wrote to every partition they wait for: what the statistics said."""
 
 
 class ProducerWorkload:
@@ -297,9 +304,45 @@ class ProducerWorkload:
                 unfinished = producer.flush(180)
             with self._lock:
                 stats.unfinished = unfinished
+            if unfinished and not self._abandoning.is_set():
+                self._probe_client_stall(stats)
         except BaseException as e:  # reported by stop(), in the test thread
             with self._lock:
                 stats.error = repr(e)
+
+    def _probe_client_stall(self, stats: ProducerStats) -> None:
+        """After a flush longer than message.timeout.ms left messages unreported: if none of them
+        was ever handed to a connection (`client_stall`), write one record to each of their
+        partitions with a fresh producer. Delivered everywhere, the partitions were writable and
+        the stall was the client's own; `stats.client_stall` then says what its statistics
+        showed. Any doubt leaves the messages counted as unfinished."""
+        with self._lock:
+            waiting = sorted(p for p, n in stats.unreported.items() if n)
+            stall = client_stall(stats, self.topic, waiting)
+        if not stall:
+            return
+        probe_name = f"{stats.name}-probe"
+        delivered: dict[int, int] = {}
+
+        def on_delivery(error: ConfluentKafkaError | None, message: Message) -> None:
+            partition, offset = message.partition(), message.offset()
+            if error is None and partition is not None and offset is not None and offset >= 0:
+                delivered[partition] = offset
+                if self.history is not None:
+                    value = (message.value() or b"").decode()
+                    self.history.record("ack", probe_name, partition, value=value, offset=offset)
+
+        probe = Producer(dict(self._config))
+        for partition in waiting:
+            value = f"{probe_name}-{partition}"
+            if self.history is not None:
+                self.history.record("send", probe_name, partition, value=value)
+            probe.produce(self.topic, value=value.encode(), partition=partition,
+                          on_delivery=on_delivery)  # fmt: skip
+        probe.flush(STALL_PROBE_TIMEOUT_S)
+        if sorted(delivered) == waiting:
+            with self._lock:
+                stats.client_stall = f"{stall}; a fresh producer wrote to {waiting}"
 
     def _on_statistics(self, stats: ProducerStats, statistics: str) -> None:
         with self._lock:
@@ -339,16 +382,33 @@ class ProducerWorkload:
             return list(self._stats)
 
 
+def _statistics(stats: ProducerStats) -> dict[str, Any]:
+    try:
+        decoded = json.loads(stats.statistics) if stats.statistics else {}
+    except ValueError:
+        return {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def _handles(statistics: dict[str, Any], node: int) -> str:
+    """Every broker handle librdkafka has for `node` (a decommissioned one may linger beside
+    its successor): name and state."""
+    found = [
+        f"{name} {b.get('state')}"
+        for name, b in statistics.get("brokers", {}).items()
+        if b.get("nodeid") == node
+    ]
+    return ", ".join(found) or "none"
+
+
 def unfinished_report(stats: ProducerStats, topic: str) -> str:
     """One line on where a producer's unreported messages wait: by partition, what librdkafka's
-    last statistics say of that partition (its leader, queued, in flight) and of the leader's
-    connection (state, requests waiting to be sent and for an answer)."""
+    last statistics say of that partition (its leader, the broker handle it is delegated to,
+    queued, in flight), of the leader's connection (state, requests waiting to be sent and for
+    an answer) and of every handle of those brokers."""
     waiting = {p: n for p, n in sorted(stats.unreported.items()) if n}
     parts = [f"unreported by partition {waiting}"]
-    try:
-        statistics = json.loads(stats.statistics) if stats.statistics else {}
-    except ValueError:
-        statistics = {}
+    statistics = _statistics(stats)
     brokers = {b.get("nodeid"): b for b in statistics.get("brokers", {}).values()}
     partitions = statistics.get("topics", {}).get(topic, {}).get("partitions", {})
     for partition in waiting:
@@ -356,16 +416,46 @@ def unfinished_report(stats: ProducerStats, topic: str) -> str:
         if state is None:
             continue
         leader = state.get("leader", -1)
+        delegated = state.get("broker", -1)
         broker = brokers.get(leader, {})
         parts.append(
-            f"p{partition}: leader {leader} msgq {state.get('msgq_cnt')} "
+            f"p{partition}: leader {leader} delegated to {delegated} "
+            f"msgq {state.get('msgq_cnt')} "
             f"xmit {state.get('xmit_msgq_cnt')} inflight {state.get('msgs_inflight')}; "
             f"broker {leader} {broker.get('state')} outbuf {broker.get('outbuf_cnt')} "
-            f"waitresp {broker.get('waitresp_cnt')} req_timeouts {broker.get('req_timeouts')}"
+            f"waitresp {broker.get('waitresp_cnt')} req_timeouts {broker.get('req_timeouts')}; "
+            f"handles of {leader}: {_handles(statistics, leader)}"
         )
     if statistics:
         parts.append(f"statistics of {statistics.get('age', 0) / 1e6:.0f}s into the client")
     return "; ".join(parts)
+
+
+def client_stall(stats: ProducerStats, topic: str, waiting: Sequence[int]) -> str:
+    """Why `waiting`'s messages are stuck in the client itself, or "" if the statistics do not
+    show that. Called after a flush longer than message.timeout.ms: librdkafka reports every
+    message by then (delivered, or failed with _MSG_TIMED_OUT) whatever the brokers do, unless
+    a partition is left where no broker thread serves it -- the timeout scan runs only in the
+    thread it is delegated to. A stall is: for every waiting partition, nothing in the
+    transmit queue or in flight (never handed to a connection), and the partition delegated to
+    no broker handle, or to one that is not connected. Seen twice in CI (seeds 1492317846 and
+    909483234), both after broker restarts, with the leader's handle idle in INIT."""
+    statistics = _statistics(stats)
+    partitions = statistics.get("topics", {}).get(topic, {}).get("partitions", {})
+    handles = statistics.get("brokers", {}).values()
+    seen = []
+    for partition in waiting:
+        state = partitions.get(str(partition))
+        if state is None or state.get("xmit_msgq_cnt") or state.get("msgs_inflight"):
+            return ""
+        delegated = state.get("broker", -1)
+        if any(b.get("nodeid") == delegated and b.get("state") == "UP" for b in handles):
+            return ""
+        seen.append(
+            f"p{partition}: {state.get('msgq_cnt')} queued, delegated to {delegated}, "
+            f"leader {state.get('leader')} (handles: {_handles(statistics, state.get('leader'))})"
+        )
+    return "client stall: " + "; ".join(seen) if seen else ""
 
 
 class _NeverRaisingLogger(logging.Logger):
