@@ -30,12 +30,18 @@ line and exit 1; only a bug prints a traceback.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # before kio is imported: see odradek.cli.entry
+    from odradek.cli.entry import without_test_strategies
+
+    without_test_strategies()
+
 import argparse
 import asyncio
 import logging
 import os
 import signal
-import sys
 from pathlib import Path
 from typing import NoReturn
 
