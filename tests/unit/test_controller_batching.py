@@ -20,7 +20,7 @@ import pytest
 from odradek.controller import events as ev
 from odradek.controller.context import LeaderAndIsr, PartitionReplica, TopicPartition
 from odradek.controller.gc_pause import pause_depth, paused_gc
-from odradek.controller.states import PartitionState, ReplicaState
+from odradek.controller.states import PartitionState, ReplicaState, StateChangeLogger
 from tests.unit.test_state_machines import TOPIC, Harness, run
 
 P = PartitionState
@@ -236,6 +236,7 @@ def test_the_controller_processes_an_event_with_the_collector_paused() -> None:
             seen.append(pause_depth())
 
     probe = Probe.__new__(Probe)
+    probe.state_change_logger = StateChangeLogger(1)
     asyncio.run(probe.process(ev.Expire()))
     assert seen == [1]
     assert pause_depth() == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 
 import pytest
 
@@ -159,8 +160,10 @@ def test_state_change_log_file(tmp_path):
     saved = (state_logger.level, state_logger.propagate)
     handler = attach_state_change_log_file(tmp_path / "logs")
     try:
-        StateChangeLogger(1).replica_transition(2, "t", 4, 9, R.NonExistentReplica, R.NewReplica)
-        handler.flush()
+        state_changes = StateChangeLogger(1)
+        state_changes.replica_transition(2, "t", 4, 9, R.NonExistentReplica, R.NewReplica)
+        assert (tmp_path / "logs" / STATE_CHANGE_LOG_FILE_NAME).read_text() == ""  # pending
+        state_changes.flush()
         assert state_logger.propagate is False
     finally:
         state_logger.removeHandler(handler)
@@ -172,4 +175,50 @@ def test_state_change_log_file(tmp_path):
     assert lines[0].endswith(
         "INFO [Controller id=1 epoch=2] Changed state of [Topic=t,Partition=4,Replica=9]"
         " from NonExistentReplica to NewReplica"
+    )
+
+
+def test_batched_lines_read_as_records_would(tmp_path):
+    """`StateChangeLogHandler.write_lines` writes each line exactly as the handler's formatter
+    writes a record logged at the same time; the logger falls back to records whenever anything
+    else listens (here a second, plain handler), and either way the lines keep their order."""
+    state_logger = logging.getLogger(STATE_CHANGE_LOGGER_NAME)
+    saved = (state_logger.level, state_logger.propagate)
+    handler = attach_state_change_log_file(tmp_path / "batched")
+    try:
+        created = 1_790_000_000.0421
+        record = logging.makeLogRecord(
+            {"levelno": logging.INFO, "levelname": "INFO", "msg": "one", "created": created}
+        )
+        record.msecs = 42.0
+        expected = handler.format(record) + "\n"
+        handler.write_lines([(created, "one")])
+        handler.flush()
+        assert (tmp_path / "batched" / STATE_CHANGE_LOG_FILE_NAME).read_text() == expected
+
+        plain = logging.FileHandler(tmp_path / "plain.log", encoding="utf-8")
+        plain.setFormatter(logging.Formatter("%(message)s"))
+        state_logger.addHandler(plain)
+        try:
+            changes = StateChangeLogger(1)
+            changes.partition_transition(2, "t", 0, P.NewPartition, P.OnlinePartition, leader=1)
+            changes.partition_transition(2, "t", 1, P.NewPartition, P.OnlinePartition, leader=2)
+            changes.flush()
+        finally:
+            state_logger.removeHandler(plain)
+            plain.close()
+        changes.partition_transition(2, "t", 2, P.NewPartition, P.OnlinePartition, leader=3)
+        changes.flush()
+    finally:
+        state_logger.removeHandler(handler)
+        handler.close()
+        state_logger.setLevel(saved[0])
+        state_logger.propagate = saved[1]
+    plain_lines = (tmp_path / "plain.log").read_text().splitlines()
+    assert [line.split(" ")[6] for line in plain_lines] == ["t-0", "t-1"]
+    lines = (tmp_path / "batched" / STATE_CHANGE_LOG_FILE_NAME).read_text().splitlines()
+    assert [line.split(" ")[9] for line in lines[1:]] == ["t-0", "t-1", "t-2"]
+    assert all(
+        re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\] INFO \[Controller", line)
+        for line in lines[1:]
     )

@@ -32,7 +32,11 @@ from odradek.controller.context import ControllerContext, LeaderAndIsr, TopicPar
 from odradek.errors import NetworkError
 from odradek.network.client import PLAINTEXT_CLIENT, BrokerConnection, ClientSecurity
 from odradek.protocol.build import build
-from odradek.protocol.codec import ApiKey, EncodedRequest, encode_body
+from odradek.protocol.codec import ApiKey, EncodedRequest
+from odradek.protocol.controller_requests import (
+    encode_leader_and_isr_v5,
+    encode_update_metadata_v7,
+)
 from odradek.protocol.messages import (
     LeaderAndIsrRequestV5,
     StopReplicaRequestV3,
@@ -362,7 +366,11 @@ class ControllerBrokerRequestBatch:
                 },
             )
             self.channel.send(
-                broker_id, ApiKey.LEADER_AND_ISR, LEADER_AND_ISR_VERSION, request, self.on_response
+                broker_id,
+                ApiKey.LEADER_AND_ISR,
+                LEADER_AND_ISR_VERSION,
+                EncodedRequest(request, encode_leader_and_isr_v5(request)),
+                self.on_response,
             )
 
     def _send_update_metadata(self, controller_epoch: int) -> None:
@@ -450,7 +458,7 @@ class ControllerBrokerRequestBatch:
                 },
             )
             if shared is None:
-                shared = encode_body(request).body
+                shared = encode_update_metadata_v7(request)
             self.channel.send(
                 broker_id,
                 ApiKey.UPDATE_METADATA,

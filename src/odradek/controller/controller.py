@@ -307,7 +307,10 @@ class KafkaController(ControllerFailover, BrokerEventHandlers, TopicEventHandler
     async def process(self, event: Any) -> None:
         # The collector would walk the whole broker's heap many times in a large event (gc_pause).
         with paused_gc():
-            await self._dispatch(event)
+            try:
+                await self._dispatch(event)
+            finally:
+                self.state_change_logger.flush()  # the state machines flush their own batches
 
     async def _dispatch(self, event: Any) -> None:
         match event:

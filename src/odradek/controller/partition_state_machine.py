@@ -143,6 +143,17 @@ class PartitionStateMachine:
         target: PartitionState,
         strategy: ElectionStrategy | None = None,
     ) -> PartitionResult:
+        try:
+            return await self._handle_state_changes(partitions, target, strategy)
+        finally:
+            self.state_change_logger.flush()  # the batch's lines, written together
+
+    async def _handle_state_changes(
+        self,
+        partitions: Iterable[TopicPartition],
+        target: PartitionState,
+        strategy: ElectionStrategy | None = None,
+    ) -> PartitionResult:
         partitions = list(partitions)
         if not partitions:
             return {}

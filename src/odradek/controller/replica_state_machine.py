@@ -84,6 +84,14 @@ class ReplicaStateMachine:
     async def handle_state_changes(
         self, replicas: Iterable[PartitionReplica], target: ReplicaState
     ) -> None:
+        try:
+            await self._handle_state_changes(replicas, target)
+        finally:
+            self.state_change_logger.flush()  # the batch's lines, written together
+
+    async def _handle_state_changes(
+        self, replicas: Iterable[PartitionReplica], target: ReplicaState
+    ) -> None:
         replicas = list(replicas)
         if not replicas:
             return

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -239,6 +240,9 @@ class StateChangeLogger:
         self.controller_id = controller_id
         self.logger = logger if logger is not None else logging.getLogger(STATE_CHANGE_LOGGER_NAME)
         self.history = history if history is not None else StateChangeHistory()
+        # Applied transitions not written yet: (time, line). The state machines flush at the end
+        # of every batch of transitions (`flush`), so a batch's lines are written together.
+        self._pending: list[tuple[float, str]] = []
 
     def partition_transition(
         self,
@@ -304,11 +308,37 @@ class StateChangeLogger:
             )
 
     def _info(self, message: str) -> None:
-        """`logger.info(message)` without its search of the caller's frames: a failover writes a
-        line per partition and per replica (30,000 for a broker that led 10,000 partitions), and
-        the search was a fifth of each line's cost. The record names this module."""
+        """`logger.info(message)`, deferred to the next `flush`: a failover writes a line per
+        partition and per replica (30,000 for a broker that led 10,000 partitions), and one
+        logging record per line cost ~11 µs (the record, its formatting with a timestamp, a
+        write and a flush each). Each line keeps the time it was logged at."""
+        self._pending.append((time.time(), message))
+        if len(self._pending) >= _FLUSH_LINES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the pending lines: in one write to each handler when the logger writes only to
+        state-change log files (`StateChangeLogHandler`, as the broker sets it up), else as one
+        record each (named after this module) through the logger's handlers as usual."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
         logger = self.logger
-        logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None))
+        handlers = logger.handlers
+        if (
+            not logger.propagate
+            and handlers
+            and not logger.filters
+            and all(type(h) is StateChangeLogHandler and h.level <= logging.INFO for h in handlers)
+        ):
+            for handler in handlers:
+                handler.write_lines(pending)  # type: ignore[attr-defined]
+            return
+        for created, message in pending:
+            record = logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None)
+            record.created = created
+            record.msecs = int((created - int(created)) * 1000) + 0.0
+            logger.handle(record)
 
     def invalid_transition(
         self,
@@ -318,11 +348,49 @@ class StateChangeLogger:
         to_state: ReplicaState | PartitionState,
     ) -> None:
         """Log a refused transition; `subject` is `format_partition(...)` or `format_replica(...)`."""
+        self.flush()  # after the applied transitions logged before it
         self.logger.error(
             format_invalid_transition(
                 self.controller_id, controller_epoch, subject, from_state, to_state
             )
         )
+
+
+_FLUSH_LINES = 2000
+_FORMAT = "[%(asctime)s] %(levelname)s %(message)s"
+
+
+class StateChangeLogHandler(logging.FileHandler):
+    """The state-change log file. Besides records, it takes a batch of INFO lines at once
+    (`write_lines`), written as its formatter would write each as a record, in one write."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, encoding="utf-8")
+        self.setFormatter(logging.Formatter(_FORMAT))
+
+    def write_lines(self, lines: Sequence[tuple[float, str]]) -> None:
+        """Write `(time, message)` lines as INFO records logged at those times."""
+        formatter = self.formatter or logging.Formatter(_FORMAT)
+        converter = formatter.converter
+        second: int | None = None
+        stamp = ""
+        out = []
+        for created, message in lines:
+            whole = int(created)
+            if whole != second:
+                second = whole
+                stamp = time.strftime(formatter.default_time_format, converter(created))
+            msecs = int((created - whole) * 1000)
+            out.append(f"[{stamp},{msecs:03d}] INFO {message}\n")
+        text = "".join(out)
+        with self.lock:  # type: ignore[union-attr]
+            if self.stream is None:
+                self.stream = self._open()
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except Exception:  # as a record's emit does: report, never raise into the controller
+                self.handleError(logging.makeLogRecord({"msg": text[:200]}))
 
 
 def attach_state_change_log_file(
@@ -336,8 +404,7 @@ def attach_state_change_log_file(
     """
     path = Path(directory) / STATE_CHANGE_LOG_FILE_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(message)s"))
+    handler = StateChangeLogHandler(path)
     logger = logging.getLogger(STATE_CHANGE_LOGGER_NAME)
     logger.addHandler(handler)
     if logger.level == logging.NOTSET or logger.level > logging.INFO:
