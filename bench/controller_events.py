@@ -10,7 +10,10 @@ controller; N partitions (topics of 2,000) with AR [2, x, y] (RF=3, led by broke
 * `broker`: broker 2's session ends; the BrokerChange event (elect leaders for its N partitions,
   take it out of every ISR, queue LeaderAndIsr/UpdateMetadata);
 * `shutdown`: broker 2 asks for a controlled shutdown; the ControlledShutdown event (move its N
-  leaderships).
+  leaderships);
+* `failover`: controller 1's ZooKeeper session ends and broker 3's controller starts: its
+  Startup event (read every partition's state, bring every broker up to date with LeaderAndIsr
+  for all N x 3 replicas and UpdateMetadata).
 
 Per round, one JSON line: `cpu_s` (the process's CPU time during the event: the least noisy
 figure here), `wall_s`, `gc_collections` during the event, `encode_s` (encoding the requests the
@@ -111,11 +114,25 @@ def measure(scenario: str, partitions: int, profile: Path | None = None) -> dict
                 {p: (2, others[p % 2], others[(p + 1) % 2]) for p in range(count)},
             )
         drain()
-        channel = channels[-1]
-        sent_before = len(channel.sent)
+        sent_before = len(channels[-1].sent) if scenario != "failover" else 0
         if scenario == "broker":
             admin.deregister_broker(2)
             event = queue.events.popleft()
+        elif scenario == "failover":
+            # Controller 1's session ends (its broker stays registered: only the controller
+            # moves); broker 3's controller starts and takes over.
+            tree.expire_session(zk.client.session_id)
+            controller = KafkaController(
+                3,
+                FakeControllerZk(tree).client,  # type: ignore[arg-type]
+                request_timeout=30.0,
+                unclean_leader_election_default=False,
+                delete_topic_enable=True,
+                register_broker=_nothing,
+            )
+            queue = InlineEventQueue()
+            controller.event_manager = queue  # type: ignore[assignment]
+            event = ev.Startup()
         else:
             future = loop.create_future()
             epoch = controller.context.live_brokers[2].broker_epoch
@@ -136,6 +153,7 @@ def measure(scenario: str, partitions: int, profile: Path | None = None) -> dict
             profiler.disable()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         gc.callbacks.remove(count)
+        channel = channels[-1]
         if profiler and profile:
             profiler.dump_stats(profile / f"{scenario}-{partitions}.prof")
         queued = channel.sent[sent_before:]
@@ -166,7 +184,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--scenarios", default="broker,shutdown")
+    parser.add_argument("--scenarios", default="broker,shutdown,failover")
     parser.add_argument("--partitions", default="10000")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(

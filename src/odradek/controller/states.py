@@ -91,7 +91,7 @@ class ReplicaState(enum.Enum):
         return _VALID_PREVIOUS_REPLICA_STATES[self]
 
     def __str__(self) -> str:
-        return self.name
+        return self._name_  # not `name`, a descriptor: the state-change log asks 100,000s of times
 
 
 class PartitionState(enum.Enum):
@@ -108,7 +108,7 @@ class PartitionState(enum.Enum):
         return _VALID_PREVIOUS_PARTITION_STATES[self]
 
     def __str__(self) -> str:
-        return self.name
+        return self._name_  # not `name`, a descriptor: the state-change log asks 100,000s of times
 
 
 _R = ReplicaState
@@ -191,7 +191,7 @@ def format_transition(
     """
     line = (
         f"[Controller id={controller_id} epoch={controller_epoch}] "
-        f"Changed state of {subject} from {from_state} to {to_state}"
+        f"Changed state of {subject} from {from_state!s} to {to_state!s}"
     )
     details: list[str] = []
     if leader is not None:
