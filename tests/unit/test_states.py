@@ -131,8 +131,10 @@ def test_transition_line_with_and_without_leader():
 
 
 def test_logger_writes_transitions_and_refusals(caplog):
+    """Partition transitions at INFO, replica transitions at DEBUG (Kafka: TRACE), refusals at
+    ERROR; a refusal comes after the transitions logged before it."""
     logger = StateChangeLogger(controller_id=3)
-    with caplog.at_level(logging.INFO, logger=STATE_CHANGE_LOGGER_NAME):
+    with caplog.at_level(logging.DEBUG, logger=STATE_CHANGE_LOGGER_NAME):
         logger.partition_transition(
             5, "t", 0, P.OfflinePartition, P.OnlinePartition, leader=2, isr=[2, 3]
         )
@@ -141,7 +143,7 @@ def test_logger_writes_transitions_and_refusals(caplog):
             5, format_replica("t", 0, 1), R.ReplicaDeletionStarted, R.OnlineReplica
         )
     records = [r for r in caplog.records if r.name == STATE_CHANGE_LOGGER_NAME]
-    assert [r.levelno for r in records] == [logging.INFO, logging.INFO, logging.ERROR]
+    assert [r.levelno for r in records] == [logging.INFO, logging.DEBUG, logging.ERROR]
     assert records[0].getMessage() == (
         "[Controller id=3 epoch=5] Changed state of t-0 from OfflinePartition to OnlinePartition"
         " with leader=2, isr=[2, 3]"
@@ -161,8 +163,12 @@ def test_state_change_log_file(tmp_path):
     handler = attach_state_change_log_file(tmp_path / "logs")
     try:
         state_changes = StateChangeLogger(1)
+        state_changes.partition_transition(2, "t", 4, P.NewPartition, P.OnlinePartition, leader=9)
         state_changes.replica_transition(2, "t", 4, 9, R.NonExistentReplica, R.NewReplica)
         assert (tmp_path / "logs" / STATE_CHANGE_LOG_FILE_NAME).read_text() == ""  # pending
+        state_changes.flush()
+        state_logger.setLevel(logging.DEBUG)  # as a user may set it, to see replica transitions
+        state_changes.replica_transition(2, "t", 4, 9, R.NewReplica, R.OnlineReplica)
         state_changes.flush()
         assert state_logger.propagate is False
     finally:
@@ -171,10 +177,14 @@ def test_state_change_log_file(tmp_path):
         state_logger.setLevel(saved[0])
         state_logger.propagate = saved[1]
     lines = (tmp_path / "logs" / STATE_CHANGE_LOG_FILE_NAME).read_text().splitlines()
-    assert len(lines) == 1
+    assert len(lines) == 2
     assert lines[0].endswith(
-        "INFO [Controller id=1 epoch=2] Changed state of [Topic=t,Partition=4,Replica=9]"
-        " from NonExistentReplica to NewReplica"
+        "INFO [Controller id=1 epoch=2] Changed state of t-4"
+        " from NewPartition to OnlinePartition with leader=9"
+    )
+    assert lines[1].endswith(
+        "DEBUG [Controller id=1 epoch=2] Changed state of [Topic=t,Partition=4,Replica=9]"
+        " from NewReplica to OnlineReplica"
     )
 
 
@@ -192,7 +202,7 @@ def test_batched_lines_read_as_records_would(tmp_path):
         )
         record.msecs = 42.0
         expected = handler.format(record) + "\n"
-        handler.write_lines([(created, "one")])
+        handler.write_lines([(created, logging.INFO, "one")])
         handler.flush()
         assert (tmp_path / "batched" / STATE_CHANGE_LOG_FILE_NAME).read_text() == expected
 

@@ -224,8 +224,12 @@ def format_invalid_transition(
 class StateChangeLogger:
     """Writes the controller's state-change log through the `state.change` Python logger.
 
-    Applied transitions are logged at INFO, refused ones at ERROR (Kafka logs a refused transition as
-    an error: it means the controller's cache and its callbacks disagree). Applied transitions are
+    Applied partition transitions are logged at INFO, replica transitions at DEBUG, refused ones at
+    ERROR, as Kafka logs them (INFO, TRACE, ERROR: a refusal means the controller's cache and its
+    callbacks disagree). Like Kafka's `state.change.logger`, the broker's state-change log is at
+    INFO, so replica transitions are not written unless the logger is set to DEBUG: a failover
+    moves every replica of every partition (300,000 lines for 100,000 partitions of RF 3). Applied
+    transitions are
     also kept, whatever the log level, in `history` (recent entries per partition, in memory, which
     the broker serves to consoles as `/state-changes`). Called only from the controller's event
     task (the history is loop-thread only).
@@ -240,9 +244,9 @@ class StateChangeLogger:
         self.controller_id = controller_id
         self.logger = logger if logger is not None else logging.getLogger(STATE_CHANGE_LOGGER_NAME)
         self.history = history if history is not None else StateChangeHistory()
-        # Applied transitions not written yet: (time, line). The state machines flush at the end
-        # of every batch of transitions (`flush`), so a batch's lines are written together.
-        self._pending: list[tuple[float, str]] = []
+        # Applied transitions not written yet: (time, level, line). The state machines flush at
+        # the end of every batch of transitions (`flush`), so a batch's lines go out together.
+        self._pending: list[tuple[float, int, str]] = []
 
     def partition_transition(
         self,
@@ -270,7 +274,8 @@ class StateChangeLogger:
             isr=isr,
         )
         if self.logger.isEnabledFor(logging.INFO):
-            self._info(
+            self._defer(
+                logging.INFO,
                 format_transition(
                     self.controller_id,
                     controller_epoch,
@@ -280,7 +285,7 @@ class StateChangeLogger:
                     leader=leader,
                     isr=isr,
                     leader_epoch=leader_epoch,
-                )
+                ),
             )
 
     def replica_transition(
@@ -292,27 +297,27 @@ class StateChangeLogger:
         from_state: ReplicaState,
         to_state: ReplicaState,
     ) -> None:
-        """Log an applied replica transition."""
+        """Log an applied replica transition (DEBUG)."""
         self.history.record(
             self.controller_id, controller_epoch, topic, partition, replica, from_state, to_state
         )
-        if self.logger.isEnabledFor(logging.INFO):
-            self._info(
+        if self.logger.isEnabledFor(logging.DEBUG):
+            self._defer(
+                logging.DEBUG,
                 format_transition(
                     self.controller_id,
                     controller_epoch,
                     format_replica(topic, partition, replica),
                     from_state,
                     to_state,
-                )
+                ),
             )
 
-    def _info(self, message: str) -> None:
-        """`logger.info(message)`, deferred to the next `flush`: a failover writes a line per
-        partition and per replica (30,000 for a broker that led 10,000 partitions), and one
-        logging record per line cost ~11 µs (the record, its formatting with a timestamp, a
-        write and a flush each). Each line keeps the time it was logged at."""
-        self._pending.append((time.time(), message))
+    def _defer(self, level: int, message: str) -> None:
+        """`logger.log(level, message)`, deferred to the next `flush`: a failover writes a line
+        per partition, and one logging record per line cost ~11 µs (the record, its formatting
+        with a timestamp, a write and a flush each). Each line keeps the time it was logged at."""
+        self._pending.append((time.time(), level, message))
         if len(self._pending) >= _FLUSH_LINES:
             self.flush()
 
@@ -329,13 +334,13 @@ class StateChangeLogger:
             not logger.propagate
             and handlers
             and not logger.filters
-            and all(type(h) is StateChangeLogHandler and h.level <= logging.INFO for h in handlers)
+            and all(type(h) is StateChangeLogHandler and h.level <= logging.DEBUG for h in handlers)
         ):
             for handler in handlers:
                 handler.write_lines(pending)  # type: ignore[attr-defined]
             return
-        for created, message in pending:
-            record = logger.makeRecord(logger.name, logging.INFO, __file__, 0, message, (), None)
+        for created, level, message in pending:
+            record = logger.makeRecord(logger.name, level, __file__, 0, message, (), None)
             record.created = created
             record.msecs = int((created - int(created)) * 1000) + 0.0
             logger.handle(record)
@@ -361,27 +366,27 @@ _FORMAT = "[%(asctime)s] %(levelname)s %(message)s"
 
 
 class StateChangeLogHandler(logging.FileHandler):
-    """The state-change log file. Besides records, it takes a batch of INFO lines at once
+    """The state-change log file. Besides records, it takes a batch of lines at once
     (`write_lines`), written as its formatter would write each as a record, in one write."""
 
     def __init__(self, path: Path) -> None:
         super().__init__(path, encoding="utf-8")
         self.setFormatter(logging.Formatter(_FORMAT))
 
-    def write_lines(self, lines: Sequence[tuple[float, str]]) -> None:
-        """Write `(time, message)` lines as INFO records logged at those times."""
+    def write_lines(self, lines: Sequence[tuple[float, int, str]]) -> None:
+        """Write `(time, level, message)` lines as records logged at those times."""
         formatter = self.formatter or logging.Formatter(_FORMAT)
         converter = formatter.converter
         second: int | None = None
         stamp = ""
         out = []
-        for created, message in lines:
+        for created, level, message in lines:
             whole = int(created)
             if whole != second:
                 second = whole
                 stamp = time.strftime(formatter.default_time_format, converter(created))
             msecs = int((created - whole) * 1000)
-            out.append(f"[{stamp},{msecs:03d}] INFO {message}\n")
+            out.append(f"[{stamp},{msecs:03d}] {logging.getLevelName(level)} {message}\n")
         text = "".join(out)
         with self.lock:  # type: ignore[union-attr]
             if self.stream is None:
