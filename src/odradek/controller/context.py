@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from odradek.controller.states import PartitionState, ReplicaState
 from odradek.zk.znodes import BrokerInfo, LeaderIsrAndControllerEpoch, ReplicaAssignment
@@ -21,8 +22,11 @@ from odradek.zk.znodes import BrokerInfo, LeaderIsrAndControllerEpoch, ReplicaAs
 TopicPartition = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionReplica:
+class PartitionReplica(NamedTuple):
+    """One replica of a partition. A named tuple, not a frozen dataclass: the replica state
+    machine looks replicas up in dicts millions of times in a large failover, and a tuple's hash
+    is native where a dataclass's is a Python function."""
+
     topic: str
     partition: int
     replica: int

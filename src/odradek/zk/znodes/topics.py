@@ -176,6 +176,26 @@ class TopicPartitionStateZNode:
         data: bytes, stat_version: int, where: str = "partition state"
     ) -> LeaderIsrAndControllerEpoch:
         obj = _loads(data, where)
+        # The common case checked in one pass (a failover decodes one state per partition);
+        # anything unusual goes through the field-by-field checks for its error message.
+        leader = obj.get("leader")
+        leader_epoch = obj.get("leader_epoch")
+        isr = obj.get("isr")
+        controller_epoch = obj.get("controller_epoch")
+        if (
+            type(leader) is int
+            and type(leader_epoch) is int
+            and type(controller_epoch) is int
+            and type(isr) is list
+            and all(type(replica) is int for replica in isr)
+        ):
+            return LeaderIsrAndControllerEpoch(
+                leader=leader,
+                leader_epoch=leader_epoch,
+                isr=tuple(isr),
+                controller_epoch=controller_epoch,
+                zk_version=stat_version,
+            )
         return LeaderIsrAndControllerEpoch(
             leader=_int(obj, "leader", where),
             leader_epoch=_int(obj, "leader_epoch", where),
