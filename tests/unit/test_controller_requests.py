@@ -4,6 +4,7 @@ request, and a broker decodes them back to the same request."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from hypothesis import given, settings
@@ -18,6 +19,8 @@ from odradek.protocol.codec import (
     parse_request_header,
 )
 from odradek.protocol.controller_requests import (
+    LeaderAndIsrPartition,
+    UpdateMetadataPartition,
     encode_leader_and_isr_v5,
     encode_update_metadata_v7,
 )
@@ -196,3 +199,29 @@ def test_shared_replica_lists_are_written_in_every_partition() -> None:
     body = encode_leader_and_isr_v5(request)
     assert body == encode_body(request).body
     assert _decoded(ApiKey.LEADER_AND_ISR, 5, request, body) == request
+
+
+def _as_named_tuples(request: object, row: type) -> object:
+    """`request` with its partition states as the controller builds them (named tuples)."""
+    topics = tuple(
+        dataclasses.replace(
+            topic,
+            partition_states=tuple(
+                row(*(getattr(p, f) for f in row._fields))  # type: ignore[attr-defined]
+                for p in topic.partition_states
+            ),
+        )
+        for topic in request.topic_states  # type: ignore[attr-defined]
+    )
+    return dataclasses.replace(request, topic_states=topics)  # type: ignore[type-var]
+
+
+@settings(max_examples=60)
+@given(leader_and_isr_requests(), update_metadata_requests())
+def test_the_controllers_named_tuples_encode_as_kios_classes(
+    leader_and_isr: LeaderAndIsrRequest, update_metadata: UpdateMetadataRequest
+) -> None:
+    rows = _as_named_tuples(leader_and_isr, LeaderAndIsrPartition)
+    assert encode_leader_and_isr_v5(rows) == encode_body(leader_and_isr).body  # type: ignore[arg-type]
+    rows = _as_named_tuples(update_metadata, UpdateMetadataPartition)
+    assert encode_update_metadata_v7(rows) == encode_body(update_metadata).body  # type: ignore[arg-type]

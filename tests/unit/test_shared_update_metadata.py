@@ -19,6 +19,7 @@ from odradek.protocol.codec import (
     encode_request,
     parse_request_header,
 )
+from odradek.protocol.controller_requests import UpdateMetadataPartition
 from odradek.protocol.messages import UpdateMetadataRequestV7
 from odradek.protocol.messages.update_metadata.v7.request import (
     UpdateMetadataPartitionState,
@@ -111,7 +112,24 @@ def test_each_broker_is_sent_the_shared_body_with_its_own_epoch() -> None:
         )
         header = parse_request_header(frame[4:])
         decoded = decode_request_body(header, frame[4:])
-        assert decoded == item.request.entity
+        sent_entity = item.request.entity
+        # The controller builds partition states as named tuples (`UpdateMetadataPartition`);
+        # the broker decodes kio's classes: the same fields, the same values.
+        fields = UpdateMetadataPartition._fields
+        assert [
+            (
+                t.topic_name,
+                t.topic_id,
+                [tuple(getattr(p, f) for f in fields) for p in t.partition_states],
+            )
+            for t in decoded.topic_states
+        ] == [
+            (t.topic_name, t.topic_id, [tuple(p) for p in t.partition_states])
+            for t in sent_entity.topic_states
+        ]
+        assert decoded.live_brokers == sent_entity.live_brokers
+        assert decoded.controller_id == sent_entity.controller_id
+        assert decoded.controller_epoch == sent_entity.controller_epoch
         assert decoded.broker_epoch == epochs[item.broker_id]
         # what the recording channel and the tests read goes through to the entity
         assert item.request.topic_states[0].partition_states[0].leader == 1

@@ -34,6 +34,8 @@ from odradek.network.client import PLAINTEXT_CLIENT, BrokerConnection, ClientSec
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey, EncodedRequest
 from odradek.protocol.controller_requests import (
+    LeaderAndIsrPartition,
+    UpdateMetadataPartition,
     encode_leader_and_isr_v5,
     encode_update_metadata_v7,
 )
@@ -42,11 +44,8 @@ from odradek.protocol.messages import (
     StopReplicaRequestV3,
     UpdateMetadataRequestV7,
 )
-from odradek.protocol.messages.leader_and_isr.v5.request import LeaderAndIsrPartitionState
-from odradek.protocol.messages.update_metadata.v7.request import (
-    UpdateMetadataPartitionState,
-    UpdateMetadataTopicState,
-)
+from odradek.protocol.messages.leader_and_isr.v5.request import LeaderAndIsrTopicState
+from odradek.protocol.messages.update_metadata.v7.request import UpdateMetadataTopicState
 from odradek.protocol.topic_ids import topic_id_to_uuid
 from odradek.zk.znodes import BrokerInfo
 
@@ -323,20 +322,20 @@ class ControllerBrokerRequestBatch:
                 state = entry.leader_and_isr
                 leaders.add(state.leader)
                 moving = context.reassignments.get((topic, partition))
-                # The message classes directly, not `build`: this runs once per partition and
+                # Named tuples, not `build` or kio's classes: this runs once per partition and
                 # broker, 100,000s of times in a failover.
                 topics.setdefault(topic, []).append(
-                    LeaderAndIsrPartitionState(
-                        partition_index=partition,
-                        controller_epoch=state.controller_epoch,
-                        leader=state.leader,
-                        leader_epoch=state.leader_epoch,
-                        isr=tuple(state.isr),
-                        zk_version=state.zk_version,
-                        replicas=entry.replicas,
-                        adding_replicas=moving.adding_replicas if moving else (),
-                        removing_replicas=moving.removing_replicas if moving else (),
-                        is_new=entry.is_new,
+                    LeaderAndIsrPartition(
+                        partition,
+                        state.controller_epoch,
+                        state.leader,
+                        state.leader_epoch,
+                        tuple(state.isr),
+                        state.zk_version,
+                        entry.replicas,
+                        moving.adding_replicas if moving else (),
+                        moving.removing_replicas if moving else (),
+                        entry.is_new,
                     )
                 )
             live_leaders = []
@@ -355,11 +354,11 @@ class ControllerBrokerRequestBatch:
                     "broker_epoch": context.broker_epoch(broker_id),
                     "type": 0,
                     "topic_states": [
-                        {
-                            "topic_name": topic,
-                            "topic_id": self._topic_id(topic),
-                            "partition_states": states,
-                        }
+                        LeaderAndIsrTopicState(
+                            topic_name=topic,
+                            topic_id=self._topic_id(topic),
+                            partition_states=tuple(states),  # type: ignore[arg-type]
+                        )
                         for topic, states in topics.items()
                     ],
                     "live_leaders": live_leaders,
@@ -395,15 +394,15 @@ class ControllerBrokerRequestBatch:
                 else state.leader
             )
             topics.setdefault(tp[0], []).append(
-                UpdateMetadataPartitionState(
-                    partition_index=tp[1],
-                    controller_epoch=state.controller_epoch,
-                    leader=leader,
-                    leader_epoch=state.leader_epoch,
-                    isr=tuple(state.isr),
-                    zk_version=state.zk_version,
-                    replicas=tuple(replicas),
-                    offline_replicas=tuple(
+                UpdateMetadataPartition(
+                    tp[1],
+                    state.controller_epoch,
+                    leader,
+                    state.leader_epoch,
+                    tuple(state.isr),
+                    state.zk_version,
+                    tuple(replicas),
+                    tuple(
                         r
                         for r in replicas
                         if r not in live
@@ -414,13 +413,10 @@ class ControllerBrokerRequestBatch:
         # Built once for every recipient (only the broker epoch differs): with 100,000 partitions,
         # building them per broker was most of a failover's UpdateMetadata cost.
         topic_states = tuple(
-            build(
-                UpdateMetadataTopicState,
-                {
-                    "topic_name": topic,
-                    "topic_id": self._topic_id(topic),
-                    "partition_states": states,
-                },
+            UpdateMetadataTopicState(
+                topic_name=topic,
+                topic_id=self._topic_id(topic),
+                partition_states=tuple(states),  # type: ignore[arg-type]
             )
             for topic, states in topics.items()
         )
