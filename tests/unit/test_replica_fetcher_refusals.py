@@ -107,3 +107,38 @@ def test_a_partition_the_leader_answers_again_says_so_once(
     lines = [r.getMessage() for r in caplog.records]
     again = [line for line in lines if "answers again" in line]
     assert len(again) == 1 and "fenced_leader_epoch" in again[0], lines
+
+
+def test_many_partitions_refused_alike_are_one_line_each_way(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A leader refusing a dozen partitions in one answer (say, a new topic it has not heard of
+    yet) gives one line naming the first few, not a line per partition; and one when it
+    answers them again."""
+    caplog.set_level(logging.INFO, logger="odradek.cluster.fetcher")
+
+    async def run() -> RefusingLeader:
+        fetcher = ReplicaFetcher(Manager(), 1, ("127.0.0.1", 9), 0)  # type: ignore[arg-type]
+        leader = RefusingLeader(refusals=1)
+        fetcher._connection = leader  # type: ignore[assignment]
+        try:
+            for index in range(12):
+                partition = follower_partition()
+                partition.partition = index
+                fetcher.add(partition)  # type: ignore[arg-type]
+            await asyncio.sleep(5 * BACKOFF_MS / 1000)
+        finally:
+            await fetcher.close()
+        return leader
+
+    asyncio.run(run())
+    lines = [r.getMessage() for r in caplog.records]
+    refused = [line for line in lines if "retrying after backoff" in line]
+    again = [line for line in lines if "answers again" in line]
+    assert refused == [
+        "OffsetsForLeaderEpoch answered fenced_leader_epoch by leader 1 for 12 partitions "
+        "(t-0, t-1, t-2, t-3, t-4 and 7 more); retrying after backoff"
+    ], lines
+    assert len(again) == 1, lines
+    assert again[0].startswith("leader 1 answers again for 12 partitions (t-0, t-1, t-2, t-3, t-4")
+    assert again[0].endswith("of fenced_leader_epoch"), again

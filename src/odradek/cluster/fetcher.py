@@ -131,6 +131,9 @@ class ReplicaFetcher:
         self.address = address
         self.index = index
         self.partitions: dict[TopicPartition, FetchState] = {}
+        # Partitions whose leader's answers changed while one answer is processed, by (API or
+        # "again", error name): logged together at its end (`_log_changes`).
+        self._changes: dict[tuple[str, str], list[tuple[FetchState, float]]] = {}
         self._wakeup = asyncio.Event()
         self._connection: BrokerConnection | None = None
         self.session = FetchSessionHandler()
@@ -275,6 +278,7 @@ class ReplicaFetcher:
                     self._finish_truncation(state, min(end_offset, log_.log_end_offset))
                 else:
                     next_round[key] = our_epoch
+            self._log_changes()
             requested = next_round
         for key in requested:
             state = self.partitions.get(key)
@@ -427,13 +431,16 @@ class ReplicaFetcher:
                 for state in sent.values():
                     self._delay(state)
             return
-        for topic in response.responses:
-            name = topic_names.get(topic.topic_id)
-            for item in topic.partitions:
-                state = sent.get((name, item.partition_index)) if name is not None else None
-                if state is None or not self._current(state):
-                    continue
-                self._process_partition(state, item)
+        try:
+            for topic in response.responses:
+                name = topic_names.get(topic.topic_id)
+                for item in topic.partitions:
+                    state = sent.get((name, item.partition_index)) if name is not None else None
+                    if state is None or not self._current(state):
+                        continue
+                    self._process_partition(state, item)
+        finally:
+            self._log_changes()
 
     def _process_partition(self, state: FetchState, data: Any) -> None:
         partition = state.partition
@@ -472,12 +479,8 @@ class ReplicaFetcher:
 
     def _answered(self, state: FetchState) -> None:
         if state.last_error:
-            log.info(
-                "%s: leader %d answers again after %.1f s of %s",
-                state.partition,
-                self.leader_id,
-                time.monotonic() - state.error_since,
-                _error_name(state.last_error),
+            self._changes.setdefault(("again", _error_name(state.last_error)), []).append(
+                (state, time.monotonic() - state.error_since)
             )
             state.last_error = 0
 
@@ -488,16 +491,70 @@ class ReplicaFetcher:
         if error != state.last_error:
             if not state.last_error:
                 state.error_since = time.monotonic()
-            log.info(
-                "%s: %s answered %s by leader %d (our leader epoch %d); retrying after backoff",
-                state.partition,
-                api,
-                _error_name(error),
-                self.leader_id,
-                state.leader_epoch,
-            )
+            self._changes.setdefault((api, _error_name(error)), []).append((state, 0.0))
             state.last_error = error
         self._delay(state)
+
+    def _log_changes(self) -> None:
+        """Log what `_answered` and `_refused` collected from one answer: a line per partition
+        when few changed, else one line per kind of change naming the first few (a leader
+        that learns of 10,000 new partitions a moment after its followers used to cost 20,000
+        lines, each a few microseconds of the loop)."""
+        changes, self._changes = self._changes, {}
+        for (what, error), items in changes.items():
+            if len(items) <= _CHANGES_PER_PARTITION:
+                for state, seconds in items:
+                    if what == "again":
+                        log.info(
+                            "%s: leader %d answers again after %.1f s of %s",
+                            state.partition,
+                            self.leader_id,
+                            seconds,
+                            error,
+                        )
+                    else:
+                        log.info(
+                            "%s: %s answered %s by leader %d (our leader epoch %d); "
+                            "retrying after backoff",
+                            state.partition,
+                            what,
+                            error,
+                            self.leader_id,
+                            state.leader_epoch,
+                        )
+                continue
+            named = ", ".join(
+                f"{state.partition.topic}-{state.partition.partition}"
+                for state, _ in items[:_CHANGES_NAMED]
+            )
+            if what == "again":
+                log.info(
+                    "leader %d answers again for %d partitions (%s and %d more) after up to "
+                    "%.1f s of %s",
+                    self.leader_id,
+                    len(items),
+                    named,
+                    len(items) - _CHANGES_NAMED,
+                    max(seconds for _, seconds in items),
+                    error,
+                )
+            else:
+                log.info(
+                    "%s answered %s by leader %d for %d partitions (%s and %d more); "
+                    "retrying after backoff",
+                    what,
+                    error,
+                    self.leader_id,
+                    len(items),
+                    named,
+                    len(items) - _CHANGES_NAMED,
+                )
+
+
+# Up to this many partitions changing alike in one answer are logged a line each; beyond, one
+# line names the first _CHANGES_NAMED.
+_CHANGES_PER_PARTITION = 5
+_CHANGES_NAMED = 5
 
 
 def _error_name(code: int) -> str:

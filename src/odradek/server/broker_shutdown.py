@@ -140,11 +140,14 @@ class BrokerShutdown:
         self._shutting_down = True
         log.info("broker %d shutting down", self.broker_id)
         try:
-            if self.metrics_exporter is not None:
-                await self.metrics_exporter.stop()
             if self.started:
                 with contextlib.suppress(Exception):
                     await self.controlled_shutdown()
+            # After the controlled shutdown, as Kafka closes its metrics reporters late: the
+            # exporter's thread notices a stop only at its next poll (up to 0.5 s), which the
+            # leaderships' move would otherwise wait for.
+            if self.metrics_exporter is not None:
+                await self.metrics_exporter.stop()
             if self.group_coordinator is not None:
                 # Parked JoinGroup/SyncGroup requests get NOT_COORDINATOR while we still can answer.
                 await self.group_coordinator.shutdown()
