@@ -229,6 +229,16 @@ class ControllerFailover(TermComponents):
             self,
         )
 
+        clock = asyncio.get_running_loop().time
+        phases: list[str] = []
+        mark = started
+
+        def phase(name: str) -> None:
+            nonlocal mark
+            now = clock()
+            phases.append(f"{name} {now - mark:.2f}s")
+            mark = now
+
         # 1-2. watches and the cluster state
         context.live_brokers = await self.zk.get_all_brokers(
             self.watch(lambda e: ev.BrokerChange())
@@ -238,10 +248,12 @@ class ControllerFailover(TermComponents):
             topics, self._partition_modification_watch
         )
         await self._load_assignments(assignments)
+        phase("assignments")
         written: dict[TopicPartition, int] = {}
         context.leadership.update(
             await self.zk.get_partition_states(context.all_partitions(), written)
         )
+        phase("states")
         notifications = await self.zk.get_isr_change_notifications(
             self.watch(lambda e: ev.IsrChangeNotification())
         )
@@ -255,11 +267,13 @@ class ControllerFailover(TermComponents):
             self._channel.add_broker(broker)
         self._batch.add_update_metadata_request_for_brokers(context.live_broker_ids, None)
         self._send_batch()
+        phase("metadata")
         # 4. the state machines
         self._rsm.initialize_states()
         self._psm.initialize_states()
         online = [r for r, s in context.replica_states.items() if s is ReplicaState.OnlineReplica]
         await self._rsm.handle_state_changes(online, ReplicaState.OnlineReplica)
+        phase("replicas")
         await self._psm.trigger_online_partition_state_change()
         # 4a. leaders that registered again after their leadership was written, unseen by any
         # controller: a new leader epoch for the new process, in place (never offline). In the
@@ -268,6 +282,7 @@ class ControllerFailover(TermComponents):
         # checkpointed high watermark (found by the soak: HW 13021 after 13350 under epoch 13).
         await self._on_unprocessed_restarts(written)
         self._send_batch()
+        phase("partitions")
         # 4b. resume the reassignments in progress; act on /admin/reassign_partitions
         await self._reassignment.initialize()
         self._send_batch()
@@ -279,13 +294,16 @@ class ControllerFailover(TermComponents):
         # 6. pending preferred replica elections, and the leader rebalance timer
         await self.leader_election.on_controller_failover()
         self._send_batch()
+        phase("rest")
         self.failovers += 1
         self.last_failover_seconds = asyncio.get_running_loop().time() - started
         log.info(
-            "controller failover done in %.3fs: %d brokers, %d topics, %d partitions (%d offline)",
+            "controller failover done in %.3fs: %d brokers, %d topics, %d partitions (%d offline)"
+            " (%s)",
             self.last_failover_seconds,
             len(context.live_brokers),
             len(context.assignments),
             len(context.leadership),
             context.offline_partition_count(),
+            ", ".join(phases),
         )
