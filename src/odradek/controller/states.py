@@ -229,11 +229,10 @@ class StateChangeLogger:
     callbacks disagree). Like Kafka's `state.change.logger`, the broker's state-change log is at
     INFO, so replica transitions are not written unless the logger is set to DEBUG: a failover
     moves every replica of every partition (300,000 lines for 100,000 partitions of RF 3). Applied
-    transitions are
-    also kept, whatever the log level, in `history` (recent entries per partition, in memory, which
-    the broker serves to consoles as `/state-changes`). Called only from the controller's event
-    task (the history is loop-thread only).
-    """
+    transitions are also kept, whatever the log level, in `history` (recent entries per partition,
+    in memory, which the broker serves to consoles as `/state-changes`). Lines are written a batch
+    at a time (`flush`). Called only from the controller's event task (the history is loop-thread
+    only)."""
 
     def __init__(
         self,
