@@ -88,17 +88,23 @@ def measure(scenario: str, partitions: int, profile: Path | None = None) -> dict
     with mock.patch.object(failover_module, "ControllerChannelManager", new_channel):
         for broker_id in (1, 2, 3):
             admin.register_broker(broker_id)
+
+        def new_controller(broker_id: int, zk: Any) -> tuple[Any, Any]:
+            """Broker `broker_id`'s controller on its own session, events run inline."""
+            controller = KafkaController(
+                broker_id,
+                zk.client,
+                request_timeout=30.0,
+                unclean_leader_election_default=False,
+                delete_topic_enable=True,
+                register_broker=_nothing,
+            )
+            queue = InlineEventQueue()
+            controller.event_manager = queue
+            return controller, queue
+
         zk = FakeControllerZk(tree)
-        controller = KafkaController(
-            1,
-            zk.client,  # type: ignore[arg-type]
-            request_timeout=30.0,
-            unclean_leader_election_default=False,
-            delete_topic_enable=True,
-            register_broker=_nothing,
-        )
-        queue = InlineEventQueue()
-        controller.event_manager = queue  # type: ignore[assignment]
+        controller, queue = new_controller(1, zk)
 
         def drain() -> None:
             while queue.events:
@@ -122,16 +128,7 @@ def measure(scenario: str, partitions: int, profile: Path | None = None) -> dict
             # Controller 1's session ends (its broker stays registered: only the controller
             # moves); broker 3's controller starts and takes over.
             tree.expire_session(zk.client.session_id)
-            controller = KafkaController(
-                3,
-                FakeControllerZk(tree).client,  # type: ignore[arg-type]
-                request_timeout=30.0,
-                unclean_leader_election_default=False,
-                delete_topic_enable=True,
-                register_broker=_nothing,
-            )
-            queue = InlineEventQueue()
-            controller.event_manager = queue  # type: ignore[assignment]
+            controller, queue = new_controller(3, FakeControllerZk(tree))
             event = ev.Startup()
         else:
             future = loop.create_future()

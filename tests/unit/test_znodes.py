@@ -189,6 +189,10 @@ def test_partition_state_rejects_bad_payloads() -> None:
         TopicPartitionStateZNode.decode(
             b'{"leader":true,"leader_epoch":1,"isr":[],"controller_epoch":1}', 0
         )
+    with pytest.raises(InvalidZNodeDataError, match="'isr' is not a list of integers"):
+        TopicPartitionStateZNode.decode(
+            b'{"leader":1,"leader_epoch":1,"isr":[1,true],"controller_epoch":1}', 0
+        )
 
 
 def test_controller_and_epoch() -> None:

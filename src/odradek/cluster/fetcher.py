@@ -500,6 +500,8 @@ class ReplicaFetcher:
         when few changed, else one line per kind of change naming the first few (a leader
         that learns of 10,000 new partitions a moment after its followers used to cost 20,000
         lines, each a few microseconds of the loop)."""
+        if not self._changes:
+            return  # the usual answer: nothing changed (no dict made per fetch)
         changes, self._changes = self._changes, {}
         for (what, error), items in changes.items():
             if len(items) <= _CHANGES_PER_PARTITION:

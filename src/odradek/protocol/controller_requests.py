@@ -29,6 +29,7 @@ from odradek.protocol.messages.update_metadata.v7.request import (
     UpdateMetadataBroker,
     UpdateMetadataRequest,
 )
+from odradek.protocol.varint import uvarint
 
 __all__ = [
     "LeaderAndIsrPartition",
@@ -67,21 +68,13 @@ class UpdateMetadataPartition(NamedTuple):
     replicas: tuple[int, ...]
     offline_replicas: tuple[int, ...]
 
+
 _LEADER_AND_ISR_HEAD = struct.Struct(">iiqb")  # controller id and epoch, broker epoch, type
 _UPDATE_METADATA_HEAD = struct.Struct(">iiq")  # controller id and epoch, broker epoch
 _FOUR_INT32 = struct.Struct(">iiii")  # partition, controller epoch, leader, leader epoch
 _INT32 = struct.Struct(">i")
 _ZERO_UUID = bytes(16)
 _TAGS = 0  # an empty tagged-field section
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 @cache
@@ -93,14 +86,14 @@ class _Arrays(dict[tuple[int, ...], bytes]):
     """Compact int32 arrays already encoded in this request, by their values."""
 
     def __missing__(self, values: tuple[int, ...]) -> bytes:
-        encoded = _uvarint(len(values) + 1) + _int32s(len(values)).pack(*values)
+        encoded = uvarint(len(values) + 1) + _int32s(len(values)).pack(*values)
         self[values] = encoded
         return encoded
 
 
 def _compact_string(value: str) -> bytes:
     raw = value.encode()
-    return _uvarint(len(raw) + 1) + raw
+    return uvarint(len(raw) + 1) + raw
 
 
 def _topic_states(
@@ -109,12 +102,12 @@ def _topic_states(
     partition: Callable[[bytearray, Any, _Arrays], None],
 ) -> None:
     arrays = _Arrays()
-    out += _uvarint(len(topic_states) + 1)
+    out += uvarint(len(topic_states) + 1)
     for topic in topic_states:
         out += _compact_string(topic.topic_name)
         out += _ZERO_UUID if topic.topic_id is None else topic.topic_id.bytes
         states = topic.partition_states
-        out += _uvarint(len(states) + 1)
+        out += uvarint(len(states) + 1)
         for state in states:
             partition(out, state, arrays)
         out.append(_TAGS)
@@ -146,7 +139,7 @@ def _update_metadata_partition(out: bytearray, state: Any, arrays: _Arrays) -> N
 
 def _entities(out: bytearray, cls: type, entities: Iterable[Any]) -> None:
     items = tuple(entities)
-    out += _uvarint(len(items) + 1)
+    out += uvarint(len(items) + 1)
     buffer = io.BytesIO()
     write: Any = entity_writer(cls)
     for item in items:
@@ -154,27 +147,44 @@ def _entities(out: bytearray, cls: type, entities: Iterable[Any]) -> None:
     out += buffer.getvalue()
 
 
-def encode_leader_and_isr_v5(request: LeaderAndIsrRequest) -> bytes:
-    """The body of a LeaderAndIsr v5 request, as kio's writer encodes it."""
-    out = bytearray(
-        _LEADER_AND_ISR_HEAD.pack(
-            request.controller_id, request.controller_epoch, request.broker_epoch, request.type
-        )
-    )
-    _topic_states(out, request.topic_states, _leader_and_isr_partition)
-    _entities(out, LeaderAndIsrLiveLeader, request.live_leaders)
+def _body(
+    head: bytes,
+    topic_states: tuple[Any, ...],
+    partition: Callable[[bytearray, Any, _Arrays], None],
+    entity_class: type,
+    entities: Iterable[Any],
+) -> bytes:
+    """Both requests' layout: fixed head, topic states, one array of small entities, tags."""
+    out = bytearray(head)
+    _topic_states(out, topic_states, partition)
+    _entities(out, entity_class, entities)
     out.append(_TAGS)
     return bytes(out)
+
+
+def encode_leader_and_isr_v5(request: LeaderAndIsrRequest) -> bytes:
+    """The body of a LeaderAndIsr v5 request, as kio's writer encodes it."""
+    head = _LEADER_AND_ISR_HEAD.pack(
+        request.controller_id, request.controller_epoch, request.broker_epoch, request.type
+    )
+    return _body(
+        head,
+        request.topic_states,
+        _leader_and_isr_partition,
+        LeaderAndIsrLiveLeader,
+        request.live_leaders,
+    )
 
 
 def encode_update_metadata_v7(request: UpdateMetadataRequest) -> bytes:
     """The body of an UpdateMetadata v7 request, as kio's writer encodes it."""
-    out = bytearray(
-        _UPDATE_METADATA_HEAD.pack(
-            request.controller_id, request.controller_epoch, request.broker_epoch
-        )
+    head = _UPDATE_METADATA_HEAD.pack(
+        request.controller_id, request.controller_epoch, request.broker_epoch
     )
-    _topic_states(out, request.topic_states, _update_metadata_partition)
-    _entities(out, UpdateMetadataBroker, request.live_brokers)
-    out.append(_TAGS)
-    return bytes(out)
+    return _body(
+        head,
+        request.topic_states,
+        _update_metadata_partition,
+        UpdateMetadataBroker,
+        request.live_brokers,
+    )

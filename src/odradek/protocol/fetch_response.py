@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from odradek.errors import InvariantError
+from odradek.protocol.varint import uvarint
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -114,15 +115,6 @@ class TopicAnswer:
     partitions: list[PartitionAnswer]
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_fetch_response(
     version: int,
     correlation_id: int,
@@ -144,17 +136,17 @@ def encode_fetch_response(
         out += _TOP_V7.pack(throttle_ms, error_code, session_id)
     else:
         out += _INT32.pack(throttle_ms)
-    out += _uvarint(len(topics) + 1) if flexible else _INT32.pack(len(topics))
+    out += uvarint(len(topics) + 1) if flexible else _INT32.pack(len(topics))
     partition_struct = _PARTITION_V5 if version >= 5 else _PARTITION_V4
     for topic in topics:
         if version >= 13:
             out += (topic.topic_id or uuid.UUID(int=0)).bytes
         else:
             name = topic.name.encode()
-            out += _uvarint(len(name) + 1) if flexible else _INT16.pack(len(name))
+            out += uvarint(len(name) + 1) if flexible else _INT16.pack(len(name))
             out += name
         partitions = topic.partitions
-        out += _uvarint(len(partitions) + 1) if flexible else _INT32.pack(len(partitions))
+        out += uvarint(len(partitions) + 1) if flexible else _INT32.pack(len(partitions))
         for p in partitions:
             stable = p.last_stable_offset if p.last_stable_offset >= 0 else p.high_watermark
             if version >= 5:
@@ -167,7 +159,7 @@ def encode_fetch_response(
             if aborted is None:
                 out += b"\0" if flexible else _NULL_ABORTED
             else:
-                out += _uvarint(len(aborted) + 1) if flexible else _INT32.pack(len(aborted))
+                out += uvarint(len(aborted) + 1) if flexible else _INT32.pack(len(aborted))
                 for producer_id, first_offset in aborted:
                     out += _ABORTED.pack(producer_id, first_offset)
                     if flexible:
@@ -179,7 +171,7 @@ def encode_fetch_response(
                 out += b"\0" if flexible else _MINUS_ONE
             else:
                 size = len(records)
-                out += _uvarint(size + 1) if flexible else _INT32.pack(size)
+                out += uvarint(size + 1) if flexible else _INT32.pack(size)
                 if size:
                     if isinstance(records, FileRecords):
                         parts.append(bytes(out))
