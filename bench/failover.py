@@ -15,6 +15,8 @@ measurement, then one summary object per scenario saying how the time grows with
     survivors' Metadata shows none of them led by it, `exited_s` until the process is gone, and
     `controller_work_s` from the controller's "controlled shutdown of broker id" to its last
     state-change log line.
+`poll_s` (broker, shutdown) is how long the Metadata poll that saw the move took (every survivor
+asked at once): the move may have happened that much before `moved_s`.
 (d) `restart`: SIGKILL a broker (not the controller) that leads N partitions (RF=3, so it hosts
     them all) and start it again at once. Times from the start command: `registered_s` (its
     `/brokers/ids` registration is back, with a new broker epoch) and `in_sync_s` (every one of
@@ -57,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from failover_cluster import (
     SETUP_TIMEOUT_S,
+    LAST_POLL_S,
     STEADY_ISR,
     BenchTimeout,
     all_in_sync,
@@ -125,6 +128,7 @@ def bench_broker(args: argparse.Namespace, count: int) -> dict[str, Any]:
             "expired_s": round(expired - started, 3),
             "moved_s": round(moved - started, 3),
             "after_expiry_s": round(moved - expired, 3),
+            "poll_s": round(LAST_POLL_S[0], 3),
             "controller_work_s": controller_work_s(
                 cluster.broker(controller), since, f"dead [{victim}]"
             ),
@@ -262,6 +266,7 @@ def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
             "partitions": count,
             "replication_factor": rf,
             "moved_s": round(moved - started, 3),
+            "poll_s": round(LAST_POLL_S[0], 3),
             "exited_s": round(result["exited"] - started, 3),
             "clean_exit": result["clean"],
             "controller_work_s": controller_work_s(

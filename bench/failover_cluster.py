@@ -122,15 +122,35 @@ def all_in_sync(broker: LocalBroker, partitions: set[Partition], rf: int) -> boo
     return view is not None and all(len(view.get(p, (-1, ()))[1]) >= rf for p in partitions)
 
 
+# How long the last `all_led` poll took (its requests to every broker, concurrently): the
+# resolution of a time measured with it, since the condition may have held that much earlier.
+LAST_POLL_S: list[float] = [0.0]
+
+
+async def _leaders_or_none(broker: LocalBroker, timeout: float) -> dict[Partition, int] | None:
+    try:
+        return await _leaders(broker, timeout)
+    except OdradekError:
+        return None
+
+
+async def _all_leaders(
+    brokers: list[LocalBroker], timeout: float
+) -> list[dict[Partition, int] | None]:
+    return list(await asyncio.gather(*(_leaders_or_none(b, timeout) for b in brokers)))
+
+
 def all_led(
     brokers: Iterable[LocalBroker], partitions: set[Partition], ok: Callable[[int], bool]
 ) -> bool:
-    """Every broker's Metadata shows every partition with a leader satisfying `ok`."""
-    for broker in brokers:
-        view = leaders(broker)
-        if view is None or any(not ok(view.get(p, -1)) for p in partitions):
-            return False
-    return True
+    """Every broker's Metadata shows every partition with a leader satisfying `ok` (the brokers
+    asked at once; the poll's duration in LAST_POLL_S)."""
+    started = time.perf_counter()
+    views = asyncio.run(_all_leaders(list(brokers), 60.0))
+    LAST_POLL_S[0] = time.perf_counter() - started
+    return all(
+        view is not None and all(ok(view.get(p, -1)) for p in partitions) for view in views
+    )
 
 
 # ---------------------------------------------------------------------------------------------
