@@ -15,8 +15,10 @@ measurement, then one summary object per scenario saying how the time grows with
     survivors' Metadata shows none of them led by it, `exited_s` until the process is gone, and
     `controller_work_s` from the controller's "controlled shutdown of broker id" to its last
     state-change log line.
-`poll_s` (broker, shutdown) is how long the Metadata poll that saw the move took (every survivor
-asked at once): the move may have happened that much before `moved_s`.
+`poll_s` is how long the Metadata poll that saw the move took (every survivor asked at once): the
+move may have happened that much before `moved_s`. `applied_s` (`applied_after_expiry_s` for
+`broker`) is when the last survivor logged applying its LeaderAndIsr, from its log's timestamps:
+the new leaders are serving then, whatever a poll of a busy broker takes to answer.
 (d) `restart`: SIGKILL a broker (not the controller) that leads N partitions (RF=3, so it hosts
     them all) and start it again at once. Times from the start command: `registered_s` (its
     `/brokers/ids` registration is back, with a new broker epoch) and `in_sync_s` (every one of
@@ -58,8 +60,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from failover_cluster import (
-    SETUP_TIMEOUT_S,
     LAST_POLL_S,
+    SETUP_TIMEOUT_S,
     STEADY_ISR,
     BenchTimeout,
     all_in_sync,
@@ -70,6 +72,7 @@ from failover_cluster import (
     create_partitions,
     emit,
     failover_line,
+    leader_and_isr_applied_s,
     leaders,
     log_offset,
     log_offsets,
@@ -107,8 +110,10 @@ def bench_broker(args: argparse.Namespace, count: int) -> dict[str, Any]:
         wait_for(lambda: all_in_sync(survivors[0], created, rf), SETUP_TIMEOUT_S, "full ISRs")
         assert controller is not None
         since = log_offsets(cluster.broker(controller))
+        offsets = {b.id: log_offset(b) for b in survivors}
         note("killing")
         started = time.perf_counter()
+        started_wall = time.time()
         cluster.kill(victim)
         expired = wait_for(
             lambda: not registered(cluster, victim), MEASURE_TIMEOUT_S, "the session to expire"
@@ -118,6 +123,7 @@ def bench_broker(args: argparse.Namespace, count: int) -> dict[str, Any]:
             MEASURE_TIMEOUT_S,
             "every partition to move",
         )
+        applied = leader_and_isr_applied_s(survivors, offsets, started_wall)
         return {
             "bench": "failover",
             "scenario": "broker",
@@ -129,6 +135,9 @@ def bench_broker(args: argparse.Namespace, count: int) -> dict[str, Any]:
             "moved_s": round(moved - started, 3),
             "after_expiry_s": round(moved - expired, 3),
             "poll_s": round(LAST_POLL_S[0], 3),
+            "applied_after_expiry_s": (
+                None if applied is None else round(applied - (expired - started), 3)
+            ),
             "controller_work_s": controller_work_s(
                 cluster.broker(controller), since, f"dead [{victim}]"
             ),
@@ -162,6 +171,7 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
             "session_timeout_s": args.session_timeout_ms / 1000,
         }
         started = time.perf_counter()
+        started_wall = time.time()
         cluster.kill(controller)
         new_controller: list[int] = []
 
@@ -212,6 +222,8 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
                 "the dead controller's partitions to move",
             )
             result["moved_s"] = round(moved - started, 3) if rf > 1 else None
+            result["poll_s"] = round(LAST_POLL_S[0], 3)
+            result["applied_s"] = leader_and_isr_applied_s(survivors, offsets, started_wall)
         except BenchTimeout as e:
             result["error"] = str(e)
             try:
@@ -243,6 +255,7 @@ def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
         wait_for(lambda: all_in_sync(survivors[0], created, rf), SETUP_TIMEOUT_S, "full ISRs")
         assert controller is not None
         since = log_offsets(cluster.broker(controller))
+        offsets = {b.id: log_offset(b) for b in survivors}
         result: dict[str, Any] = {}
 
         def terminate() -> None:
@@ -251,6 +264,7 @@ def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
 
         note("terminating")
         started = time.perf_counter()
+        started_wall = time.time()
         thread = threading.Thread(target=terminate)
         thread.start()
         moved = wait_for(
@@ -267,6 +281,7 @@ def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
             "replication_factor": rf,
             "moved_s": round(moved - started, 3),
             "poll_s": round(LAST_POLL_S[0], 3),
+            "applied_s": leader_and_isr_applied_s(survivors, offsets, started_wall),
             "exited_s": round(result["exited"] - started, 3),
             "clean_exit": result["clean"],
             "controller_work_s": controller_work_s(

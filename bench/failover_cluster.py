@@ -148,9 +148,7 @@ def all_led(
     started = time.perf_counter()
     views = asyncio.run(_all_leaders(list(brokers), 60.0))
     LAST_POLL_S[0] = time.perf_counter() - started
-    return all(
-        view is not None and all(ok(view.get(p, -1)) for p in partitions) for view in views
-    )
+    return all(view is not None and all(ok(view.get(p, -1)) for p in partitions) for view in views)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,6 +245,25 @@ def controller_work_s(controller: LocalBroker, since: dict[str, int], trigger: s
     if start is None or not times:
         return None
     return round(max(times) - start, 3)
+
+
+def leader_and_isr_applied_s(
+    brokers: Iterable[LocalBroker], offsets: dict[int, int], started_wall: float
+) -> float | None:
+    """When the last of `brokers` logged applying a LeaderAndIsr (its INFO line "LeaderAndIsr
+    from controller ...", written once the roles are taken), after each one's log offset, in
+    seconds from `started_wall` (time.time()). Unlike a Metadata poll it does not wait for a
+    busy broker to answer; the broker's UpdateMetadata comes in the same batch."""
+    last = None
+    for broker in brokers:
+        with open(broker.log, "rb") as file:
+            file.seek(offsets[broker.id])
+            lines = file.read().decode(errors="replace").splitlines()
+        times = [log_time(line) for line in lines if "LeaderAndIsr from controller" in line]
+        seen = [t for t in times if t is not None]
+        if seen:
+            last = max(seen) if last is None else max(last, max(seen))
+    return None if last is None else round(last - started_wall, 3)
 
 
 def log_offsets(broker: LocalBroker) -> dict[str, int]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from odradek.zk.errors import InvalidZNodeDataError
 from odradek.zk.znodes import (
@@ -173,6 +175,34 @@ def test_partition_state_fields_and_round_trip() -> None:
     }
     assert TopicPartitionStateZNode.decode(data, stat_version=6) == LeaderIsrAndControllerEpoch(
         leader=2, leader_epoch=48, isr=(2,), controller_epoch=29, zk_version=6
+    )
+
+
+@given(
+    st.integers(-1, 2**31 - 1),
+    st.integers(0, 2**31 - 1),
+    st.lists(st.integers(0, 2**31 - 1), max_size=8),
+    st.integers(0, 2**31 - 1),
+)
+def test_partition_state_bytes_are_the_compact_json_of_its_fields(
+    leader: int, leader_epoch: int, isr: list[int], controller_epoch: int
+) -> None:
+    # encode formats the JSON itself; it must be byte for byte what the JSON writer gives
+    data = TopicPartitionStateZNode.encode(
+        leader=leader, leader_epoch=leader_epoch, isr=tuple(isr), controller_epoch=controller_epoch
+    )
+    assert (
+        data
+        == json.dumps(
+            {
+                "controller_epoch": controller_epoch,
+                "leader": leader,
+                "version": 1,
+                "leader_epoch": leader_epoch,
+                "isr": isr,
+            },
+            separators=(",", ":"),
+        ).encode()
     )
 
 
