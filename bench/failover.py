@@ -438,6 +438,13 @@ def main() -> None:
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     parser.add_argument("--timeout", type=float, default=MEASURE_TIMEOUT_S)
     parser.add_argument("--dir", type=Path)
+    parser.add_argument(
+        "--system",
+        choices=["odradek", "kafka"],
+        default="odradek",
+        help="the cluster measured: Odradek, or Apache Kafka 3.9 in ZooKeeper mode"
+        " (scenarios broker, controller, shutdown)",
+    )
     args = parser.parse_args()
     MEASURE_TIMEOUT_S = args.timeout  # a command-line setting, set once
 
@@ -460,6 +467,8 @@ def main() -> None:
     }
     for name in [s.strip() for s in args.only.split(",") if s.strip()]:
         if name == "restart":
+            if args.system != "odradek":
+                raise SystemExit("--only restart: Odradek only")
             run_restarts(args)
             continue
         run, sizes, keys = scenarios[name]
@@ -470,6 +479,7 @@ def main() -> None:
             except BenchTimeout as e:
                 result = {"bench": "failover", "scenario": name, "partitions": count}
                 result["error"] = str(e)
+            result["system"] = args.system
             emit(result)
             results.append(result)
         for key in keys:
