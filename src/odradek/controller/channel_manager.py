@@ -2,9 +2,11 @@
 ControllerBrokerRequestBatch).
 
 `ControllerChannelManager` keeps one sender task per live broker, each with its own FIFO queue and
-connection. A sender sends one request at a time and waits for its response (so a broker sees the
-controller's requests in the order they were decided); on a connection failure it reconnects and
-resends the same request, for as long as the broker is live. When the controller learns a broker died,
+connection. A sender writes the requests queued so far (up to PIPELINED_REQUESTS) back to back and
+then waits for their responses; a broker applies a connection's controller requests one after
+another in the order they came (`server/handlers_interbroker`), so it sees them in the order they
+were decided. On a connection failure the sender reconnects and resends, in order, the requests not
+answered yet, for as long as the broker is live. When the controller learns a broker died,
 `remove_broker` cancels its sender and drops whatever was queued: the broker will get full state with
 UpdateMetadata and LeaderAndIsr when it returns.
 
@@ -56,6 +58,10 @@ UPDATE_METADATA_VERSION = 7
 STOP_REPLICA_VERSION = 3
 LEADER_DURING_DELETE = -2
 RECONNECT_BACKOFF = 0.1
+# Requests a sender writes before waiting for their answers: an event's LeaderAndIsr and
+# UpdateMetadata go together, so the broker applies the second as soon as it has applied the first
+# (waiting for the first's answer cost 0.6-1.2 s at 10,000 partitions on a busy broker).
+PIPELINED_REQUESTS = 4
 # Kafka's security protocol ids, as UpdateMetadata carries them.
 SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
@@ -105,9 +111,13 @@ class _BrokerSender:
     async def _run(self) -> None:
         try:
             while True:
-                item = await self.queue.get()
-                response = await self._send_until_answered(item)
-                if item.callback is not None:
+                items = [await self.queue.get()]
+                while len(items) < PIPELINED_REQUESTS and not self.queue.empty():
+                    items.append(self.queue.get_nowait())
+                responses = await self._send_until_answered(items)
+                for item, response in zip(items, responses, strict=True):
+                    if item.callback is None:
+                        continue
                     try:
                         item.callback(self.broker.id, item.api_key, response)
                     except Exception:
@@ -116,7 +126,11 @@ class _BrokerSender:
             if self._connection is not None:
                 self._connection.close()
 
-    async def _send_until_answered(self, item: _QueueItem) -> Any:
+    async def _send_until_answered(self, items: list[_QueueItem]) -> list[Any]:
+        """Each item's response, in order. The items are written back to back (the broker
+        applies a connection's controller requests in the order they came); after a connection
+        failure, those not answered yet are sent again, in order."""
+        answered: list[Any] = []
         while True:
             try:
                 if self._connection is None or self._connection.closed:
@@ -128,15 +142,34 @@ class _BrokerSender:
                         client_id=f"controller-{self._controller_id}",
                         security=self._security,
                     )
-                return await self._connection.send(
-                    item.api_key, item.version, item.request, timeout=self._timeout
-                )
+                connection = self._connection
+                futures = []
+                for item in items[len(answered) :]:
+                    future = connection.send_nowait(item.api_key, item.version, item.request)
+                    # a failed connection fails every future; those not awaited then are resent
+                    future.add_done_callback(_retrieve)
+                    futures.append(future)
+                for future in futures:
+                    try:
+                        async with asyncio.timeout(self._timeout):
+                            answered.append(await future)
+                    except TimeoutError:
+                        raise NetworkError(
+                            f"controller request to broker {self.broker.id} timed out"
+                        ) from None
+                return answered
             except NetworkError as e:
                 log.info("controller request to broker %d failed (%s); retrying", self.broker.id, e)
                 if self._connection is not None:
                     self._connection.close()
                     self._connection = None
                 await asyncio.sleep(RECONNECT_BACKOFF)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a response future's error as seen (asyncio would log it as never retrieved)."""
+    if not future.cancelled():
+        future.exception()
 
 
 # UpdateMetadata v7's body starts with controller id (int32), controller epoch (int32) and the

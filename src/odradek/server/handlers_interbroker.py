@@ -19,7 +19,9 @@ epoch: `validate_controlled_shutdown`).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,13 @@ if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
 
+# The controller request of each connection still being applied (broker -> connection id ->
+# future): the next one from that connection starts after it.
+_applying: weakref.WeakKeyDictionary[Any, dict[str, asyncio.Future[Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def _controller_request(
     broker: BrokerServices,
     context: RequestContext,
@@ -51,9 +60,51 @@ def _controller_request(
     apply: Callable[[], Any],
 ) -> Any:
     """Run `apply()` only for a request that may come from the controller (module docstring);
-    otherwise answer `refuse(code)` and change nothing."""
+    otherwise answer `refuse(code)` and change nothing.
+
+    A connection's controller requests are applied one after another in the order they came: the
+    controller writes an event's LeaderAndIsr and UpdateMetadata back to back, and a LeaderAndIsr
+    may wait (for topic configs, or for this broker's registration) while an UpdateMetadata would
+    not: applied first, it would name leaders that are not leading yet."""
     if not broker.authorizer.cluster(context, CLUSTER_ACTION):
         return refuse(CLUSTER_AUTHORIZATION_FAILED)
+    connections = _applying.setdefault(broker, {})
+    key = context.connection_id
+    previous = connections.get(key)
+    if previous is None or previous.done():
+        result = _checked_controller_request(broker, request, refuse, apply)
+        if not inspect.isawaitable(result):
+            connections.pop(key, None)
+            return result
+        current = asyncio.ensure_future(result)
+    else:
+
+        async def after_previous() -> Any:
+            await asyncio.wait([previous])
+            result = _checked_controller_request(broker, request, refuse, apply)
+            return await result if inspect.isawaitable(result) else result
+
+        current = asyncio.ensure_future(after_previous())
+    connections[key] = current
+    current.add_done_callback(lambda done: _forget(connections, key, done))
+    return current
+
+
+def _forget(
+    connections: dict[str, asyncio.Future[Any]], key: str, done: asyncio.Future[Any]
+) -> None:
+    if connections.get(key) is done:
+        del connections[key]
+
+
+def _checked_controller_request(
+    broker: BrokerServices,
+    request: Any,
+    refuse: Callable[[ErrorCode], Any],
+    apply: Callable[[], Any],
+) -> Any:
+    """The controller id and epochs checked (a cached verdict at once, else after ZooKeeper is
+    asked), then `apply()` or `refuse(code)`: a result, or an awaitable of one."""
     validator = broker.controller_validator
     ids = (int(request.controller_id), int(request.controller_epoch), int(request.broker_epoch))
     if broker.broker_epoch >= 0:
