@@ -18,7 +18,9 @@ measurement, then one summary object per scenario saying how the time grows with
 `poll_s` is how long the Metadata poll that saw the move took (every survivor asked at once): the
 move may have happened that much before `moved_s`. `applied_s` (`applied_after_expiry_s` for
 `broker`) is when the last survivor logged applying its LeaderAndIsr, from its log's timestamps:
-the new leaders are serving then, whatever a poll of a busy broker takes to answer.
+the new leaders are serving then, whatever a poll of a busy broker takes to answer. `visible_s`
+(`visible_after_expiry_s`) is the same for the survivors' last UpdateMetadata line that moved
+leaders: from then on a client's Metadata request to any survivor shows the moves.
 (d) `restart`: SIGKILL a broker (not the controller) that leads N partitions (RF=3, so it hosts
     them all) and start it again at once. Times from the start command: `registered_s` (its
     `/brokers/ids` registration is back, with a new broker epoch) and `in_sync_s` (every one of
@@ -89,6 +91,8 @@ from odradek.server.session_reclaim import SESSION_FILE
 from odradek.testing import tail
 
 MEASURE_TIMEOUT_S = 900.0
+# A broker's INFO line for an UpdateMetadata that moved leaders.
+METADATA_LINE = "UpdateMetadata from controller"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,6 +128,7 @@ def bench_broker(args: argparse.Namespace, count: int) -> dict[str, Any]:
             "every partition to move",
         )
         applied = leader_and_isr_applied_s(survivors, offsets, started_wall)
+        visible = leader_and_isr_applied_s(survivors, offsets, started_wall, METADATA_LINE)
         return {
             "bench": "failover",
             "scenario": "broker",
@@ -137,6 +142,9 @@ def bench_broker(args: argparse.Namespace, count: int) -> dict[str, Any]:
             "poll_s": round(LAST_POLL_S[0], 3),
             "applied_after_expiry_s": (
                 None if applied is None else round(applied - (expired - started), 3)
+            ),
+            "visible_after_expiry_s": (
+                None if visible is None else round(visible - (expired - started), 3)
             ),
             "controller_work_s": controller_work_s(
                 cluster.broker(controller), since, f"dead [{victim}]"
@@ -224,6 +232,9 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
             result["moved_s"] = round(moved - started, 3) if rf > 1 else None
             result["poll_s"] = round(LAST_POLL_S[0], 3)
             result["applied_s"] = leader_and_isr_applied_s(survivors, offsets, started_wall)
+            result["visible_s"] = leader_and_isr_applied_s(
+                survivors, offsets, started_wall, METADATA_LINE
+            )
         except BenchTimeout as e:
             result["error"] = str(e)
             try:
@@ -282,6 +293,7 @@ def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
             "moved_s": round(moved - started, 3),
             "poll_s": round(LAST_POLL_S[0], 3),
             "applied_s": leader_and_isr_applied_s(survivors, offsets, started_wall),
+            "visible_s": leader_and_isr_applied_s(survivors, offsets, started_wall, METADATA_LINE),
             "exited_s": round(result["exited"] - started, 3),
             "clean_exit": result["clean"],
             "controller_work_s": controller_work_s(

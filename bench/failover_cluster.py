@@ -268,18 +268,22 @@ def controller_work_s(controller: LocalBroker, since: dict[str, int], trigger: s
 
 
 def leader_and_isr_applied_s(
-    brokers: Iterable[LocalBroker], offsets: dict[int, int], started_wall: float
+    brokers: Iterable[LocalBroker],
+    offsets: dict[int, int],
+    started_wall: float,
+    text: str = "LeaderAndIsr from controller",
 ) -> float | None:
     """When the last of `brokers` logged applying a LeaderAndIsr (its INFO line "LeaderAndIsr
-    from controller ...", written once the roles are taken), after each one's log offset, in
-    seconds from `started_wall` (time.time()). Unlike a Metadata poll it does not wait for a
-    busy broker to answer; the broker's UpdateMetadata comes in the same batch."""
+    from controller ...", written once the roles are taken; with `text` "UpdateMetadata from
+    controller", the line of an UpdateMetadata that moved leaders: from then on Metadata from that
+    broker shows them), after each one's log offset, in seconds from `started_wall`
+    (time.time()). Unlike a Metadata poll it does not wait for a busy broker to answer."""
     last = None
     for broker in brokers:
         with open(broker.log, "rb") as file:
             file.seek(offsets[broker.id])
             lines = file.read().decode(errors="replace").splitlines()
-        times = [log_time(line) for line in lines if "LeaderAndIsr from controller" in line]
+        times = [log_time(line) for line in lines if text in line]
         seen = [t for t in times if t is not None]
         if seen:
             last = max(seen) if last is None else max(last, max(seen))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,8 @@ from odradek.server.offsets_topic import on_leadership_change
 from odradek.server.transaction_topic import (
     on_leadership_change as on_transaction_leadership_change,
 )
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from odradek.network.request_context import RequestContext
@@ -161,8 +164,20 @@ def handle_leader_and_isr(broker: BrokerServices, context: RequestContext, reque
             },
         )
 
-    async def apply() -> Any:
-        await broker.topic_configs.ensure_loaded(list(topic_ids))
+    def apply() -> Any:
+        # At once when every topic's config is known (the usual case: the UpdateMetadata written
+        # right behind this request is then applied in the same turn of the loop, not after
+        # whatever else the loop has queued meanwhile); otherwise after reading the configs.
+        if broker.topic_configs.loaded(topic_ids):
+            return apply_loaded()
+
+        async def load_then_apply() -> Any:
+            await broker.topic_configs.ensure_loaded(list(topic_ids))
+            return apply_loaded()
+
+        return load_then_apply()
+
+    def apply_loaded() -> Any:
         if request.controller_epoch < broker.latest_controller_epoch:
             return error_response(ErrorCode.stale_controller_epoch)
         # Thousands of partitions at once after a failover: the collector would walk the whole
@@ -270,9 +285,18 @@ def handle_update_metadata(broker: BrokerServices, context: RequestContext, requ
         topic_ids = {
             t.topic_name: t.topic_id for t in request.topic_states if t.topic_id is not None
         }
-        deleted = broker.metadata_cache.update(
+        cache = broker.metadata_cache
+        deleted = cache.update(
             request.controller_id, request.controller_epoch, brokers, partitions, topic_ids
         )
+        if cache.leaders_changed:
+            # As the LeaderAndIsr line: when clients asking this broker learn of new leaders.
+            log.info(
+                "UpdateMetadata from controller %d (epoch %d): new leaders for %d partitions",
+                request.controller_id,
+                request.controller_epoch,
+                cache.leaders_changed,
+            )
         for topic in {t for t, _ in deleted}:
             if not broker.metadata_cache.contains_topic(topic):
                 broker.forget_topic(topic)

@@ -74,6 +74,8 @@ class MetadataCache:
     topics: dict[str, dict[int, PartitionMetadata]] = field(default_factory=dict)
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     version: int = 0
+    leaders_changed: int = 0
+    """Partitions whose leader the last `update` changed (not counting new ones)."""
     _memo: dict[Any, Any] = field(default_factory=dict)
     _names_by_id: dict[uuid.UUID, str] | None = None
 
@@ -90,6 +92,7 @@ class MetadataCache:
         self.controller_epoch = controller_epoch
         self.brokers = {broker.id: broker for broker in brokers}
         deleted: list[tuple[str, int]] = []
+        changed = 0
         for state in partitions:
             if state.leader == LEADER_DURING_DELETE:
                 topic_partitions = self.topics.get(state.topic)
@@ -99,7 +102,12 @@ class MetadataCache:
                         del self.topics[state.topic]
                         self.topic_ids.pop(state.topic, None)
                 continue
-            self.topics.setdefault(state.topic, {})[state.partition] = state
+            topic_partitions = self.topics.setdefault(state.topic, {})
+            previous = topic_partitions.get(state.partition)
+            if previous is not None and previous.leader != state.leader:
+                changed += 1
+            topic_partitions[state.partition] = state
+        self.leaders_changed = changed
         if topic_ids:
             for topic, topic_id in topic_ids.items():
                 if topic in self.topics:

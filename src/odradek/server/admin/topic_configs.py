@@ -37,6 +37,11 @@ class TopicConfigs:
     def get(self, topic: str) -> dict[str, str]:
         return self._configs.get(topic, {})
 
+    def loaded(self, topics: Iterable[str]) -> bool:
+        """Every one of `topics` has its config here (ensure_loaded would read nothing)."""
+        configs = self._configs
+        return all(t in configs for t in topics)
+
     async def ensure_loaded(self, topics: Iterable[str]) -> None:
         missing = [t for t in set(topics) if t not in self._configs]
         if missing:
