@@ -74,7 +74,7 @@ from failover_cluster import (
     create_partitions,
     emit,
     failover_line,
-    leader_and_isr_applied_s,
+    last_log_line_s,
     leaders,
     log_offset,
     log_offsets,
@@ -127,8 +127,8 @@ def bench_broker(args: argparse.Namespace, count: int) -> dict[str, Any]:
             MEASURE_TIMEOUT_S,
             "every partition to move",
         )
-        applied = leader_and_isr_applied_s(survivors, offsets, started_wall)
-        visible = leader_and_isr_applied_s(survivors, offsets, started_wall, METADATA_LINE)
+        applied = last_log_line_s(survivors, offsets, started_wall)
+        visible = last_log_line_s(survivors, offsets, started_wall, METADATA_LINE)
         return {
             "bench": "failover",
             "scenario": "broker",
@@ -231,10 +231,8 @@ def bench_controller(args: argparse.Namespace, count: int) -> dict[str, Any]:
             )
             result["moved_s"] = round(moved - started, 3) if rf > 1 else None
             result["poll_s"] = round(LAST_POLL_S[0], 3)
-            result["applied_s"] = leader_and_isr_applied_s(survivors, offsets, started_wall)
-            result["visible_s"] = leader_and_isr_applied_s(
-                survivors, offsets, started_wall, METADATA_LINE
-            )
+            result["applied_s"] = last_log_line_s(survivors, offsets, started_wall)
+            result["visible_s"] = last_log_line_s(survivors, offsets, started_wall, METADATA_LINE)
         except BenchTimeout as e:
             result["error"] = str(e)
             try:
@@ -292,8 +290,8 @@ def bench_shutdown(args: argparse.Namespace, count: int) -> dict[str, Any]:
             "replication_factor": rf,
             "moved_s": round(moved - started, 3),
             "poll_s": round(LAST_POLL_S[0], 3),
-            "applied_s": leader_and_isr_applied_s(survivors, offsets, started_wall),
-            "visible_s": leader_and_isr_applied_s(survivors, offsets, started_wall, METADATA_LINE),
+            "applied_s": last_log_line_s(survivors, offsets, started_wall),
+            "visible_s": last_log_line_s(survivors, offsets, started_wall, METADATA_LINE),
             "exited_s": round(result["exited"] - started, 3),
             "clean_exit": result["clean"],
             "controller_work_s": controller_work_s(

@@ -267,7 +267,7 @@ def controller_work_s(controller: LocalBroker, since: dict[str, int], trigger: s
     return round(max(times) - start, 3)
 
 
-def leader_and_isr_applied_s(
+def last_log_line_s(
     brokers: Iterable[LocalBroker],
     offsets: dict[int, int],
     started_wall: float,

@@ -5,8 +5,9 @@ controller socket timeout), everything else at Kafka's defaults. `KafkaCluster` 
 scenarios use of `LocalCluster`: brokers with an id, address and log, the controller and the
 registrations from ZooKeeper, SIGKILL, SIGTERM (Kafka's controlled shutdown) and teardown.
 
-The jars come from `./dev kafka` (or ODRADEK_KAFKA_LIBS). Kafka logs at INFO (its default), to
-`kafka.log` in each broker's directory. Never part of the test run.
+The jars come from `./dev kafka` (or ODRADEK_KAFKA_LIBS), found as `bench/peers.py` finds them.
+Kafka logs at INFO (its default), to `kafka.log` in each broker's directory. Never part of the
+test run.
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
+
+from peers import KAFKA_VERSION, free_port, kafka_libs
 
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import NoNodeError
 from odradek.zk.server import ZooKeeperServer
 
-KAFKA_VERSION = "3.9.1"
 START_TIMEOUT_S = 180.0
 
 LOG4J = """\
@@ -37,20 +38,6 @@ log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 log4j.logger.state.change.logger=INFO, file
 log4j.additivity.state.change.logger=false
 """
-
-
-def kafka_libs() -> Path:
-    configured = os.environ.get("ODRADEK_KAFKA_LIBS")
-    if configured:
-        return Path(configured)
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return cache / "odradek" / f"kafka-{KAFKA_VERSION}" / "libs"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class KafkaBrokerProcess:
