@@ -208,14 +208,23 @@ class _SparseIndex:
         self._dirty = True
 
     def reset(self) -> None:
-        """Drop every entry (before a rebuild from the segment data)."""
-        os.ftruncate(self.open_file(), 0)
+        """Drop every entry (before a rebuild from the segment data). A file that does not
+        exist stays absent (index files are created by their first entry), so recovering an
+        empty segment creates and opens nothing."""
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            self._dirty = True
+        else:
+            try:
+                os.truncate(self.path, 0)
+                self._dirty = True
+            except FileNotFoundError:
+                pass
         self._keys = array(self._KEY_TYPE)
         self._values = array(self._VALUE_TYPE)
         self._count = 0
         self._last = None
         self._last_known = True
-        self._dirty = True
 
     def unload(self) -> None:
         """Forget the in-memory copy (it is reloaded on the next lookup that needs it)."""

@@ -60,12 +60,13 @@ class LeaderEpochCache:
     for OffsetForLeaderEpoch).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, exists: bool = True) -> None:
+        """Reads the checkpoint at `path` unless the caller knows there is none (`exists`)."""
         self.path = path
         self._epochs: list[int] = []
         self._start_offsets: list[int] = []
         self._unsynced = False
-        entries = read_checkpoint(path, _parse_epoch_entry)
+        entries = read_checkpoint(path, _parse_epoch_entry) if exists else []
         for previous, entry in itertools.pairwise(entries):
             # Both columns increase in every file this cache writes: anything else is damage
             # (regression: test_torn_writes, a leader-epoch-checkpoint whose last line was cut

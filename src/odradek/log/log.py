@@ -53,7 +53,13 @@ from odradek.log.leader_epoch import LeaderEpochCache
 from odradek.log.local_log import _wall_clock_ms
 from odradek.log.log_dir_failure import LogDirFailureChannel, storage_errors
 from odradek.log.log_retention import LogRetention
-from odradek.log.naming import LEADER_EPOCH_CHECKPOINT, parse_log_dir_name
+from odradek.log.naming import (
+    LEADER_EPOCH_CHECKPOINT,
+    Listing,
+    child_path,
+    parse_log_dir_name,
+    read_listing,
+)
 from odradek.log.partition_metadata import read_partition_topic_id, write_partition_topic_id
 from odradek.log.producer_state import (
     AppendOrigin,
@@ -109,8 +115,10 @@ class Log(LogRetention):
         leader_epoch_cache: LeaderEpochCache,
         failure_channel: LogDirFailureChannel | None = None,
         producer_state: ProducerStateManager | None = None,
+        listing: Listing | None = None,
     ) -> None:
-        """Use `Log.open`; this only assembles already loaded parts."""
+        """Use `Log.open`; this only assembles already loaded parts (`listing`: the
+        directory's entries, which `Log.open` has read)."""
         parsed = parse_log_dir_name(directory.name)
         if parsed is None:
             raise KafkaStorageError(f"{directory} is not named <topic>-<partition>")
@@ -125,9 +133,9 @@ class Log(LogRetention):
         self._size = sum(segment.size for segment in segments)
         self._leader_epoch_cache = leader_epoch_cache
         self._producer_state = producer_state or ProducerStateManager(
-            directory, f"{self.topic}-{self.partition}", config.producer_id_expiration_ms
+            directory, f"{self.topic}-{self.partition}", config.producer_id_expiration_ms, listing
         )
-        self._txn_index = TransactionIndexes(directory)
+        self._txn_index = TransactionIndexes(directory, listing)
         self._closed = False
         self.failure_channel = failure_channel
         self.parent_dir = directory.parent
@@ -156,9 +164,16 @@ class Log(LogRetention):
         """
         if parse_log_dir_name(directory.name) is None:
             raise KafkaStorageError(f"{directory} is not named <topic>-<partition>")
-        directory.mkdir(parents=True, exist_ok=True)
         try:
-            cache = LeaderEpochCache(directory / LEADER_EPOCH_CHECKPOINT)
+            listing = read_listing(directory)
+        except FileNotFoundError:
+            directory.mkdir(parents=True, exist_ok=True)
+            listing = {}
+        try:
+            cache = LeaderEpochCache(
+                child_path(directory, LEADER_EPOCH_CHECKPOINT),
+                exists=LEADER_EPOCH_CHECKPOINT in listing,
+            )
         except KafkaStorageError as e:
             # The data still carries every batch's leader epoch: recover the whole log, which
             # re-records the epochs, rather than serve OffsetForLeaderEpoch from a lost history.
@@ -174,6 +189,7 @@ class Log(LogRetention):
             log_start_offset=log_start_offset,
             clean_shutdown=clean_shutdown,
             now_ms=now_ms,
+            listing=listing,
         )
         start = max(log_start_offset, loaded.segments[0].base_offset)
         log = cls(
@@ -185,6 +201,7 @@ class Log(LogRetention):
             recovery_point=loaded.recovery_point,
             leader_epoch_cache=cache,
             failure_channel=failure_channel,
+            listing=listing,
         )
         if start > log.log_end_offset:
             # The checkpointed start is past the data (e.g. recovery cut the tail below it):

@@ -66,6 +66,7 @@ from odradek.log.naming import (
     FUTURE_DIR_SUFFIX,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
+    child_path,
     delete_dir_name,
     is_delete_dir_name,
     log_dir_name,
@@ -169,7 +170,7 @@ class LogManager:
         for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
             if not entry.is_dir():
                 continue
-            path = Path(entry.path)
+            path = child_path(log_dir, entry.name)
             if is_delete_dir_name(entry.name):
                 logger.info("removing %s, a log whose deletion was interrupted", path)
                 shutil.rmtree(path, ignore_errors=True)

@@ -27,7 +27,9 @@ A topic name may itself contain '-' and '.', so the partition number is whatever
 
 from __future__ import annotations
 
+import os
 import uuid
+from pathlib import Path
 
 from odradek.errors import InvalidTopicError
 
@@ -64,6 +66,25 @@ CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 
 _OFFSET_DIGITS = 20
+
+Listing = dict[str, os.DirEntry[str]]
+"""A log directory's entries by name, read once when the log is opened and handed to each part
+that would otherwise list the directory itself (segments, swaps, snapshots, transaction
+indexes): at start-up a broker opens every log, and one listing per log instead of five is a
+large part of what opening 10,000 logs costs."""
+
+
+def read_listing(directory: Path) -> Listing:
+    """`directory`'s entries by name (FileNotFoundError when it does not exist)."""
+    with os.scandir(directory) as entries:
+        return {entry.name: entry for entry in entries}
+
+
+def child_path(directory: Path, name: str) -> Path:
+    """`directory / name` for a plain file name, without parsing it again (pathlib's `/` does,
+    which costs more than the rest of opening an empty log's segment)."""
+    make = getattr(directory, "_make_child_relpath", None)  # CPython 3.11-3.12 pathlib
+    return make(name) if make is not None else directory / name
 
 
 def log_file_name(base_offset: int) -> str:

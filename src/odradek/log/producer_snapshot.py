@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ import google_crc32c
 
 from odradek.errors import KafkaStorageError
 from odradek.log.naming import (
+    SNAPSHOT_SUFFIX,
     TEMP_SUFFIX,
     parse_producer_snapshot_file_name,
     producer_snapshot_file_name,
@@ -73,17 +75,24 @@ def snapshot_path(directory: Path, offset: int) -> Path:
     return directory / producer_snapshot_file_name(offset)
 
 
-def list_snapshots(directory: Path) -> dict[int, Path]:
-    """Every snapshot file in `directory`, by offset."""
+def list_snapshots(
+    directory: Path, listing: Mapping[str, os.DirEntry[str]] | None = None
+) -> dict[int, Path]:
+    """Every snapshot file in `directory` (`listing`: its entries, when the caller has read
+    them), by offset."""
+    if listing is None:
+        try:
+            with os.scandir(directory) as entries:
+                listing = {entry.name: entry for entry in entries}
+        except FileNotFoundError:
+            return {}
     found: dict[int, Path] = {}
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                offset = parse_producer_snapshot_file_name(entry.name)
-                if offset is not None and entry.is_file():
-                    found[offset] = Path(entry.path)
-    except FileNotFoundError:
-        pass
+    for name, entry in listing.items():
+        if not name.endswith(SNAPSHOT_SUFFIX):
+            continue
+        offset = parse_producer_snapshot_file_name(name)
+        if offset is not None and entry.is_file():
+            found[offset] = directory / name
     return found
 
 

@@ -45,7 +45,8 @@ Concurrency: event-loop thread only, owned by one `Log`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from odradek.errors import InvalidRecordError, InvalidTxnStateError
@@ -109,7 +110,14 @@ __all__ = [  # the entry types are re-exported: callers import the producer stat
 class ProducerStateManager:
     """The producer state of one partition and its snapshot files (module docstring)."""
 
-    def __init__(self, directory: Path, where: str, producer_id_expiration_ms: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        where: str,
+        producer_id_expiration_ms: int,
+        listing: Mapping[str, os.DirEntry[str]] | None = None,
+    ) -> None:
+        """`listing`: the directory's entries, when the caller has read them."""
         self._dir = directory
         self.where = where
         self.producer_id_expiration_ms = producer_id_expiration_ms
@@ -118,7 +126,7 @@ class ProducerStateManager:
         """Open transactions by first offset."""
         self.unreplicated_txns: dict[int, TxnMetadata] = {}
         """Completed transactions whose marker is not yet below the high watermark."""
-        self._snapshots: dict[int, Path] = list_snapshots(directory)
+        self._snapshots: dict[int, Path] = list_snapshots(directory, listing)
         self.map_end_offset = 0
         """The offset up to which the state has seen the log (exclusive)."""
         self._last_snap_offset = 0

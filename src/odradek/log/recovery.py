@@ -47,7 +47,9 @@ from odradek.log.naming import (
     LOG_SUFFIX,
     STRAY_SUFFIXES,
     TIME_INDEX_SUFFIX,
+    Listing,
     parse_segment_file_name,
+    read_listing,
 )
 from odradek.log.segment import LogSegment
 from odradek.log.segment_swap import complete_interrupted_swap
@@ -73,35 +75,43 @@ class _SegmentFiles:
     has_time_index: bool = False
 
 
-def _scan_directory(directory: Path) -> dict[int, _SegmentFiles]:
-    """Segment files by base offset; removes stray files on the way."""
+def _scan_directory(directory: Path, listing: Listing) -> dict[int, _SegmentFiles]:
+    """Segment files by base offset; removes stray files on the way (and from `listing`)."""
     found: dict[int, _SegmentFiles] = {}
-    orphans: list[Path] = []
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            if entry.name.endswith(STRAY_SUFFIXES):
-                logger.info("removing stray file %s", entry.path)
-                Path(entry.path).unlink(missing_ok=True)
-                continue
-            parsed = parse_segment_file_name(entry.name)
-            if parsed is None:
-                continue
-            base_offset, suffix = parsed
-            files = found.setdefault(base_offset, _SegmentFiles())
-            if suffix == LOG_SUFFIX:
-                files.has_log = True
-                files.size = entry.stat().st_size
-            elif suffix == INDEX_SUFFIX:
-                files.has_index = True
-            elif suffix == TIME_INDEX_SUFFIX:
-                files.has_time_index = True
-            orphans.append(Path(entry.path))
-    for path in orphans:
-        parsed = parse_segment_file_name(path.name)
-        if parsed is not None and not found[parsed[0]].has_log:
-            logger.info("removing index file without a segment: %s", path)
-            path.unlink(missing_ok=True)
+    segment_names: list[tuple[str, int]] = []
+    for name, entry in list(listing.items()):
+        if name.endswith(STRAY_SUFFIXES):
+            logger.info("removing stray file %s", entry.path)
+            _remove(entry.path)
+            del listing[name]
+            continue
+        parsed = parse_segment_file_name(name)
+        if parsed is None:
+            continue
+        base_offset, suffix = parsed
+        files = found.get(base_offset)
+        if files is None:
+            files = found[base_offset] = _SegmentFiles()
+        if suffix == LOG_SUFFIX:
+            files.has_log = True
+            files.size = entry.stat().st_size
+        elif suffix == INDEX_SUFFIX:
+            files.has_index = True
+        elif suffix == TIME_INDEX_SUFFIX:
+            files.has_time_index = True
+        segment_names.append((name, base_offset))
+    for name, base_offset in segment_names:
+        if not found[base_offset].has_log:
+            logger.info("removing index file without a segment: %s", listing[name].path)
+            _remove(listing.pop(name).path)
     return {base: files for base, files in found.items() if files.has_log}
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def load_segments(
@@ -113,12 +123,18 @@ def load_segments(
     log_start_offset: int,
     clean_shutdown: bool,
     now_ms: int,
+    listing: Listing | None = None,
 ) -> LoadedLog:
     """Open the segments of `directory`, recovering the unflushed tail if the shutdown was
     unclean (see the module docstring). Creates a first segment at `log_start_offset` when the
-    directory holds none."""
-    complete_interrupted_swap(directory)
-    files = _scan_directory(directory)
+    directory holds none. `listing` is the directory's entries if the caller has read them
+    (it is kept up to date with the files this removes or renames)."""
+    if listing is None:
+        listing = read_listing(directory)
+    if complete_interrupted_swap(directory, listing):
+        listing.clear()
+        listing.update(read_listing(directory))
+    files = _scan_directory(directory, listing)
 
     def segment_for(base_offset: int, size: int) -> LogSegment:
         return LogSegment(

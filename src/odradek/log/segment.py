@@ -30,7 +30,7 @@ from pathlib import Path
 
 from odradek.errors import CorruptIndexError, CorruptRecordError
 from odradek.log.index import OffsetIndex, TimeIndex, fsync_path
-from odradek.log.naming import index_file_name, log_file_name, time_index_file_name
+from odradek.log.naming import child_path, index_file_name, log_file_name, time_index_file_name
 from odradek.log.segment_recovery import SegmentRecovery
 from odradek.protocol.record_batch import (
     HEADER,
@@ -70,12 +70,16 @@ class LogSegment(SegmentRecovery):
         self.index_interval_bytes = index_interval_bytes
         """`index.interval.bytes`; the log updates it when its config changes."""
         self.suffix = suffix
-        self.log_path = directory / (log_file_name(base_offset) + suffix)
+        self.log_path = child_path(directory, log_file_name(base_offset) + suffix)
         self.offset_index = OffsetIndex(
-            directory / (index_file_name(base_offset) + suffix), base_offset, max_index_bytes
+            child_path(directory, index_file_name(base_offset) + suffix),
+            base_offset,
+            max_index_bytes,
         )
         self.time_index = TimeIndex(
-            directory / (time_index_file_name(base_offset) + suffix), base_offset, max_index_bytes
+            child_path(directory, time_index_file_name(base_offset) + suffix),
+            base_offset,
+            max_index_bytes,
         )
         self.size = size
         self.created_ms = created_ms

@@ -55,9 +55,11 @@ from odradek.log.naming import (
     DELETED_SUFFIX,
     LOG_SUFFIX,
     SWAP_SUFFIX,
+    Listing,
     index_file_name,
     log_file_name,
     parse_segment_file_name,
+    read_listing,
     time_index_file_name,
 )
 from odradek.log.segment import LogSegment
@@ -65,6 +67,8 @@ from odradek.log.transaction_index import SUFFIX as TXN_INDEX_SUFFIX
 from odradek.log.transaction_index import txn_index_file_name
 
 logger = logging.getLogger(__name__)
+
+_SWAP_OR_CLEANED = (SWAP_SUFFIX, CLEANED_SUFFIX)
 
 CRASH_POINT_ENV = "ODRADEK_CLEANER_CRASH_AT"
 """Tests only: the step after which the process kills itself (see `crash_point`)."""
@@ -172,19 +176,23 @@ def delete_replaced_txn_index(directory: Path, base_offset: int) -> None:
     txn_index_path(directory, base_offset, DELETED_SUFFIX).unlink(missing_ok=True)
 
 
-def complete_interrupted_swap(directory: Path) -> bool:
+def complete_interrupted_swap(directory: Path, listing: Listing | None = None) -> bool:
     """Discard or finish a swap a crash interrupted (the table in the module docstring).
 
-    Runs before the segments of `directory` are loaded. Returns whether anything was found.
+    Runs before the segments of `directory` are loaded (`listing`: its entries, when the caller
+    has read them). Returns whether anything was found, in which case files were removed or
+    renamed and the listing is out of date.
     """
     cleaned: list[Path] = []
     swaps: list[tuple[int, Path]] = []
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            if _parse_suffixed(entry.name, CLEANED_SUFFIX) is not None:
-                cleaned.append(Path(entry.path))
-            elif (parsed := _parse_suffixed(entry.name, SWAP_SUFFIX)) is not None:
-                swaps.append((parsed[0], Path(entry.path)))
+    names = read_listing(directory) if listing is None else listing
+    for name in names:
+        if not name.endswith(_SWAP_OR_CLEANED):
+            continue
+        if _parse_suffixed(name, CLEANED_SUFFIX) is not None:
+            cleaned.append(directory / name)
+        elif (parsed := _parse_suffixed(name, SWAP_SUFFIX)) is not None:
+            swaps.append((parsed[0], directory / name))
     if not cleaned and not swaps:
         return False
     min_cleaned = min((_base_offset(path, CLEANED_SUFFIX) for path in cleaned), default=None)

@@ -71,15 +71,19 @@ def read_index_file(path: Path) -> list[AbortedTxn]:
 
 
 class TransactionIndexes:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, names: Iterable[str] | None = None) -> None:
+        """Reads the `.txnindex` files of `directory` (`names`: its file names, when the caller
+        has listed it)."""
         self.directory = directory
         self._by_segment: dict[int, list[AbortedTxn]] = {}
-        for path in directory.glob(f"*{SUFFIX}"):
+        for name in os.listdir(directory) if names is None else names:
+            if not name.endswith(SUFFIX):
+                continue
             try:
-                base = int(path.name[: -len(SUFFIX)])
+                base = int(name[: -len(SUFFIX)])
             except ValueError:
                 continue
-            entries = read_index_file(path)
+            entries = read_index_file(directory / name)
             if entries:
                 self._by_segment[base] = entries
         self._bases = sorted(self._by_segment)
