@@ -182,6 +182,34 @@ def test_unclean_reopen_without_damage_keeps_everything(tmp_path: Path) -> None:
     assert recovered.leader_epoch_cache.epoch_entries() == [EpochEntry(1, 0), EpochEntry(2, 80)]
 
 
+def test_unclean_reopen_of_an_empty_log_creates_no_index_files(tmp_path: Path) -> None:
+    """Recovering an empty segment has nothing to index: its index files stay absent (they
+    appear with their first entry), and appending afterwards indexes as usual."""
+    open_log(tmp_path, clean=True)  # created, then the broker is killed
+    recovered = open_log(tmp_path, clean=False)
+    directory = tmp_path / "events-0"
+    assert sorted(p.suffix for p in directory.glob("0*")) == [".log"]
+    assert recovered.log_end_offset == 0
+    for i in range(10):
+        recovered.append_as_leader(records(4, 1_000 + 4 * i, f"r{i}"), 1, 0)
+    assert any(s.offset_index.entry_count > 0 for s in recovered.segments())
+    assert recovered.fetch_offset_by_timestamp(1_000 + 30) == (30, 1_030)
+
+
+def test_stale_index_entries_of_an_emptied_segment_are_dropped(tmp_path: Path) -> None:
+    """An unclean shutdown may leave index entries behind data that never reached the disk: an
+    empty data file with non-empty index files recovers to an empty log with empty indexes."""
+    log, _ = populate(tmp_path, 3)
+    log.close()
+    assert log.active_segment.offset_index.path.stat().st_size > 0
+    os.truncate(log.active_segment.log_path, 0)
+    recovered = open_log(tmp_path, clean=False)
+    assert recovered.log_end_offset == 0
+    assert recovered.active_segment.offset_index.entry_count == 0
+    assert log.active_segment.offset_index.path.stat().st_size == 0
+    assert log.active_segment.time_index.path.stat().st_size == 0
+
+
 def test_missing_index_files_are_rebuilt(tmp_path: Path) -> None:
     log, bases = populate(tmp_path)
     log.close()
