@@ -67,7 +67,7 @@ def _install_uvloop() -> None:
 async def _run_broker(config: object) -> int:
     from odradek.server.broker import Broker
 
-    broker = Broker(config)  # type: ignore[arg-type]
+    broker = Broker(config, own_process=True)  # type: ignore[arg-type]
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

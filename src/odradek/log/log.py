@@ -224,7 +224,11 @@ class Log(LogRetention):
             )
             log._txn_index.retain(log._base_offsets)
         if loaded.recovered:
-            logger.info(
+            # One line per log: INFO when there was data to validate, DEBUG for an empty log
+            # (after a crash a broker may recover 10,000 of those; what recovery cut off is a
+            # WARNING of its own either way).
+            logger.log(
+                logging.INFO if log.log_end_offset > log.log_start_offset else logging.DEBUG,
                 "%s: recovered, log end offset %d, %d segments",
                 log,
                 log.log_end_offset,

@@ -17,7 +17,6 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from odradek.cluster.replica_manager import ReplicaManager
@@ -127,7 +126,7 @@ class BrokerZk:
             elif replicas is None or self.broker_id not in replicas.replicas:
                 reason = "it is no longer assigned to this broker"
             else:
-                recorded = read_partition_topic_id(Path(log_.dir))
+                recorded = read_partition_topic_id(log_.dir)
                 if recorded and assignment.topic_id and recorded != assignment.topic_id:
                     reason = f"it belongs to an earlier topic {log_.topic} (id {recorded})"
             if reason is not None:
