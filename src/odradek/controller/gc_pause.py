@@ -20,6 +20,17 @@ whose cyclic garbage (exceptions with their tracebacks, futures) would pile up u
 the event loop enables the collector again once the pause has lasted that long; the bodies still
 running then carry on with it enabled.
 
+Freezing what survived (`freeze_after_pauses`, only in a process that is a broker and nothing
+else). What a paused body built (partition states, metadata, the controller's context) lives on,
+and every full collection walks it again: with 10,000 partitions on RF 3, a broker holds about two
+million tracked objects and a full collection took 0.24-0.37 s, found nothing to collect, and fell
+in the middle of a controlled shutdown's or a failover's requests. So when the last pause ends,
+`gc.freeze` moves every object alive into the collector's permanent generation (constant time),
+and later collections only walk what was allocated since. What that leaves uncollected are
+reference cycles among the frozen objects that die later; a broker makes few (the full collections
+above freed 0-4 objects each), and at most every `UNFREEZE_INTERVAL_S` the frozen objects are
+handed back to the collector (`gc.unfreeze`) for its next full collection to sweep once.
+
 Concurrency: event-loop thread only (the counter is not locked).
 """
 
@@ -27,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -34,9 +46,31 @@ from contextlib import contextmanager
 # garbage of a serving broker takes to matter.
 MAX_PAUSE_S = 10.0
 
+UNFREEZE_INTERVAL_S = 600.0
+
 _depth = 0
 _was_enabled = False
 _limit: asyncio.TimerHandle | None = None
+_freeze = False
+_last_unfreeze = 0.0
+
+
+def freeze_after_pauses(enabled: bool = True) -> None:
+    """Freeze the objects alive whenever the last pause ends (see the module docstring); for a
+    process that runs one broker and nothing else."""
+    global _freeze, _last_unfreeze
+    _freeze = enabled
+    _last_unfreeze = time.monotonic()
+
+
+def _freeze_survivors() -> None:
+    global _last_unfreeze
+    now = time.monotonic()
+    if now - _last_unfreeze >= UNFREEZE_INTERVAL_S:
+        gc.unfreeze()  # the next full collection sweeps everything once
+        _last_unfreeze = now
+    else:
+        gc.freeze()
 
 
 def _pause_limit_reached() -> None:
@@ -66,6 +100,8 @@ def paused_gc() -> Iterator[None]:
             if _limit is not None:
                 _limit.cancel()
                 _limit = None
+            if _freeze:
+                _freeze_survivors()
             if _was_enabled:
                 gc.enable()
 

@@ -47,7 +47,7 @@ from odradek.cluster.isr_writes import BatchedIsrWriter
 from odradek.cluster.replica_manager import ReplicaManager
 from odradek.controller.controller import KafkaController
 from odradek.controller.elect_leaders import AutoRebalanceConfig
-from odradek.controller.gc_pause import paused_gc
+from odradek.controller.gc_pause import freeze_after_pauses, paused_gc
 from odradek.coordinator.group.coordinator import GroupCoordinator
 from odradek.coordinator.group.metadata import GroupConfig
 from odradek.coordinator.group.metadata_manager import GroupMetadataManager, OffsetConfig
@@ -376,6 +376,7 @@ class Broker(BrokerZk, BrokerShutdown):
         objects collectable."""
         if self._own_process:
             gc.freeze()
+            freeze_after_pauses()
 
     # hooks used by handlers and components
 
