@@ -106,7 +106,7 @@ class CleanerProcess:
         )
         process.start()
         child_end.close()
-        if self.config.nice:
+        if self.config.nice and process.pid is not None:  # a started process has its pid
             try:  # at once, so that the child's start-up (imports) runs niced already
                 os.setpriority(os.PRIO_PROCESS, process.pid, self.config.nice)
             except OSError:  # it may have lowered its priority itself already
