@@ -45,6 +45,7 @@ from odradek.log.naming import (
     TEMP_SUFFIX,
     parse_producer_snapshot_file_name,
     producer_snapshot_file_name,
+    read_listing,
 )
 
 SNAPSHOT_VERSION = 1
@@ -82,8 +83,7 @@ def list_snapshots(
     them), by offset."""
     if listing is None:
         try:
-            with os.scandir(directory) as entries:
-                listing = {entry.name: entry for entry in entries}
+            listing = read_listing(directory)
         except FileNotFoundError:
             return {}
     found: dict[int, Path] = {}
