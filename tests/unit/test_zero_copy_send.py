@@ -2,7 +2,7 @@
 answers every request with an `EncodedResponse` made of header bytes and ranges of a file, and a
 client that reads slowly, so that the socket fills and the rest goes out through
 `loop.sendfile`. Pipelined requests must come back whole and in order, on plaintext (sendfile)
-and TLS (each range read once and written through the TLS transport); a range whose file shrank
+and TLS (each range read once, a chunk at a time, and written through the TLS transport); a range whose file shrank
 closes the connection rather than send a short frame, on either.
 """
 
@@ -22,6 +22,7 @@ from odradek.network.connection import ClientConnection
 from odradek.network.listener_security import ListenerSecurity
 from odradek.network.request_context import RequestContext
 from odradek.network.server import SocketServer
+from odradek.network.zero_copy_writes import TLS_CHUNK
 from odradek.protocol.build import build
 from odradek.protocol.codec import ApiKey, encode_request, request_class
 from odradek.protocol.fetch_response import EncodedResponse, FileHandle, FileRecords
@@ -121,6 +122,22 @@ def test_pipelined_file_range_responses_arrive_whole_and_in_order(
         return real_send_rest(self, parts)
 
     monkeypatch.setattr(ClientConnection, "_send_rest", counting_send_rest)
+    real_send_tls_rest = ClientConnection._send_tls_rest
+
+    def counting_send_tls_rest(self: ClientConnection, parts: list[Any]) -> Any:
+        rests.append(len(parts))
+        return real_send_tls_rest(self, parts)
+
+    monkeypatch.setattr(ClientConnection, "_send_tls_rest", counting_send_tls_rest)
+    writes: list[int] = []
+    real_write_bytes = ClientConnection._write_bytes
+
+    def counting_write_bytes(self: ClientConnection, parts: list[bytes]) -> None:
+        if parts:
+            writes.append(sum(map(len, parts)))
+        real_write_bytes(self, parts)
+
+    monkeypatch.setattr(ClientConnection, "_write_bytes", counting_write_bytes)
     data = _pattern(10 + CHUNK + 10)
     path = tmp_path / "segment.log"
     path.write_bytes(data)
@@ -158,7 +175,13 @@ def test_pipelined_file_range_responses_arrive_whole_and_in_order(
     assert totals["outgoing"] == sum(4 + len(f) for f in frames)
     assert totals["created"] == totals["succeeded"] == 1
     if tls:
-        assert not sendfile_calls and not rests  # TLS copies
+        assert not sendfile_calls  # TLS copies
+        # ... a chunk at a time, each written before the next is read: a 3 MiB range goes as
+        # 12 writes of at most TLS_CHUNK (plus the header bytes before it), not as one; and
+        # the slow reader made the rest of some wait for the transport to drain.
+        assert rests
+        assert max(writes) <= TLS_CHUNK + 8 + len(b"head")
+        assert len(writes) >= 8 + 2 * (CHUNK // TLS_CHUNK)
     else:
         assert sendfile_calls and rests  # both the immediate and the waiting path were used
     for correlation_id, frame in enumerate(frames, start=1):

@@ -97,7 +97,8 @@ class ClientConnection(ZeroCopyWrites, asyncio.Protocol):
         # Who the client is: every request of this connection carries it in its context.
         self.principal: str = ANONYMOUS
         self._sasl: SaslSession | None = None
-        self._sending_file = False  # a response's file ranges are being sent (`_send_rest`)
+        # a response's file ranges are being sent (`_send_rest`, `_send_tls_rest`)
+        self._sending_file = False
         self._send_task: asyncio.Future[None] | None = None
         self._poll_fd = -1  # a dup of the socket, to wait for writability while sending files
         self._socket_fd = -1  # the socket for sendfile; -1 on TLS connections (copying path)
@@ -110,6 +111,7 @@ class ClientConnection(ZeroCopyWrites, asyncio.Protocol):
         # readers.
         self._unflushed: list[tuple[int, int]] = []
         self._file_send: tuple[int, int] | None = None  # the same, for a response in `_send_rest`
+        self._drained: asyncio.Future[None] | None = None  # `_send_tls_rest` waits on it
 
     # asyncio.Protocol callbacks
 
@@ -196,6 +198,8 @@ class ClientConnection(ZeroCopyWrites, asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
         if self._unflushed:  # drained below the low-water mark: those responses are sent
             now = time.perf_counter_ns()
             sent = self._server.response_sent

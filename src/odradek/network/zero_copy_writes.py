@@ -1,6 +1,6 @@
 """A client connection's responses given as parts (`EncodedResponse`): bytes through the
 transport, file ranges of segments by sendfile(2) straight to the socket (zero copy), or, on TLS,
-read once and written through the TLS transport.
+read once, a chunk at a time, and written through the TLS transport as it drains.
 
 `ZeroCopyWrites` is a base of `ClientConnection` (connection.py, which says when these run); it
 works on the fields `ClientConnection.__init__` sets, declared below.
@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from odradek.network.server import SocketServer
 
 
+TLS_CHUNK = 1 << 18
+"""Bytes of a file range read and written at a time on TLS (`_write_tls_parts`)."""
+
+
 class ConnectionState(enum.Enum):
     OPEN = "open"
     CLOSING = "closing"
@@ -40,6 +44,8 @@ class ZeroCopyWrites:
     _poll_fd: int
     _socket_fd: int
     _file_send: tuple[int, int] | None
+    _writing_paused: bool
+    _drained: asyncio.Future[None] | None
 
     if TYPE_CHECKING:  # defined by ClientConnection
 
@@ -55,7 +61,8 @@ class ZeroCopyWrites:
         """Write a response given as parts; True when all of it went to the transport.
 
         Bytes go through the transport (consecutive ones in one `writelines`). On TLS a file
-        range is read into bytes once and goes the same way. Otherwise it goes by sendfile(2)
+        range is read into bytes a chunk at a time and goes the same way (`_write_tls_parts`).
+        Otherwise it goes by sendfile(2)
         straight to the socket while the transport has nothing buffered and the socket takes
         it; whatever remains is sent by `_send_rest`, which waits for the socket, and responses
         after this one wait for it (False)."""
@@ -63,11 +70,7 @@ class ZeroCopyWrites:
         socket_fd = self._socket_fd
         server = self._server
         if socket_fd < 0:
-            try:
-                parts = [p.read() if isinstance(p, FileRecords) else p for p in parts]
-            except OSError as e:
-                self.close(f"reading records failed: {e}")
-                return False
+            return self._write_tls_parts(parts)
         buffered: list[bytes] = []
         for index, part in enumerate(parts):
             if not isinstance(part, FileRecords):
@@ -100,6 +103,74 @@ class ZeroCopyWrites:
             return False
         self._write_bytes(buffered)
         return True
+
+    def _write_tls_parts(self, parts: list[bytes | FileRecords]) -> bool:
+        """On TLS, write a response's parts, file ranges read `TLS_CHUNK` bytes at a time; True
+        when all of it went to the transport. Each chunk is written (encrypted and handed to the
+        socket) before the next is read, so the client decrypts the start of a large response
+        while its rest is encrypted, instead of the two taking turns. When the transport holds
+        more than its high-water mark (`pause_writing`), the rest waits for it to drain
+        (`_send_tls_rest`): a slow reader does not make the broker encrypt a whole response
+        into memory, and other connections are served in between."""
+        rest = self._write_tls_some(parts)
+        if rest is None:
+            return True
+        if rest:
+            self._sending_file = True
+            self._send_task = asyncio.ensure_future(self._send_tls_rest(rest))
+        return False
+
+    def _write_tls_some(self, parts: list[bytes | FileRecords]) -> list[bytes | FileRecords] | None:
+        """Write parts until the transport pauses writing: None when all are written, else the
+        parts left (empty when the connection was closed for a range that cannot be read; part
+        of the frame may be out by then)."""
+        pending: list[bytes] = []
+        try:
+            for index, part in enumerate(parts):
+                if not isinstance(part, FileRecords):
+                    pending.append(part)
+                    continue
+                fd, position, end = part.fd, part.position, part.position + part.size
+                while position < end:
+                    size = min(TLS_CHUNK, end - position)
+                    data = os.pread(fd, size, position)
+                    if len(data) != size:
+                        raise OSError(f"segment shrank under a read: {len(data)} of {size} bytes")
+                    pending.append(data)
+                    self._write_bytes(pending)
+                    pending = []
+                    position += size
+                    if self._writing_paused:
+                        rest = parts[index + 1 :]
+                        if position < end:
+                            rest.insert(0, FileRecords(part.handle, position, end - position))
+                        if rest:
+                            return rest
+        except OSError as e:
+            self.close(f"reading records failed: {e}")
+            return []
+        self._write_bytes(pending)
+        return None
+
+    async def _send_tls_rest(self, parts: list[bytes | FileRecords]) -> None:
+        """The rest of a TLS response, each time the transport has drained below its low-water
+        mark (`resume_writing` sets `_drained`)."""
+        rest: list[bytes | FileRecords] | None = parts
+        try:
+            while rest:
+                if self._writing_paused:
+                    drained = asyncio.get_running_loop().create_future()
+                    self._drained = drained
+                    await drained
+                if self.state is ConnectionState.CLOSED:
+                    return
+                rest = self._write_tls_some(rest)
+        finally:
+            self._drained = None
+            self._sending_file = False
+            self._send_task = None
+        if rest is None:
+            self._rest_sent()
 
     def _write_bytes(self, parts: list[bytes]) -> None:
         if parts:
@@ -145,6 +216,11 @@ class ZeroCopyWrites:
         finally:
             self._sending_file = False
             self._send_task = None
+        self._rest_sent()
+
+    def _rest_sent(self) -> None:
+        """A response that `_send_rest` or `_send_tls_rest` finished: its send is over, and the
+        responses queued behind it go out."""
         file_send, self._file_send = self._file_send, None
         if file_send is not None and self.state is not ConnectionState.CLOSED:
             self._handed_over(*file_send)
