@@ -101,6 +101,10 @@ def consume(
             "fetch.max.bytes": 52_428_800,
             "max.partition.fetch.bytes": 10_485_760,
             "queued.max.messages.kbytes": 1_000_000,
+            # librdkafka postpones a partition's next fetch by this much whenever its queue holds
+            # more than queued.min.messages (100,000): at the default of 1 s, one consume in
+            # two stalled for a second (as in bench/native/loadgen.c)
+            "fetch.queue.backoff.ms": 10,
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])

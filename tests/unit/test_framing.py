@@ -203,3 +203,24 @@ def test_an_unknown_version_still_yields_the_header() -> None:
     """ApiVersions of a version nobody describes is answered (KIP-511), so the header parses."""
     head = header_bytes(ApiKey.API_VERSIONS, 99, 5, "c", None)
     assert parse_request_header(head) == RequestHeader(ApiKey.API_VERSIONS, 99, 5, "c", len(head))
+
+
+def test_a_read_that_is_all_frame_body_is_kept_not_copied() -> None:
+    body = bytes(range(256)) * 4096  # 1 MiB, arriving in three reads
+    data = frame(body)
+    middle = data[1000:500_000]
+    decoder = FrameDecoder(len(body))
+    assert decoder.feed(data[:1000]) == []
+    assert decoder.feed(middle) == []
+    assert decoder._pieces[-1] is middle
+    assert decoder.buffered == 500_000 - 4
+    assert decoder.feed(data[500_000:]) == [body]
+    assert decoder.buffered == 0 and decoder.pending_frame_size == -1
+
+
+def test_a_frame_inside_one_read_comes_back_as_bytes_from_any_buffer() -> None:
+    stream = frame(b"one") + frame(b"") + frame(b"three")
+    for data in (stream, bytearray(stream), memoryview(stream)):
+        frames = FrameDecoder(MAX_FRAME).feed(data)  # type: ignore[arg-type]
+        assert frames == [b"one", b"", b"three"]
+        assert all(type(f) is bytes for f in frames)

@@ -106,6 +106,9 @@ def cmd_server(args: argparse.Namespace) -> int:
     from odradek.log.fd_limit import raise_soft_limit
 
     raise_soft_limit()  # a broker needs about one descriptor per partition (fd_limit)
+    from odradek.server.malloc_tuning import keep_freed_memory
+
+    keep_freed_memory()  # large buffers freed are kept for the next ones (malloc_tuning)
     _install_uvloop()
     try:
         return asyncio.run(_run_broker(config))

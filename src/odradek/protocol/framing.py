@@ -27,48 +27,74 @@ class FrameDecoder:
     """Splits a byte stream into frames.
 
     Not thread-safe: owned by one connection. Frames are returned as `bytes` (kio's native reader wants
-    `bytes` or a read-only memoryview, never a bytearray).
+    `bytes` or a read-only memoryview, never a bytearray). Each frame's bytes are copied once: a
+    frame inside one read is a slice of it, a frame spread over reads is the join of its pieces (a
+    read that is all frame body is kept as it is, not copied) — large produce requests arrive in
+    many reads, and the copies were a third of the broker's time producing 1 KB records.
     """
 
-    __slots__ = ("_buffer", "_max_frame_bytes", "_needed")
+    __slots__ = ("_have", "_max_frame_bytes", "_needed", "_pieces")
 
     def __init__(self, max_frame_bytes: int) -> None:
-        self._buffer = bytearray()
+        self._pieces: list[bytes] = []  # the frame (or size prefix) being assembled
+        self._have = 0  # bytes in _pieces
         self._max_frame_bytes = max_frame_bytes
         self._needed = -1  # size of the frame being assembled, -1 while its size is unknown
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return every frame completed by them, in order."""
-        buffer = self._buffer
-        buffer += data
+        if type(data) is not bytes:
+            data = bytes(data)
         frames: list[bytes] = []
+        pieces = self._pieces
         position = 0
-        available = len(buffer)
-        while True:
+        length = len(data)
+        while position < length:
             if self._needed < 0:
-                if available - position < 4:
-                    break
-                (size,) = SIZE.unpack_from(buffer, position)
+                if not self._have and length - position >= 4:
+                    (size,) = SIZE.unpack_from(data, position)
+                    position += 4
+                else:
+                    take = min(4 - self._have, length - position)
+                    pieces.append(data[position : position + take])
+                    self._have += take
+                    position += take
+                    if self._have < 4:
+                        break
+                    (size,) = SIZE.unpack(b"".join(pieces))
+                    pieces.clear()
+                    self._have = 0
                 if size < 0 or size > self._max_frame_bytes:
                     raise FrameTooLargeError(
                         f"frame of {size} bytes is outside 0..{self._max_frame_bytes}"
                         " (socket.request.max.bytes)"
                     )
                 self._needed = size
-                position += 4
-            if available - position < self._needed:
+            needed = self._needed
+            available = length - position
+            if not self._have and available >= needed:
+                frames.append(data[position : position + needed])
+                position += needed
+                self._needed = -1
+                continue
+            if not available:
                 break
-            end = position + self._needed
-            frames.append(bytes(buffer[position:end]))
-            position = end
+            take = min(needed - self._have, available)
+            pieces.append(data if take == length else data[position : position + take])
+            self._have += take
+            position += take
+            if self._have < needed:
+                break
+            frames.append(b"".join(pieces))
+            pieces.clear()
+            self._have = 0
             self._needed = -1
-        if position:
-            del buffer[:position]
         return frames
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        """Bytes received and not yet returned as part of a frame."""
+        return self._have
 
     @property
     def max_frame_bytes(self) -> int:
