@@ -3,8 +3,9 @@
 Starts one local cluster whose brokers have a PLAINTEXT, an SSL and a SASL_SSL (SCRAM-SHA-512)
 listener (brokers replicate over their INTERNAL SASL_SSL listener), then, for each record size,
 runs the same confluent-kafka produce and consume load (`bench/throughput.py`) through each
-listener and prints one JSON object per size with the three results and the ratios to
-PLAINTEXT. Then it measures connection set-up: TLS handshakes per second on the SSL listener, and
+listener — an untimed warm-up through each, then `--rounds` timed rounds in alternating order — and
+prints one JSON object per size with each listener's median round, every round's MB/s, and the
+ratios of the medians to PLAINTEXT. Then it measures connection set-up: TLS handshakes per second on the SSL listener, and
 SCRAM-SHA-512 logins per second (TLS handshake, SaslHandshake, two SaslAuthenticate round trips) on
 the SASL_SSL listener, from `--connectors` client threads, each connection then sending ApiVersions.
 
@@ -13,8 +14,9 @@ authentication; an ACL check is a dictionary lookup per request.
 
 With `--kafka`, a Kafka 3.9.1 broker (the jars of `./dev kafka`, Kafka's defaults) with a PLAINTEXT
 and an SSL listener (the same PEM certificate and CA) takes the same load in the same run after
-Odradek's, and its SSL/PLAINTEXT ratios are printed beside Odradek's: the cost of TLS to a broker
-on the JVM, on the same machine and with the same client.
+Odradek's (started after Odradek's rounds of each size and stopped after its own), and its
+SSL/PLAINTEXT ratios are printed beside Odradek's: the cost of TLS to a broker on the JVM, on the
+same machine and with the same client.
 
     ./dev bench security --records 300000 --sizes 100,1024
     ./dev bench security --records 300000 --sizes 1024 --kafka
@@ -42,6 +44,7 @@ import peers  # bench/peers.py: the Kafka 3.9.1 broker
 import throughput  # bench/throughput.py: the same load for every listener
 
 LISTENERS = ("SASL_SSL", "INTERNAL", "PLAINTEXT", "SSL")
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
 
 
 def client_settings(setup, protocol: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -83,9 +86,46 @@ def measure(
     throughput.create_topic(servers, topic, args.partitions, args.replication_factor, {})
     produced = throughput.produce(servers, topic, args.records, size, args.acks, args.linger_ms)
     consumed = throughput.consume(servers, topic, args.partitions, args.records, size)
+    throughput.delete_topic(servers, topic)
     return {
         "produce": {k: round(v, 2) for k, v in produced.items()},
         "consume": {k: round(v, 2) for k, v in consumed.items()},
+    }
+
+
+Rounds = dict[str, list[dict[str, dict[str, float]]]]
+
+
+def compare(
+    targets: dict[str, tuple[str, dict[str, str]]], prefix: str, size: int, args: argparse.Namespace
+) -> tuple[dict[str, dict[str, dict[str, float]]], Rounds]:
+    """The load through each (bootstrap, client settings) target: an untimed warm-up through each
+    (a broker's first produce and consume after start-up run slower, which would count against
+    whichever went first), then `args.rounds` timed rounds in alternating order; each target's
+    median round and every round."""
+    warm_up = argparse.Namespace(**{**vars(args), "records": max(args.records // 10, 1)})
+    names = list(targets)
+    for name in names:
+        measure(*targets[name], f"{prefix}warm-{name.lower()}", size, warm_up)
+    rounds: Rounds = {name: [] for name in names}
+    for round_ in range(args.rounds):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            rounds[name].append(measure(*targets[name], f"{prefix}{name.lower()}", size, args))
+    return {name: median_result(rounds[name]) for name in names}, rounds
+
+
+def rounds_mb_per_s(rounds: Rounds) -> dict[str, dict[str, list[float]]]:
+    return {
+        name: {step: [r[step]["mb_per_s"] for r in results] for step in ("produce", "consume")}
+        for name, results in rounds.items()
+    }
+
+
+def median_result(rounds: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Each step's round with the median rate (the upper one of an even count)."""
+    return {
+        step: sorted((r[step] for r in rounds), key=lambda m: m["records_per_s"])[len(rounds) // 2]
+        for step in ("produce", "consume")
     }
 
 
@@ -188,6 +228,9 @@ def main() -> None:
     parser.add_argument("--replication-factor", type=int, default=1)
     parser.add_argument("--acks", default="1")
     parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="timed rounds per listener, alternating their order"
+    )
     parser.add_argument("--connectors", type=int, default=4, help="threads opening connections")
     parser.add_argument("--connect-seconds", type=float, default=10.0)
     parser.add_argument(
@@ -205,21 +248,13 @@ def main() -> None:
     )
     kafka: TlsKafka | None = None
     try:
-        if args.kafka:
-            kafka = TlsKafka(directory, setup.pki.brokers[1].keystore, setup.pki.ca_certificate)
-            kafka.start()
-            peers.wait_port(int(kafka.ssl_bootstrap.rsplit(":", 1)[1]), kafka.process, 120)
         for size in [int(s) for s in args.sizes.split(",")]:
-            results = {
-                protocol: measure(
-                    bootstrap(cluster, protocol),
-                    client_settings(setup, protocol),
-                    protocol.lower(),
-                    size,
-                    args,
-                )
-                for protocol in ("PLAINTEXT", "SSL", "SASL_SSL")
-            }
+            results, rounds = compare(
+                {p: (bootstrap(cluster, p), client_settings(setup, p)) for p in PROTOCOLS},
+                "",
+                size,
+                args,
+            )
             report: dict[str, Any] = {
                 "bench": "security_throughput",
                 "brokers": args.brokers,
@@ -228,17 +263,33 @@ def main() -> None:
                 "partitions": args.partitions,
                 "replication_factor": args.replication_factor,
                 "acks": args.acks,
+                "rounds": args.rounds,
                 "results": results,
+                "rounds_mb_per_s": rounds_mb_per_s(rounds),
                 "ratio_to_plaintext": ratios(results, ("SSL", "SASL_SSL")),
             }
-            if kafka is not None:
+            if args.kafka:
+                # Started after Odradek's rounds and stopped after its own: a JVM that has just
+                # started compiles and collects in the background, on the same two cores.
+                kafka_work = directory / f"kafka-{size}"
+                kafka_work.mkdir()
+                kafka = TlsKafka(
+                    kafka_work, setup.pki.brokers[1].keystore, setup.pki.ca_certificate
+                )
+                kafka.start()
+                peers.wait_port(int(kafka.ssl_bootstrap.rsplit(":", 1)[1]), kafka.process, 120)
                 ca = {"security.protocol": "SSL", "ssl.ca.location": str(setup.pki.ca_certificate)}
-                kafka_results = {
-                    "PLAINTEXT": measure(kafka.bootstrap, {}, "kafka-plaintext", size, args),
-                    "SSL": measure(kafka.ssl_bootstrap, ca, "kafka-ssl", size, args),
-                }
+                kafka_results, kafka_rounds = compare(
+                    {"PLAINTEXT": (kafka.bootstrap, {}), "SSL": (kafka.ssl_bootstrap, ca)},
+                    "kafka-",
+                    size,
+                    args,
+                )
                 report["kafka_results"] = kafka_results
+                report["kafka_rounds_mb_per_s"] = rounds_mb_per_s(kafka_rounds)
                 report["kafka_ratio_to_plaintext"] = ratios(kafka_results, ("SSL",))
+                kafka.stop()
+                kafka = None
             print(json.dumps(report), flush=True)
         first = cluster.brokers[0]
         context = ssl.create_default_context(cafile=str(setup.pki.ca_certificate))

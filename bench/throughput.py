@@ -46,6 +46,13 @@ def create_topic(
         future.result(timeout=90)
 
 
+def delete_topic(bootstrap: str, topic: str) -> None:
+    """Delete a measured topic (a long bench would otherwise fill the disk)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, **CLIENT_SETTINGS})
+    for future in admin.delete_topics([topic], operation_timeout=60).values():
+        future.result(timeout=90)
+
+
 def produce(
     bootstrap: str, topic: str, records: int, size: int, acks: str, linger_ms: int
 ) -> dict[str, float]:
