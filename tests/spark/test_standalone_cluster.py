@@ -220,9 +220,10 @@ def committed_batches(checkpoint: Path) -> list[tuple[int, int, dict[int, int]]]
     committed (Spark's offset log: a version line, the batch metadata, one line per source)."""
     batches = []
     commits = checkpoint / "commits"
-    for entry in sorted(commits.iterdir() if commits.exists() else [], key=lambda p: p.name):
-        if not entry.name.isdigit():
-            continue
+    # By batch id as a number: by name, batch 10 would sort before batch 9, and a query with
+    # more than ten batches would look as if its last one were batch 9 (never drained).
+    entries = [e for e in (commits.iterdir() if commits.exists() else []) if e.name.isdigit()]
+    for entry in sorted(entries, key=lambda p: int(p.name)):
         lines = (checkpoint / "offsets" / entry.name).read_text().splitlines()
         metadata, source = json.loads(lines[1]), json.loads(lines[2])
         offsets = {int(p): int(o) for p, o in source.get(INPUT, {}).items()}
