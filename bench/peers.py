@@ -25,6 +25,12 @@ best round. A row a system cannot do (an error, a timeout, a refused topic) says
     ./dev bench peers --systems odradek,kafka --sizes 100 --codecs none --rounds 2
     ./dev bench peers --table-from rows.json        # the table again from saved output
 
+`--brokers N --replication-factor R` (Odradek only) runs the same rows against a cluster of N
+Odradek brokers with topics of replication factor R; CPU% is then the brokers' sum:
+
+    ./dev bench peers --systems odradek --brokers 3 --replication-factor 3 --sizes 100 \
+        --codecs none --records-100 5000000
+
 Never part of the test run.
 """
 
@@ -125,6 +131,11 @@ class System:
         self.args = args
         self.bootstrap = ""
         self.pid = 0
+        self.pids: list[int] = []  # every broker process, when there are several
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the system's broker processes (all of them, summed)."""
+        return sum(cpu_seconds(pid) for pid in (self.pids or [self.pid]))
 
     def start(self) -> None:
         raise NotImplementedError
@@ -137,12 +148,13 @@ class Odradek(System):
     name = "odradek"
 
     def start(self) -> None:
-        self.cluster = LocalCluster.up(self.work / "odradek", 1, timeout=120)
+        self.cluster = LocalCluster.up(self.work / "odradek", self.args.brokers, timeout=120)
         self.bootstrap = self.cluster.bootstrap_servers
-        pid = self.cluster.brokers[0].pid
-        if pid is None:
-            raise RuntimeError("the broker has no pid")
-        self.pid = pid
+        pids = [b.pid for b in self.cluster.brokers]
+        if None in pids:
+            raise RuntimeError("a broker has no pid")
+        self.pids = [int(pid) for pid in pids if pid is not None]
+        self.pid = self.pids[0]
 
     def stop(self) -> None:
         self.cluster.down(timeout=120)
@@ -341,10 +353,10 @@ SYSTEMS: dict[str, type[System]] = {
 # rows
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int, replication: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
     futures = admin.create_topics(
-        [NewTopic(topic, partitions, 1)], operation_timeout=60, request_timeout=60
+        [NewTopic(topic, partitions, replication)], operation_timeout=60, request_timeout=60
     )
     futures[topic].result(timeout=90)
     # Wait until the topic is visible with leaders for every partition.
@@ -364,7 +376,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def run_loadgen(loadgen: Path, system: System, command: list[str]) -> dict[str, Any]:
-    before = cpu_seconds(system.pid)
+    before = system.cpu_seconds()
     started = time.monotonic()
     try:
         run = subprocess.run(
@@ -377,7 +389,7 @@ def run_loadgen(loadgen: Path, system: System, command: list[str]) -> dict[str, 
         return {"error": f"timed out after {ROW_TIMEOUT_S} s"}
     elapsed = time.monotonic() - started
     try:
-        cpu = round(100 * (cpu_seconds(system.pid) - before) / elapsed, 1)
+        cpu = round(100 * (system.cpu_seconds() - before) / elapsed, 1)
     except OSError:
         return {"error": "the broker died during the row"}
     lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
@@ -413,7 +425,7 @@ def rows_for(system: System, loadgen: Path, args: argparse.Namespace) -> Iterato
                     "acks": acks,
                 }
                 try:
-                    create_topic(system.bootstrap, topic, args.partitions)
+                    create_topic(system.bootstrap, topic, args.partitions, args.replication_factor)
                 except Exception as e:
                     yield {**row, "error": f"topic creation: {e}"}
                     continue
@@ -444,7 +456,7 @@ def rows_for(system: System, loadgen: Path, args: argparse.Namespace) -> Iterato
     topic = f"peers-latency-{time.monotonic_ns()}"
     row = {"system": system.name, "op": "latency", "size": 100, "acks": "all"}
     try:
-        create_topic(system.bootstrap, topic, args.partitions)
+        create_topic(system.bootstrap, topic, args.partitions, args.replication_factor)
     except Exception as e:
         yield {**row, "error": f"topic creation: {e}"}
         return
@@ -539,6 +551,10 @@ def main() -> None:
     parser.add_argument("--latency-rate", type=int, default=20_000)
     parser.add_argument("--latency-seconds", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--brokers", type=int, default=1, help="Odradek brokers (other systems: one broker only)"
+    )
+    parser.add_argument("--replication-factor", type=int, default=1)
     parser.add_argument("--dir", type=Path)
     parser.add_argument(
         "--peers-dir", type=Path, default=Path.home() / ".cache" / "odradek" / "peers"
@@ -556,6 +572,10 @@ def main() -> None:
     args.sizes = [int(s) for s in args.sizes.split(",")]
     args.codecs = args.codecs.split(",")
     systems = args.systems.split(",")
+    if args.brokers < 1 or not 1 <= args.replication_factor <= args.brokers:
+        parser.error("--replication-factor must be between 1 and --brokers")
+    if args.brokers > 1 and systems != ["odradek"]:
+        parser.error("--brokers above 1 is for --systems odradek only")
     base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-bench-peers-"))
     loadgen, librdkafka = build_loadgen(base)
     note(f"load generator built with {librdkafka}")
@@ -586,6 +606,8 @@ def main() -> None:
         {
             "bench": "peers",
             "partitions": args.partitions,
+            "brokers": args.brokers,
+            "replication_factor": args.replication_factor,
             "librdkafka": librdkafka,
             "table": table(rows, systems),
         }
