@@ -224,3 +224,15 @@ def test_a_frame_inside_one_read_comes_back_as_bytes_from_any_buffer() -> None:
         frames = FrameDecoder(MAX_FRAME).feed(data)  # type: ignore[arg-type]
         assert frames == [b"one", b"", b"three"]
         assert all(type(f) is bytes for f in frames)
+
+
+def test_a_frame_trickled_in_tiny_reads_is_held_in_one_buffer() -> None:
+    # A hostile client sending a large frame a byte at a time must not make the decoder hold an
+    # object per read: the small pieces are gathered (memory stays about the frame's size).
+    body = bytes(range(256)) * 64
+    data = frame(body)
+    decoder = FrameDecoder(len(body))
+    for i in range(len(data) - 1):
+        assert decoder.feed(data[i : i + 1]) == []
+    assert len(decoder._pieces) == 1
+    assert decoder.feed(data[-1:]) == [body]

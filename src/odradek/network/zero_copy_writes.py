@@ -62,10 +62,9 @@ class ZeroCopyWrites:
 
         Bytes go through the transport (consecutive ones in one `writelines`). On TLS a file
         range is read into bytes a chunk at a time and goes the same way (`_write_tls_parts`).
-        Otherwise it goes by sendfile(2)
-        straight to the socket while the transport has nothing buffered and the socket takes
-        it; whatever remains is sent by `_send_rest`, which waits for the socket, and responses
-        after this one wait for it (False)."""
+        Otherwise it goes by sendfile(2) straight to the socket while the transport has nothing
+        buffered and the socket takes it; whatever remains is sent by `_send_rest`, which waits
+        for the socket, and responses after this one wait for it (False)."""
         transport = require(self._transport, "the connection's transport")
         socket_fd = self._socket_fd
         server = self._server

@@ -13,6 +13,7 @@ import struct
 from odradek.errors import OdradekError
 
 SIZE = struct.Struct(">i")
+_LARGE_PIECE = 1 << 16  # a frame's piece kept as its own object from this size (`_keep`)
 
 
 class FrameError(OdradekError):
@@ -36,7 +37,8 @@ class FrameDecoder:
     __slots__ = ("_have", "_max_frame_bytes", "_needed", "_pieces")
 
     def __init__(self, max_frame_bytes: int) -> None:
-        self._pieces: list[bytes] = []  # the frame (or size prefix) being assembled
+        # the frame (or size prefix) being assembled: large reads as they came, small ones gathered
+        self._pieces: list[bytes | bytearray] = []
         self._have = 0  # bytes in _pieces
         self._max_frame_bytes = max_frame_bytes
         self._needed = -1  # size of the frame being assembled, -1 while its size is unknown
@@ -56,7 +58,7 @@ class FrameDecoder:
                     position += 4
                 else:
                     take = min(4 - self._have, length - position)
-                    pieces.append(data[position : position + take])
+                    self._keep(data, position, take)
                     self._have += take
                     position += take
                     if self._have < 4:
@@ -80,7 +82,7 @@ class FrameDecoder:
             if not available:
                 break
             take = min(needed - self._have, available)
-            pieces.append(data if take == length else data[position : position + take])
+            self._keep(data, position, take)
             self._have += take
             position += take
             if self._have < needed:
@@ -90,6 +92,19 @@ class FrameDecoder:
             self._have = 0
             self._needed = -1
         return frames
+
+    def _keep(self, data: bytes, position: int, take: int) -> None:
+        """Hold `take` bytes of `data` from `position` as part of the frame being assembled. A
+        large piece is kept as its own bytes (the read itself when it is all frame body); small
+        ones are gathered into one bytearray, so that a client trickling a frame in tiny reads
+        cannot make the decoder hold an object per read (tens of bytes of overhead for each)."""
+        pieces = self._pieces
+        if take >= _LARGE_PIECE:
+            pieces.append(data if take == len(data) else data[position : position + take])
+        elif pieces and type(pieces[-1]) is bytearray:
+            pieces[-1] += memoryview(data)[position : position + take]
+        else:
+            pieces.append(bytearray(memoryview(data)[position : position + take]))
 
     @property
     def buffered(self) -> int:
