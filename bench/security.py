@@ -5,9 +5,10 @@ listener (brokers replicate over their INTERNAL SASL_SSL listener), then, for ea
 runs the same confluent-kafka produce and consume load (`bench/throughput.py`) through each
 listener — an untimed warm-up through each, then `--rounds` timed rounds in alternating order — and
 prints one JSON object per size with each listener's median round, every round's MB/s, and the
-ratios of the medians to PLAINTEXT. Then it measures connection set-up: TLS handshakes per second on the SSL listener, and
-SCRAM-SHA-512 logins per second (TLS handshake, SaslHandshake, two SaslAuthenticate round trips) on
-the SASL_SSL listener, from `--connectors` client threads, each connection then sending ApiVersions.
+ratios of the medians to PLAINTEXT. Then it measures connection set-up: TLS handshakes per second
+on the SSL listener, and SCRAM-SHA-512 logins per second (TLS handshake, SaslHandshake, two
+SaslAuthenticate round trips) on the SASL_SSL listener, from `--connectors` client threads, each
+connection then sending ApiVersions.
 
 The authorizer is off here (no `authorizer.class.name`): the figures are the cost of encryption and
 authentication; an ACL check is a dictionary lookup per request.
@@ -239,6 +240,8 @@ def main() -> None:
         help="also run the load against a Kafka 3.9.1 broker's PLAINTEXT and SSL listeners",
     )
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     from odradek.testing.secure import bootstrap, start_secure_cluster
 
