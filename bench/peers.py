@@ -2,7 +2,8 @@
 generator (`bench/native/loadgen.c`, librdkafka in C). Prints JSON: one object per measurement,
 then the table.
 
-Each system runs as one broker on this machine, one at a time, started fresh for each round:
+Each system runs as one broker (see `--brokers`) on this machine, one at a time, started fresh
+for each round:
 * Odradek: `LocalCluster` with one broker (its own ZooKeeper), development defaults;
 * Apache Kafka 3.9.1 in ZooKeeper mode: the jars of `./dev kafka`, `kafka.Kafka
   server.properties` with Kafka's defaults except listeners, log dirs, zookeeper.connect and
@@ -25,11 +26,15 @@ best round. A row a system cannot do (an error, a timeout, a refused topic) says
     ./dev bench peers --systems odradek,kafka --sizes 100 --codecs none --rounds 2
     ./dev bench peers --table-from rows.json        # the table again from saved output
 
-`--brokers N --replication-factor R` (Odradek only) runs the same rows against a cluster of N
-Odradek brokers with topics of replication factor R; CPU% is then the brokers' sum:
+`--brokers N --replication-factor R` runs the same rows against a cluster of N Odradek brokers,
+and of N Kafka brokers (one ZooKeeper each system, broker ids 1..N), with topics of replication
+factor R; CPU% is then the brokers' sum. The Rust peers have no cluster here.
 
-    ./dev bench peers --systems odradek --brokers 3 --replication-factor 3 --sizes 100 \
+    ./dev bench peers --systems odradek,kafka --brokers 3 --replication-factor 3 --sizes 100 \
         --codecs none --records-100 5000000
+
+The latency row paces its records with sleeps, not a busy loop: the generator shares the two
+cores with the brokers it measures.
 
 Never part of the test run.
 """
@@ -93,6 +98,18 @@ def wait_port(port: int, process: subprocess.Popen[bytes] | None, timeout: float
             return
         time.sleep(0.2)
     raise TimeoutError(f"nothing listens on {port} after {timeout:g}s")
+
+
+def wait_brokers(bootstrap: str, brokers: int, timeout: float = 120) -> None:
+    """Until the cluster's metadata lists every broker (each registers on its own time)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if len(admin.list_topics(timeout=10).brokers) >= brokers:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"fewer than {brokers} brokers registered after {timeout:g}s")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,29 +180,37 @@ class Odradek(System):
 class Process(System):
     """A peer that is one process we start and kill."""
 
-    def _spawn(self, command: list[str], port: int, env: dict[str, str] | None = None) -> None:
-        log = open(self.work / f"{self.name}.log", "wb")  # noqa: SIM115 - closed in stop()
-        self._log = log
-        self.process = subprocess.Popen(
+    def _spawn(
+        self, command: list[str], port: int, env: dict[str, str] | None = None, log_name: str = ""
+    ) -> None:
+        """Start one process of the system (the first is its bootstrap) and wait for its port."""
+        log = open(self.work / f"{log_name or self.name}.log", "wb")  # noqa: SIM115 - closed in stop()
+        self._logs = [*getattr(self, "_logs", []), log]
+        process = subprocess.Popen(
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
             start_new_session=True,
         )
-        self.pid = self.process.pid
-        self.bootstrap = f"127.0.0.1:{port}"
-        wait_port(port, self.process, 120)
+        self.processes = [*getattr(self, "processes", []), process]
+        self.pids.append(process.pid)
+        if len(self.processes) == 1:
+            self.process = process
+            self.pid = process.pid
+            self.bootstrap = f"127.0.0.1:{port}"
+        else:
+            self.bootstrap += f",127.0.0.1:{port}"
+        wait_port(port, process, 120)
 
     def stop(self) -> None:
-        process = getattr(self, "process", None)
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.kill()
-            process.wait(30)
-        log = getattr(self, "_log", None)
-        if log is not None:
+        for process in getattr(self, "processes", []):
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.kill()
+                process.wait(30)
+        for log in getattr(self, "_logs", []):
             log.close()
 
 
@@ -217,37 +242,42 @@ class Kafka(Process):
             start_new_session=True,
         )
         wait_port(zk_port, self.zookeeper, 60)
-        port = free_port()
-        properties = {
-            "broker.id": "1",
-            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "log.dirs": str(directory / "data"),
-            "zookeeper.connect": f"127.0.0.1:{zk_port}",
-            "offsets.topic.replication.factor": "1",
-            **self.extra_properties(port),
-        }
-        config = directory / "server.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
-        log4j = directory / "log4j.properties"
-        log4j.write_text(
-            "log4j.rootLogger=WARN, file\nlog4j.appender.file=org.apache.log4j.FileAppender\n"
-            f"log4j.appender.file.File={directory / 'server.log'}\n"
-            "log4j.appender.file.layout=org.apache.log4j.PatternLayout\n"
-            "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
-        )
-        self._spawn(
-            [
-                "java",
-                "-Xmx1G",
-                "-Xms1G",
-                f"-Dlog4j.configuration=file:{log4j}",
-                "-cp",
-                f"{libs}/*",
-                "kafka.Kafka",
-                str(config),
-            ],
-            port,
-        )
+        brokers = getattr(self.args, "brokers", 1)
+        for broker_id in range(1, brokers + 1):
+            port = free_port()
+            properties = {
+                "broker.id": str(broker_id),
+                "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "log.dirs": str(directory / f"data-{broker_id}"),
+                "zookeeper.connect": f"127.0.0.1:{zk_port}",
+                "offsets.topic.replication.factor": str(min(brokers, 3)),
+                **self.extra_properties(port),
+            }
+            config = directory / f"server-{broker_id}.properties"
+            config.write_text("".join(f"{k}={v}\n" for k, v in properties.items()))
+            log4j = directory / f"log4j-{broker_id}.properties"
+            log4j.write_text(
+                "log4j.rootLogger=WARN, file\nlog4j.appender.file=org.apache.log4j.FileAppender\n"
+                f"log4j.appender.file.File={directory / f'server-{broker_id}.log'}\n"
+                "log4j.appender.file.layout=org.apache.log4j.PatternLayout\n"
+                "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n\n"
+            )
+            self._spawn(
+                [
+                    "java",
+                    "-Xmx1G",
+                    "-Xms1G",
+                    f"-Dlog4j.configuration=file:{log4j}",
+                    "-cp",
+                    f"{libs}/*",
+                    "kafka.Kafka",
+                    str(config),
+                ],
+                port,
+                log_name=f"kafka-{broker_id}",
+            )
+        if brokers > 1:
+            wait_brokers(self.bootstrap, brokers)
 
     def stop(self) -> None:
         super().stop()
@@ -552,7 +582,7 @@ def main() -> None:
     parser.add_argument("--latency-seconds", type=float, default=10)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument(
-        "--brokers", type=int, default=1, help="Odradek brokers (other systems: one broker only)"
+        "--brokers", type=int, default=1, help="brokers of Odradek and Kafka (the Rust peers: one)"
     )
     parser.add_argument("--replication-factor", type=int, default=1)
     parser.add_argument("--dir", type=Path)
@@ -574,8 +604,8 @@ def main() -> None:
     systems = args.systems.split(",")
     if args.brokers < 1 or not 1 <= args.replication_factor <= args.brokers:
         parser.error("--replication-factor must be between 1 and --brokers")
-    if args.brokers > 1 and systems != ["odradek"]:
-        parser.error("--brokers above 1 is for --systems odradek only")
+    if args.brokers > 1 and set(systems) - {"odradek", "kafka"}:
+        parser.error("--brokers above 1 is for --systems odradek,kafka only")
     base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-bench-peers-"))
     loadgen, librdkafka = build_loadgen(base)
     note(f"load generator built with {librdkafka}")

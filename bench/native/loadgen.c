@@ -236,6 +236,24 @@ static double percentile(double *sorted, long n, double q) {
     return sorted[index];
 }
 
+/* Sleep until DUE, serving delivery reports meanwhile. The generator shares the machine with
+   the brokers it measures, so it must not spin: a busy wait took a whole core of this 2-core
+   machine away from them and the latency it reported was the brokers' CPU starvation. */
+static void wait_until(rd_kafka_t *rk, double due) {
+    for (;;) {
+        double wait = due - now_s();
+        if (wait <= 0)
+            return;
+        if (wait >= 0.002) {
+            rd_kafka_poll(rk, (int)(wait * 1000) - 1);
+        } else {
+            rd_kafka_poll(rk, 0);
+            struct timespec pause = {0, (long)(wait * 1e9)};
+            nanosleep(&pause, NULL);
+        }
+    }
+}
+
 static int latency(int argc, char **argv) {
     if (argc != 9)
         die("usage", "latency BOOTSTRAP TOPIC PARTITIONS RATE SECONDS SIZE ACKS");
@@ -273,8 +291,7 @@ static int latency(int argc, char **argv) {
     double start = now_s();
     for (long i = 0; i < run.expected; i++) {
         double due = start + (double)i / rate;
-        while (now_s() < due)
-            rd_kafka_poll(rk, 0);
+        wait_until(rk, due);
         int64_t sent = now_ns();
         memcpy(payload, &sent, 8);
         if (rd_kafka_produce(rkt, (int32_t)(i % run.partitions), RD_KAFKA_MSG_F_COPY, payload,
