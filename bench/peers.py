@@ -18,8 +18,9 @@ never into the project's environment.
 Rows, for each record size (`--sizes`) and codec (`--codecs`): produce with acks=1, produce with
 acks=all (to a second topic), consume that second topic from the start; then end-to-end latency
 at `--latency-rate` records/s with acks=all. Topics have `--partitions` partitions. For each row:
-records/s, MB/s (payload bytes) and the broker process's CPU% (user+system over the row, 100 =
-one core). Rounds alternate the order of the systems (`--rounds`); the table keeps each row's
+records/s, MB/s (payload bytes), the broker process's CPU% (user+system over the row, 100 =
+one core) and records per second of that CPU (`records_per_cpu_s`: where the generator, on the
+same cores, is the limit, as for 100 B records, this says which broker would go further). Rounds alternate the order of the systems (`--rounds`); the table keeps each row's
 best round. A row a system cannot do (an error, a timeout, a refused topic) says why.
 
     ./dev bench peers                                   # everything, 1 round
@@ -554,6 +555,7 @@ def table(rows: list[dict[str, Any]], systems: list[str]) -> dict[str, Any]:
                     "records_per_s": row.get("records_per_s"),
                     "mb_per_s": row.get("mb_per_s"),
                     "cpu_percent": row.get("cpu_percent"),
+                    "records_per_cpu_s": per_cpu_second(row),
                     **({"error": row["error"]} if row.get("error") else {}),
                 }
         ours = cell.get("odradek")
@@ -566,8 +568,28 @@ def table(rows: list[dict[str, Any]], systems: list[str]) -> dict[str, Any]:
                 and cell[s].get("records_per_s")
                 and "error" not in cell[s]
             }
+            ours_per_cpu = per_cpu_second(ours)
+            entry["odradek_ratio_per_cpu_s"] = {
+                s: round(ours_per_cpu / theirs, 2)
+                for s in systems
+                if s != "odradek"
+                and s in cell
+                and "error" not in cell[s]
+                and (theirs := per_cpu_second(cell[s]))
+                and ours_per_cpu
+            }
         out[key] = entry
     return out
+
+
+def per_cpu_second(row: dict[str, Any]) -> int | None:
+    """Records per second of the brokers' CPU (user+system): how far a broker would go if the
+    load generator, on the same two cores, were not the limit."""
+    cpu = row.get("cpu_percent")
+    rate = row.get("records_per_s")
+    if not cpu or not rate or cpu <= 0:
+        return None
+    return round(rate / (cpu / 100))
 
 
 def main() -> None:
