@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -34,8 +35,10 @@ def _next_epoch(epoch: int) -> int:
     return 1 if epoch == 0x7FFFFFFF else epoch + 1
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionParams:
+class PartitionParams(NamedTuple):
+    """A named tuple: built for every partition of every fetch, and compared with what was sent
+    (a tuple compares in C)."""
+
     fetch_offset: int
     log_start_offset: int
     max_bytes: int

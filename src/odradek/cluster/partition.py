@@ -39,7 +39,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from odradek.cluster.broker_topic_stats import BrokerTopicStats
 from odradek.cluster.isr import CommittedIsr, IsrState
@@ -74,8 +74,11 @@ class PartitionStateInfo:
     is_new: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class ReadResult:
+class ReadResult(NamedTuple):
+    """One partition's read. A named tuple rather than a frozen dataclass: a fetch makes one per
+    partition it names (thousands for an idle follower's session), and a tuple is built in
+    under half the time."""
+
     records: bytes | FileRecords
     """Bytes, or with a zero-copy read a range of a segment file."""
     high_watermark: int

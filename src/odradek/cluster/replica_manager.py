@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import time
@@ -424,7 +423,7 @@ class ReplicaManager(ReplicaRoleChanges):
                 and throttle.is_throttled(request.topic, request.partition)
                 and throttle.is_quota_exceeded()
             ):
-                read = dataclasses.replace(read, records=b"")  # KIP-73: held back this round
+                read = read._replace(records=b"")  # KIP-73: held back this round
             size = len(read.records)
             total += size
             remaining = max(0, remaining - size)

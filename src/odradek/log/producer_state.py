@@ -146,6 +146,8 @@ class ProducerStateManager:
     def first_unstable_offset(self) -> int | None:
         """The first offset of a transaction still open, or closed by a marker not yet below
         the high watermark; None when there is none (then LSO = HW)."""
+        if not self.ongoing_txns and not self.unreplicated_txns:
+            return None
         candidates = []
         if self.ongoing_txns:
             candidates.append(min(self.ongoing_txns))
@@ -192,6 +194,8 @@ class ProducerStateManager:
         self._remove_unreplicated_transactions(high_watermark)
 
     def _remove_unreplicated_transactions(self, offset: int) -> None:
+        if not self.unreplicated_txns:  # every read asks for the LSO; nearly always none
+            return
         for first_offset in [
             k for k, txn in self.unreplicated_txns.items() if 0 <= txn.last_offset < offset
         ]:

@@ -68,7 +68,7 @@ from odradek.server.quota.throttling import (
 )
 
 if TYPE_CHECKING:
-    from odradek.cluster.partition import Partition
+    from odradek.cluster.partition import Partition, ReadResult
     from odradek.network.request_context import RequestContext
     from odradek.server.services import BrokerServices
 
@@ -292,8 +292,11 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                 return _throttled(header, fetch_context, throttle_ms)
         elif replica_id >= 0:
             record_leader_replication(broker.quotas.replication.leader, results)
-        entries: dict[PartitionKey, PartitionAnswer] = {}
+        # The summary of every partition decides which go into the response (an incremental
+        # fetch leaves out those with nothing new); answers are built for those only, since an
+        # idle follower's session names thousands of partitions and answers none of them.
         summary: dict[PartitionKey, tuple[int, int, int, bool]] = {}
+        found: dict[PartitionKey, ReadResult | ErrorCode] = {}
         for key in fetch_context.partitions:
             topic_key, index = key
             name = names.get(topic_key)
@@ -307,28 +310,35 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
                     code = item.error.code
                 else:
                     code = ErrorCode.unknown_server_error
-                entries[key] = PartitionAnswer(index, code.value, -1, -1, b"")
+                found[key] = code
                 summary[key] = (0, -1, -1, True)
                 if stats is not None and name is not None:
                     stats.record_fetch(name, 0, failed=True)
                 continue
             read = item.read
-            records = read.records
-            entries[key] = PartitionAnswer(
-                index,
-                0,
-                read.high_watermark,
-                read.log_start_offset,
-                records,
-                read.last_stable_offset,
-                read.aborted_transactions,
-            )
-            summary[key] = (len(records), read.high_watermark, read.log_start_offset, False)
+            found[key] = read
+            size = len(read.records)
+            summary[key] = (size, read.high_watermark, read.log_start_offset, False)
             if stats is not None:
-                stats.record_fetch(name, len(records), failed=False)
+                stats.record_fetch(name, size, failed=False)
         session_id, included = fetch_context.respond(summary)
         if fetch_context.error != ErrorCode.none:
             return _session_error(header, fetch_context.error)
+        entries: dict[PartitionKey, PartitionAnswer] = {}
+        for key in included:
+            outcome = found[key]
+            if isinstance(outcome, ErrorCode):
+                entries[key] = PartitionAnswer(key[1], outcome.value, -1, -1, b"")
+            else:
+                entries[key] = PartitionAnswer(
+                    key[1],
+                    0,
+                    outcome.high_watermark,
+                    outcome.log_start_offset,
+                    outcome.records,
+                    outcome.last_stable_offset,
+                    outcome.aborted_transactions,
+                )
         # Consecutive partitions of one topic share a topic entry (as Kafka's FetchResponse.of).
         topics: list[TopicAnswer] = []
         current: Any = object()
