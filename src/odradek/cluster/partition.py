@@ -408,6 +408,18 @@ class Partition(PartitionIsr):
         max_offset = None if from_follower else high_watermark
         if read_committed and not from_follower:
             max_offset = last_stable_offset
+        limit = log_end_offset if max_offset is None else min(max_offset, log_end_offset)
+        if fetch_offset >= limit and not self.log.closed:
+            # Nothing to read (a caught-up follower or consumer: most partitions of an idle
+            # session); the log's read would answer the same, b"" and no aborted transactions.
+            return ReadResult(
+                b"",
+                high_watermark,
+                self.log_start_offset,
+                log_end_offset,
+                last_stable_offset,
+                [] if read_committed and not from_follower else None,
+            )
         if zero_copy:
             found = self.log.read_file_records(fetch_offset, max_bytes, max_offset, min_one_batch)
             aborted: list[tuple[int, int]] | None = None

@@ -437,7 +437,10 @@ class ReplicaManager(ReplicaRoleChanges):
         OffsetForLeaderEpoch before fetching.)"""
         if request.last_fetched_epoch < 0:
             return False
-        epoch, end_offset = partition.log.leader_epoch_cache.end_offset_for(
+        cache = partition.log.leader_epoch_cache
+        if request.last_fetched_epoch == cache.latest_epoch:
+            return False  # that epoch ends at our LEO, which the read found >= the fetch offset
+        epoch, end_offset = cache.end_offset_for(
             request.last_fetched_epoch, partition.log_end_offset
         )
         if epoch < 0:

@@ -253,6 +253,10 @@ class Log(LogRetention):
         self._segments[-1].index_interval_bytes = config.index_interval_bytes
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def log_start_offset(self) -> int:
         return self._log_start_offset
 
