@@ -11,13 +11,13 @@ import asyncio
 import json
 import re
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
+from scratch import temporary_directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
@@ -164,7 +164,7 @@ STEADY_ISR = {"replica.lag.time.max.ms": "30000"}
 def start_cluster(
     args: argparse.Namespace, name: str, extra: dict[str, str] | None = None
 ) -> LocalCluster:
-    base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-bench-failover-"))
+    base = args.dir or temporary_directory("odradek-bench-failover-")
     directory = base / f"{name}-{time.strftime('%H%M%S')}"
     overrides = {
         "zookeeper.session.timeout.ms": str(args.session_timeout_ms),

@@ -27,7 +27,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from failover_cluster import assignment_spread, create_partitions, note
+from scratch import temporary_directory
 
 from odradek.testing import LocalCluster
 
@@ -77,7 +77,7 @@ def _totals(status: dict[str, Any]) -> dict[str, int] | None:
 
 
 def measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
-    base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-bench-idle-"))
+    base = args.dir or temporary_directory("odradek-bench-idle-")
     directory = base / f"{mode}-{time.strftime('%H%M%S')}"
     overrides = {"controller.socket.timeout.ms": "120000", **MODES[mode]}
     cluster = LocalCluster.up(directory, 3, overrides=overrides, timeout=300)

@@ -31,7 +31,6 @@ import json
 import socket
 import ssl
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -43,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers  # bench/peers.py: the Kafka 3.9.1 broker
 import throughput  # bench/throughput.py: the same load for every listener
+from scratch import temporary_directory
 
 LISTENERS = ("SASL_SSL", "INTERNAL", "PLAINTEXT", "SSL")
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
@@ -245,7 +245,7 @@ def main() -> None:
 
     from odradek.testing.secure import bootstrap, start_secure_cluster
 
-    directory = Path(tempfile.mkdtemp(prefix="odradek-bench-security-"))
+    directory = temporary_directory("odradek-bench-security-")
     cluster, setup = start_secure_cluster(
         directory, args.brokers, listeners=LISTENERS, overrides={"authorizer.class.name": ""}
     )
