@@ -39,11 +39,12 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 from unittest import mock
+
+from scratch import temporary_directory
 
 TOPIC_SIZE = 2000
 
@@ -83,7 +84,7 @@ def measure(scenario: str, partitions: int, profile: Path | None = None) -> dict
         channels.append(RecordingChannelManager(controller_id, timeout))
         return channels[-1]
 
-    log_dir = tempfile.mkdtemp(prefix="odradek-bench-controller-events-")
+    log_dir = str(temporary_directory("odradek-bench-controller-events-"))
     handler = attach_state_change_log_file(log_dir)
     with mock.patch.object(failover_module, "ControllerChannelManager", new_channel):
         for broker_id in (1, 2, 3):

@@ -14,7 +14,6 @@ import argparse
 import json
 import struct
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from scratch import temporary_directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
@@ -56,7 +56,7 @@ def main() -> None:
         from odradek.testing import LocalCluster
 
         cluster = LocalCluster.up(
-            Path(tempfile.mkdtemp(prefix="odradek-bench-latency-")), brokers=args.brokers
+            temporary_directory("odradek-bench-latency-"), brokers=args.brokers
         )
         bootstrap = cluster.bootstrap_servers
     try:

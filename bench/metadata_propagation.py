@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
+from scratch import temporary_directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
@@ -47,7 +47,7 @@ def main() -> None:
 
     from odradek.testing import LocalCluster
 
-    directory = args.dir or Path(tempfile.mkdtemp(prefix="odradek-bench-metadata-"))
+    directory = args.dir or temporary_directory("odradek-bench-metadata-")
     cluster = LocalCluster.up(directory, brokers=args.brokers)
     try:
         bootstraps = [b.bootstrap for b in cluster.brokers]

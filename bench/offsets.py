@@ -26,7 +26,6 @@ import asyncio
 import json
 import re
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from kio.schema.errors import ErrorCode
+from scratch import temporary_directory
 
 from odradek.coordinator.group.placement import partition_for
 from odradek.network.client import BrokerConnection
@@ -302,7 +302,7 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=64, help="commits in flight")
     parser.add_argument("--load-groups", type=int, default=10_000)
     args = parser.parse_args()
-    directory = Path(tempfile.mkdtemp(prefix="odradek-bench-offsets-"))
+    directory = temporary_directory("odradek-bench-offsets-")
     cluster = LocalCluster.up(directory, 3, timeout=300)
     try:
         if args.only in (None, "commits"):

@@ -51,7 +51,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from collections.abc import Iterator
@@ -62,6 +61,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+
+from scratch import temporary_directory  # noqa: E402
 
 from odradek.testing import LocalCluster  # noqa: E402
 
@@ -628,7 +629,7 @@ def main() -> None:
         parser.error("--replication-factor must be between 1 and --brokers")
     if args.brokers > 1 and set(systems) - {"odradek", "kafka"}:
         parser.error("--brokers above 1 is for --systems odradek,kafka only")
-    base = args.dir or Path(tempfile.mkdtemp(prefix="odradek-bench-peers-"))
+    base = args.dir or temporary_directory("odradek-bench-peers-")
     loadgen, librdkafka = build_loadgen(base)
     note(f"load generator built with {librdkafka}")
     rows: list[dict[str, Any]] = []

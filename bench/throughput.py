@@ -16,13 +16,13 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from scratch import temporary_directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
@@ -157,7 +157,7 @@ def main() -> None:
     if bootstrap is None:
         from odradek.testing import LocalCluster
 
-        directory = Path(tempfile.mkdtemp(prefix="odradek-bench-"))
+        directory = temporary_directory("odradek-bench-")
         cluster = LocalCluster.up(directory, brokers=args.brokers)
         bootstrap = cluster.bootstrap_servers
     try:

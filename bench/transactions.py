@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from scratch import temporary_directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
@@ -145,7 +145,7 @@ def main() -> None:
     if bootstrap is None:
         from odradek.testing import LocalCluster
 
-        cluster = LocalCluster.up(Path(tempfile.mkdtemp(prefix="bench-txn-")), brokers=args.brokers)
+        cluster = LocalCluster.up(temporary_directory("bench-txn-"), brokers=args.brokers)
         bootstrap = cluster.bootstrap_servers
     replication = min(3, args.brokers)
     min_isr = 2 if replication == 3 else 1

@@ -22,13 +22,13 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from scratch import temporary_directory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -104,7 +104,7 @@ def produce(bootstrap: str, topic: str, records: int, size: int, codec: str) -> 
 def end_to_end(records: int, rounds: int, size: int, codecs: list[str]) -> dict[str, object]:
     from odradek.testing.local_cluster import LocalCluster
 
-    directory = Path(tempfile.mkdtemp(prefix="odradek-validation-bench-"))
+    directory = temporary_directory("odradek-validation-bench-")
     os.environ.pop(SKIP, None)
     validating = LocalCluster.up(directory / "validating", brokers=1)
     os.environ[SKIP] = "1"
