@@ -44,12 +44,13 @@ reads); the checker functions touch only their arguments.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from odradek.protocol.record_batch import Record
+from odradek.protocol.record_batch import Record, read_header
 from tests.integration._replication import StoredBatch, batches_below
 
 MAX_DETAILS = 5
@@ -136,13 +137,22 @@ def idempotent_writes_once(
     records: Mapping[int, Sequence[Record]],
     producers: Iterable[str],
     persisted: Mapping[int, Iterable[bytes]] | None = None,
+    producer_epochs: Mapping[int, Mapping[int, int]] | None = None,
 ) -> CheckResult:
     """partition -> committed records: for each of `producers` (names of idempotent producers,
     whose values are `<name>-<sequence>`), its sequences increase strictly with the offset; and
     every value of `persisted` (acknowledged without an offset: librdkafka's implicit
-    acknowledgement of a retried batch) is stored in its partition."""
+    acknowledgement of a retried batch) is stored in its partition.
+
+    `producer_epochs` (partition -> offset -> producer epoch of the batch holding it) tells
+    librdkafka's renumbering apart: after an epoch bump it sends its queue again from sequence 0
+    under the new epoch, including a record whose earlier attempt may have been stored (README,
+    "Idempotent producer"; Kafka stores it twice too, and no broker can tell it from new data).
+    A record stored again under a higher epoch than its earlier copy is reported in the details
+    but is not a violation; one stored twice under the same epoch is."""
     names = set(producers)
     violations = []
+    renumbered = []
     checked = 0
     for partition, values in sorted((persisted or {}).items()):
         stored = {record.value for record in records.get(partition, ())}
@@ -154,6 +164,7 @@ def idempotent_writes_once(
                     "not stored"
                 )
     for partition, partition_records in sorted(records.items()):
+        epochs = (producer_epochs or {}).get(partition, {})
         last: dict[str, tuple[int, int]] = {}
         for record in partition_records:
             name, _, sequence = (record.value or b"").decode(errors="replace").rpartition("-")
@@ -163,12 +174,36 @@ def idempotent_writes_once(
             previous = last.get(name)
             if previous is not None and int(sequence) <= previous[0]:
                 kind = "twice" if int(sequence) == previous[0] else "out of order"
-                violations.append(
+                message = (
                     f"partition {partition}: {name}-{sequence} at offset {record.offset} "
                     f"stored {kind} (after {name}-{previous[0]} at offset {previous[1]})"
                 )
+                earlier, later = epochs.get(previous[1]), epochs.get(record.offset)
+                if earlier is not None and later is not None and later > earlier:
+                    renumbered.append(
+                        f"{message}, under producer epoch {later} after {earlier}: the client's "
+                        "renumbering after an epoch bump, not a broker's"
+                    )
+                else:
+                    violations.append(message)
             last[name] = (int(sequence), record.offset)
-    return _result("idempotent_writes_once", checked, violations)
+    result = _result("idempotent_writes_once", checked, violations)
+    if renumbered:
+        notes = renumbered[:MAX_DETAILS]
+        if len(renumbered) > MAX_DETAILS:
+            notes.append(f"... and {len(renumbered) - MAX_DETAILS} more renumbered")
+        result = dataclasses.replace(result, details=(*result.details, *notes))
+    return result
+
+
+def producer_epochs_of(batches: Iterable[StoredBatch]) -> dict[int, int]:
+    """offset -> the producer epoch of the stored batch that holds it."""
+    epochs: dict[int, int] = {}
+    for batch in batches:
+        epoch = read_header(batch.data).producer_epoch
+        for offset in range(batch.base_offset, batch.last_offset + 1):
+            epochs[offset] = epoch
+    return epochs
 
 
 def replicas_agree_below_high_watermark(

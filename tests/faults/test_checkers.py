@@ -20,6 +20,7 @@ from tests.faults.checker import (
     every_partition_led,
     idempotent_writes_once,
     one_leader_per_epoch,
+    producer_epochs_of,
     producer_order,
     read_state_change_log,
     replicas_agree_below_high_watermark,
@@ -254,3 +255,23 @@ def test_unfinished_report_names_every_handle_of_the_leader() -> None:
     report = unfinished_report(_stats_with(queued, handles), "t")
     assert "p0: leader 1 delegated to -1 msgq 61" in report
     assert "handles of 1: 127.0.0.1:9092/1 INIT, 127.0.0.1:9093/1 DOWN" in report
+
+
+def test_a_record_stored_again_under_a_new_producer_epoch_is_reported_not_failed():
+    """librdkafka's renumbering after an epoch bump (the fault suite's seed 120060345 stored
+    i0-8468 as epoch 0, sequence 1411, and again as epoch 1, sequence 0): any broker stores it
+    twice, so it is reported; a second copy under the same epoch is still a violation."""
+    values = [b"i0-0", b"i0-1", b"p0-0", b"i0-1", b"i0-2"]
+    records = {0: [Record(i, 0, None, v, []) for i, v in enumerate(values)]}
+    batches = [
+        _batch(i, build_batch([(None, v, [], 0)], base_offset=i, producer_id=5, producer_epoch=e))
+        for i, (v, e) in enumerate(zip(values, [0, 0, 0, 1, 1], strict=True))
+    ]
+    epochs = {0: producer_epochs_of(batches)}
+    assert epochs[0] == {0: 0, 1: 0, 2: 0, 3: 1, 4: 1}
+    result = idempotent_writes_once(records, ["i0"], None, epochs)
+    assert result.passed
+    assert any("renumbering" in d and "i0-1 at offset 3" in d for d in result.details)
+    same_epoch = {0: {offset: 0 for offset in range(5)}}
+    assert not idempotent_writes_once(records, ["i0"], None, same_epoch).passed
+    assert not idempotent_writes_once(records, ["i0"]).passed  # without epochs: as before

@@ -57,6 +57,7 @@ from tests.faults.checker import (
     every_partition_led,
     idempotent_writes_once,
     one_leader_per_epoch,
+    producer_epochs_of,
     producer_order,
     read_state_change_log,
     replicas_agree_below_high_watermark,
@@ -401,7 +402,13 @@ class FaultRun:
             acknowledged_records_readable(acknowledged, records),
             producer_order(acknowledged, merge_floors(stats)),
             idempotent_writes_once(
-                records, self.workload.idempotent_producers, merge_persisted(stats)
+                records,
+                self.workload.idempotent_producers,
+                merge_persisted(stats),
+                {
+                    partition: producer_epochs_of(next(iter(by_broker.values()), []))
+                    for partition, by_broker in (committed.replicas if committed else {}).items()
+                },
             ),
             replicas_agree_below_high_watermark(
                 committed.replicas if committed else {},
