@@ -147,6 +147,17 @@ def _add_user(env: SecureEnv, user: str, password: str) -> None:
     described = admin.describe_user_scram_credentials([user])
     infos = described[user].result(timeout=30).scram_credential_infos
     assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_512, 8192)]
+    # Like Kafka's, a credential reaches the other brokers through a ZooKeeper change
+    # notification: wait (bounded) until every broker takes the new login.
+    identity = _user(env, user, password)
+    for broker in env.cluster.brokers:
+        address = broker.address("SASL_SSL")
+
+        def logs_in(address: str = address) -> bool:
+            with _connect(env, identity, address) as connection:
+                return _login(connection, identity)[0] == ErrorCode.none
+
+        wait_until(logs_in, 15, f"{user} logging in on {address}", interval=0.1)
 
 
 def _user(env: SecureEnv, user: str, password: str) -> Identity:
