@@ -55,7 +55,7 @@ import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -180,14 +180,19 @@ class Odradek(System):
 
 
 class Process(System):
-    """A peer that is one process we start and kill."""
+    """A peer made of processes we start and kill (the first is its bootstrap)."""
+
+    def __init__(self, work: Path, args: argparse.Namespace) -> None:
+        super().__init__(work, args)
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self._logs: list[IO[bytes]] = []
 
     def _spawn(
         self, command: list[str], port: int, env: dict[str, str] | None = None, log_name: str = ""
     ) -> None:
         """Start one process of the system (the first is its bootstrap) and wait for its port."""
         log = open(self.work / f"{log_name or self.name}.log", "wb")  # noqa: SIM115 - closed in stop()
-        self._logs = [*getattr(self, "_logs", []), log]
+        self._logs.append(log)
         process = subprocess.Popen(
             command,
             stdout=log,
@@ -195,7 +200,7 @@ class Process(System):
             env={**os.environ, **(env or {})},
             start_new_session=True,
         )
-        self.processes = [*getattr(self, "processes", []), process]
+        self.processes.append(process)
         self.pids.append(process.pid)
         if len(self.processes) == 1:
             self.process = process
@@ -206,13 +211,13 @@ class Process(System):
         wait_port(port, process, 120)
 
     def stop(self) -> None:
-        for process in getattr(self, "processes", []):
+        for process in self.processes:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.kill()
                 process.wait(30)
-        for log in getattr(self, "_logs", []):
+        for log in self._logs:
             log.close()
 
 

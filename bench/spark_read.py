@@ -21,6 +21,8 @@ first reads every row once untimed, then `--rounds` rounds (default 3) time the 
 the ceiling, alternating which goes first, and each reports its median round (all rounds are in
 the output). The ceiling's batches carry the topic's name, as odradek's rows do. The ratios are
 odradek's median rows/s over the ceiling's, over Parquet's and over Spark's Kafka connector's.
+`rounds_machine_busy` is the whole machine's busy share of its CPU time during each round (from
+/proc/stat; 1.0 is every core busy): whether a read was held back by the CPU or by waiting.
 
     .venv/bin/python bench/spark_read.py --records 1000000
     .venv/bin/python bench/spark_read.py --bootstrap 127.0.0.1:9092 --topic big --records 5000000
@@ -175,10 +177,25 @@ def ceiling_source() -> type:
     return CeilingSource
 
 
+def machine_jiffies() -> tuple[int, int]:
+    """(busy, all) CPU time of the whole machine so far, in clock ticks (Linux /proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+BUSY: list[float] = []  # the machine's busy fraction during each timed_noop, in order
+
+
 def timed_noop(df: Any) -> float:
+    busy, total = machine_jiffies()
     started = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    busy_after, total_after = machine_jiffies()
+    BUSY.append(round((busy_after - busy) / max(1, total_after - total), 3))
+    return elapsed
 
 
 def main() -> None:
@@ -273,13 +290,18 @@ def main() -> None:
             parquet_s = timed_noop(spark.read.parquet(parquet_path))
             timed_noop(ceiling(rows))  # the JIT's warm-up of the Python data source path
             odradek_rounds, ceiling_rounds = [], []
+            odradek_busy, ceiling_busy = [], []
             for round_ in range(args.rounds):
                 if round_ % 2 == 0:
                     odradek_rounds.append(timed_noop(source()))
+                    odradek_busy.append(BUSY[-1])
                     ceiling_rounds.append(timed_noop(ceiling(rows)))
+                    ceiling_busy.append(BUSY[-1])
                 else:
                     ceiling_rounds.append(timed_noop(ceiling(rows)))
+                    ceiling_busy.append(BUSY[-1])
                     odradek_rounds.append(timed_noop(source()))
+                    odradek_busy.append(BUSY[-1])
             odradek_s = statistics.median(odradek_rounds)
             ceiling_s = statistics.median(ceiling_rounds)
         finally:
@@ -303,11 +325,13 @@ def main() -> None:
                     "rows_per_s": round(odradek_rate),
                     "seconds": round(odradek_s, 2),
                     "rounds_rows_per_s": [round(rows / t) for t in odradek_rounds],
+                    "rounds_machine_busy": odradek_busy,
                 },
                 "arrow_ceiling": {
                     "rows_per_s": round(ceiling_rate),
                     "seconds": round(ceiling_s, 2),
                     "rounds_rows_per_s": [round(rows / t) for t in ceiling_rounds],
+                    "rounds_machine_busy": ceiling_busy,
                 },
                 "parquet": {"rows_per_s": round(parquet_rate), "seconds": round(parquet_s, 2)},
                 "kafka_connector": {

@@ -287,15 +287,26 @@ static void columns_free_buffers(columns_t *c) {
     c->header_key.nulls = c->header_value.nulls = 0;
 }
 
-/* Room for half as much again as the last chunk held in each buffer (nothing on the first): a
- * chunk ends after the fetch response that takes it past its size, so the next may be somewhat
- * larger, and a growth in the middle of a walk copies the buffer. Kept blocks come first. */
+/* The largest length taken from each buffer (in `COLUMNS_BUFFERS` order) by any Columns of this
+ * process: a new Columns (a new task's reader) starts with room for the chunks its predecessors
+ * took, rather than growing from nothing through a dozen reallocs into fresh pages. GIL held. */
+#define COLUMNS_BUFFER_COUNT 17
+static size_t seen_hint[COLUMNS_BUFFER_COUNT];
+
+/* Room for half as much again as the largest chunk held in each buffer (nothing before the first
+ * take in the process): a chunk ends after the fetch response that takes it past its size, so the
+ * next may be somewhat larger, and a growth in the middle of a walk copies the buffer. Kept
+ * blocks come first. */
 static int columns_reserve(columns_t *c) {
     buf_t *all[] = COLUMNS_BUFFERS(c);
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+    _Static_assert(sizeof(all) / sizeof(all[0]) == COLUMNS_BUFFER_COUNT, "one hint per buffer");
+    for (size_t i = 0; i < COLUMNS_BUFFER_COUNT; i++) {
         buf_t *b = all[i];
-        size_t want = b->hint + b->hint / 2;
-        if (b->hint == 0 || want <= b->cap)
+        if (b->hint > seen_hint[i])
+            seen_hint[i] = b->hint;
+        size_t hint = seen_hint[i];
+        size_t want = hint + hint / 2;
+        if (hint == 0 || want <= b->cap)
             continue;
         size_t cap = 0;
         uint8_t *data = b->data == NULL ? pool_take(want, &cap) : NULL;
