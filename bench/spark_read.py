@@ -2,8 +2,8 @@
 
 Prints one JSON object. Starts a local Odradek cluster (`--brokers`, default 1) unless given
 `--bootstrap`; fills a topic with `--records` records of `--record-bytes` bytes (default 10M x
-100 B, an equal share in each of `--partitions`), unless `--topic` names one already filled. Then, in a local SparkSession (`--master`,
-default local[2]):
+100 B, an equal share in each of `--partitions`), unless `--topic` names one already filled.
+Then, in a local SparkSession (`--master`, default local[2]):
 
 * odradek: `spark.read.format("odradek")...load()` written to the `noop` sink, which makes Spark
   produce every row and every column and discard them;
@@ -193,17 +193,18 @@ def machine_jiffies() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-BUSY: list[float] = []  # the machine's busy fraction during each timed_noop, in order
-
-
 def timed_noop(df: Any) -> float:
+    return timed_round(df)[0]
+
+
+def timed_round(df: Any) -> tuple[float, float]:
+    """(seconds, the machine's busy share meanwhile) of writing `df` to the noop sink."""
     busy, total = machine_jiffies()
     started = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
     elapsed = time.perf_counter() - started
     busy_after, total_after = machine_jiffies()
-    BUSY.append(round((busy_after - busy) / max(1, total_after - total), 3))
-    return elapsed
+    return elapsed, round((busy_after - busy) / max(1, total_after - total), 3)
 
 
 def main() -> None:
@@ -299,19 +300,16 @@ def main() -> None:
             timed_noop(spark.read.parquet(parquet_path).limit(1000))
             parquet_s = timed_noop(spark.read.parquet(parquet_path))
             timed_noop(ceiling(rows))  # the JIT's warm-up of the Python data source path
-            odradek_rounds, ceiling_rounds = [], []
-            odradek_busy, ceiling_busy = [], []
+            measured: dict[str, list[tuple[float, float]]] = {"odradek": [], "ceiling": []}
             for round_ in range(args.rounds):
-                if round_ % 2 == 0:
-                    odradek_rounds.append(timed_noop(source()))
-                    odradek_busy.append(BUSY[-1])
-                    ceiling_rounds.append(timed_noop(ceiling(rows)))
-                    ceiling_busy.append(BUSY[-1])
-                else:
-                    ceiling_rounds.append(timed_noop(ceiling(rows)))
-                    ceiling_busy.append(BUSY[-1])
-                    odradek_rounds.append(timed_noop(source()))
-                    odradek_busy.append(BUSY[-1])
+                order = ["odradek", "ceiling"] if round_ % 2 == 0 else ["ceiling", "odradek"]
+                for name in order:
+                    df = source() if name == "odradek" else ceiling(rows)
+                    measured[name].append(timed_round(df))
+            odradek_rounds = [seconds for seconds, _ in measured["odradek"]]
+            ceiling_rounds = [seconds for seconds, _ in measured["ceiling"]]
+            odradek_busy = [busy for _, busy in measured["odradek"]]
+            ceiling_busy = [busy for _, busy in measured["ceiling"]]
             odradek_s = statistics.median(odradek_rounds)
             ceiling_s = statistics.median(ceiling_rounds)
         finally:
