@@ -14,6 +14,7 @@ import datetime
 import ssl
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -150,14 +151,28 @@ def _add_user(env: SecureEnv, user: str, password: str) -> None:
     # Like Kafka's, a credential reaches the other brokers through a ZooKeeper change
     # notification: wait (bounded) until every broker takes the new login.
     identity = _user(env, user, password)
+
+    def logs_in(connection: WireConnection) -> bool:
+        return _login(connection, identity)[0] == ErrorCode.none
+
+    _on_every_broker(env, identity, logs_in, f"{user} logging in")
+
+
+def _on_every_broker(
+    env: SecureEnv, identity: Identity, check: Callable[[WireConnection], bool], what: str
+) -> float:
+    """Seconds until `check` holds on a new SASL_SSL connection (not yet logged in as
+    `identity`) to each broker in turn; bounded at 15 s per broker."""
+    start = time.monotonic()
     for broker in env.cluster.brokers:
         address = broker.address("SASL_SSL")
 
-        def logs_in(address: str = address) -> bool:
+        def holds(address: str = address) -> bool:
             with _connect(env, identity, address) as connection:
-                return _login(connection, identity)[0] == ErrorCode.none
+                return check(connection)
 
-        wait_until(logs_in, 15, f"{user} logging in on {address}", interval=0.1)
+        wait_until(holds, 15, f"{what} on {address}", interval=0.1)
+    return time.monotonic() - start
 
 
 def _user(env: SecureEnv, user: str, password: str) -> Identity:
@@ -468,17 +483,12 @@ def _visible_on_every_broker(
     env: SecureEnv, identity: Identity, topic: str, expected: int
 ) -> float:
     """Seconds until every broker answers `expected` for the topic's metadata."""
-    start = time.monotonic()
-    for broker in env.cluster.brokers:
-        address = broker.address("SASL_SSL")
 
-        def answers(address: str = address) -> bool:
-            with _connect(env, identity, address) as connection:
-                assert _login(connection, identity)[0] == ErrorCode.none
-                return _metadata_error(connection, topic) == expected
+    def answers(connection: WireConnection) -> bool:
+        assert _login(connection, identity)[0] == ErrorCode.none
+        return _metadata_error(connection, topic) == expected
 
-        wait_until(answers, 15, f"{topic} answering {expected} on {address}", interval=0.1)
-    return time.monotonic() - start
+    return _on_every_broker(env, identity, answers, f"{topic} answering {expected}")
 
 
 def test_acl_changes_take_effect_on_every_broker_within_seconds(
