@@ -90,6 +90,17 @@ class LabCluster:
                 ensemble.restart(server_id, wait=False)
 
 
+def restart_stopped_brokers(lab: LabCluster, wait_s: float = 0.0) -> None:
+    """Continue paused brokers and start dead ones; with `wait_s`, wait that long for each
+    started broker to register (a round that starts before it has would fail creating its
+    topic: run 6 lost rounds 7-9 so, each within a second of broker 1's start)."""
+    for broker in lab.cluster.broker_ids:
+        if lab.cluster.process_state(broker) is ProcessState.STOPPED:
+            lab.cluster.cont(broker)
+        if not lab.cluster.is_alive(broker):
+            lab.cluster.start_broker(broker, timeout=wait_s, wait=wait_s > 0)
+
+
 @dataclass
 class ScenarioContext:
     lab: LabCluster
@@ -348,13 +359,17 @@ def _scenario(
         time.sleep(WARM_UP_S)
         fault(context)
     except BaseException:
-        # Everything this scenario started stops, so that a soak can go on to its next round.
+        # Everything this scenario started stops, and the brokers it left dead run again, so
+        # that the next scenario on the shared cluster (or a soak's next round) starts whole.
         writer.abandon()
         workload.abandon()
         txn_reader.stop()
         for reader in readers:
             reader.stop()
         history.dump(lab.directory / f"history-{name}-{seed}.jsonl")
+        with contextlib.suppress(Exception):
+            lab.heal()
+            restart_stopped_brokers(lab, wait_s=90)
         raise
     finally:
         lab.heal()

@@ -34,13 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from odradek.errors import ClusterTimeoutError, OperatorError
-from odradek.testing import ProcessState
 from odradek.testing.cluster_files import tail
 from odradek.testing.link_emulator import LinkProfile
 from odradek.zk.client import ZkClient
 from odradek.zk.errors import ZkError
 from odradek.zk.server import server_mode
-from tests.faults.lab import LabCluster, ScenarioContext, wait_converged
+from tests.faults.lab import LabCluster, ScenarioContext, restart_stopped_brokers, wait_converged
 from tests.faults.schedule import tear_segment
 from tests.faults.workload import ZK_TIMEOUT_S
 
@@ -177,17 +176,6 @@ def _kill_and_tear(lab: LabCluster, context: ScenarioContext) -> int:
     what = f"{torn.segment.name}: {torn.action}" if torn else "no segment"
     context.nemesis(f"broker {victim} killed, tail of partition {partition} torn ({what})")
     return victim
-
-
-def restart_stopped_brokers(lab: LabCluster, wait_s: float = 0.0) -> None:
-    """Continue paused brokers and start dead ones; with `wait_s`, wait that long for each
-    started broker to register (a round that starts before it has would fail creating its
-    topic: run 6 lost rounds 7-9 so, each within a second of broker 1's start)."""
-    for broker in lab.cluster.broker_ids:
-        if lab.cluster.process_state(broker) is ProcessState.STOPPED:
-            lab.cluster.cont(broker)
-        if not lab.cluster.is_alive(broker):
-            lab.cluster.start_broker(broker, timeout=wait_s, wait=wait_s > 0)
 
 
 # What a broker prints when it gives up at start-up because ZooKeeper did not answer within

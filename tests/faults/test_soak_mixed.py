@@ -13,14 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.lab import LabCluster, run_scenario
-from tests.faults.soak import (
-    FAULTS_PER_ROUND,
-    SoakReport,
-    keep_logs,
-    mixed_faults,
-    restart_stopped_brokers,
-)
+from tests.faults.lab import LabCluster, restart_stopped_brokers, run_scenario
+from tests.faults.soak import FAULTS_PER_ROUND, SoakReport, keep_logs, mixed_faults
 from tests.faults.test_partitions import lab  # noqa: F401  (the shared namespaced cluster)
 
 SOAK = os.environ.get("ODRADEK_SOAK") == "1"
