@@ -349,7 +349,8 @@ def test_broker_dies_while_zookeeper_has_no_quorum(
         else:
             raise AssertionError(
                 f"broker {victim}'s leaderships did not move in 60 s after its registration "
-                f"went (controller {lab.cluster.controller_id()}): {states}"
+                f"went (controller {lab.cluster.controller_id()}, registered "
+                f"{lab.cluster.registered_epochs()}): {states}"
             )
         context.notes.append(
             f"broker {victim} killed while ZooKeeper {paused} paused; its session expired "
