@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,6 +226,53 @@ def test_request_times_network_totals_and_flushes_move_with_traffic(cluster: Loc
     assert grew(network + "successful_authentication_total", listener) >= 1
     # 200 records of ~170 bytes in 2 KB segments: rolls, each flushing the segment before.
     assert grew("kafka_log_logflushstats_logflushrateandtimems_count") > 0
+
+
+def test_idle_followers_skip_their_reads_and_stay_in_sync(cluster: LocalCluster) -> None:
+    """Followers' incremental fetches of idle partitions skip the leader's reads
+    (`fetch_quiet`, counted by QuietPartitionsSkippedPerSec), and still count as caught up: over
+    three replica.lag.time.max.ms (3 s here) no ISR shrinks; then acks=all writes to every
+    partition, which need every follower to fetch them, are acknowledged."""
+    topic = unique_topic("metrics-quiet")
+    partitions = 12
+    create_topic(
+        cluster,
+        topic,
+        [[(p + i) % 3 + 1 for i in range(3)] for p in range(partitions)],
+        {"min.insync.replicas": "3"},
+    )
+    _produce(cluster, topic, 60)
+    urp = "kafka_server_replicamanager_underreplicatedpartitions_value"
+    shrinks = "kafka_server_replicamanager_isrshrinkspersec_count"
+    skipped = "kafka_server_fetchsessioncache_quietpartitionsskippedpersec_count"
+    wait_until(lambda: total(cluster, urp) == 0, TIMEOUT_S, "no under-replicated partition")
+    skipped_before = total(cluster, skipped)
+    wait_until(
+        lambda: total(cluster, skipped) >= skipped_before + 10 * partitions,
+        TIMEOUT_S,
+        "follower fetches skipping idle partitions",
+    )
+    shrinks_before = total(cluster, shrinks)
+    watch_until = time.monotonic() + 3 * 3.0
+    while time.monotonic() < watch_until:  # a window to watch, not a wait for a condition
+        assert total(cluster, shrinks) == shrinks_before
+        assert total(cluster, urp) == 0
+        time.sleep(0.5)
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 0}
+    )
+    failed: list[object] = []
+    for partition in range(partitions):
+        producer.produce(
+            topic,
+            value=b"after-the-quiet",
+            partition=partition,
+            on_delivery=lambda error, _message: failed.append(error) if error else None,
+        )
+    assert producer.flush(30) == 0
+    assert failed == []
+    sessions = "kafka_server_fetchsessioncache_numincrementalfetchsessions_value"
+    assert total(cluster, sessions) > 0
 
 
 def test_under_replicated_partitions_follow_a_killed_broker(cluster: LocalCluster) -> None:

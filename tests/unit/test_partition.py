@@ -45,6 +45,7 @@ class FakeLog:
     def __init__(self, log_end_offset: int = 0) -> None:
         self.log_end_offset = log_end_offset
         self.log_start_offset = 0
+        self.closed = False
         self.leader_epoch_cache = FakeEpochCache()
         self.high_watermarks: list[int] = []
 

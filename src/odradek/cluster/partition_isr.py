@@ -56,6 +56,10 @@ class IsrUpdate:
     zk_version: int
 
 
+QuietToken = tuple[Any, int, IsrState, tuple[int, ...], int, int, int]
+"""(log, leader epoch, ISR state, assignment, LEO, HW, log start offset): see
+`PartitionIsr.quiet_follower_token`."""
+
 IsrWriter = Callable[[IsrUpdate], Awaitable[int | None]]
 """Writes an ISR update; returns the new znode version, or None if the conditional write failed."""
 
@@ -140,6 +144,56 @@ class PartitionIsr:
         self._maybe_expand_isr(follower_id, follower)
         self._maybe_increment_high_watermark()
         self._maybe_complete_low_watermark_waiters()
+
+    def quiet_follower_token(self, follower_id: int, fetch_offset: int) -> QuietToken | None:
+        """For an incremental fetch session: the state a follower's fetch at `fetch_offset`
+        depends on, when that fetch has nothing to read and cannot move the ISR, the HW or the
+        low watermark (led here, not fenced, the ISR settled with the follower in it, and the
+        follower's last counted fetch at our LEO); None otherwise. While the token stays the
+        same, a fetch at the same offset would be answered as the last one was, and only the
+        follower's caught-up time moves (`refresh_quiet_follower`)."""
+        if (
+            not self.is_leader
+            or self.fenced
+            or self.isr_state.is_pending
+            or follower_id not in self.isr_state.isr
+            or self.log.closed
+        ):
+            return None
+        follower = self.followers.get(follower_id)
+        log_end_offset = self.log_end_offset
+        if (
+            follower is None
+            or follower.log_end_offset != fetch_offset
+            or fetch_offset != log_end_offset
+        ):
+            return None
+        return (
+            self.log,
+            self.leader_epoch,
+            self.isr_state,
+            self.assignment,
+            log_end_offset,
+            self.high_watermark,
+            int(self.log.log_start_offset),
+        )
+
+    def refresh_quiet_follower(
+        self,
+        follower_id: int,
+        fetch_offset: int,
+        log_start_offset: int,
+        token: QuietToken,
+        now: float,
+    ) -> bool:
+        """A fetch of a session partition whose parameters and `quiet_follower_token` are what
+        they were at its last answer: record the fetch as `update_follower_fetch_state` would
+        (the follower is caught up now) and return True; False, with nothing changed, if the
+        token differs (the partition must be read)."""
+        if self.quiet_follower_token(follower_id, fetch_offset) != token:
+            return False
+        self.update_follower_fetch_state(follower_id, fetch_offset, now, log_start_offset)
+        return True
 
     def _maybe_expand_isr(self, follower_id: int, follower: FollowerState) -> None:
         if self.isr_state.is_pending or self.fenced or follower_id in self.isr:

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,21 @@ class _IsrChanges:
     partitions: set[TopicPartition] = field(default_factory=set)
     last_change: float = 0.0
     last_propagation: float = 0.0
+
+
+def is_diverging(partition: Partition, fetch: Any) -> bool:
+    """Does a follower's last fetched epoch end before its fetch offset in our log? (`fetch`
+    has `last_fetched_epoch` and `fetch_offset`.) An epoch we do not know is not taken as
+    divergence: the follower truncates by OffsetForLeaderEpoch before fetching."""
+    if fetch.last_fetched_epoch < 0:
+        return False
+    cache = partition.log.leader_epoch_cache
+    if fetch.last_fetched_epoch == cache.latest_epoch:
+        return False  # that epoch ends at our LEO, which the read found >= the fetch offset
+    epoch, end_offset = cache.end_offset_for(fetch.last_fetched_epoch, partition.log_end_offset)
+    if epoch < 0:
+        return False
+    return epoch < fetch.last_fetched_epoch or end_offset < fetch.fetch_offset
 
 
 class ReplicaManager(ReplicaRoleChanges):
@@ -408,7 +423,7 @@ class ReplicaManager(ReplicaRoleChanges):
                         request.fetch_offset,
                         read.log_start_offset,
                         read.log_end_offset,
-                        self._diverging(partition, request),
+                        is_diverging(partition, request),
                     )
                 ):
                     partition.update_follower_fetch_state(
@@ -430,23 +445,6 @@ class ReplicaManager(ReplicaRoleChanges):
             results[key] = FetchPartitionResult(read=read)
         return results, total
 
-    @staticmethod
-    def _diverging(partition: Partition, request: FetchPartitionRequest) -> bool:
-        """Does the follower's last fetched epoch end before its fetch offset in our log?
-        (An epoch we do not know is not taken as divergence: the follower truncates by
-        OffsetForLeaderEpoch before fetching.)"""
-        if request.last_fetched_epoch < 0:
-            return False
-        cache = partition.log.leader_epoch_cache
-        if request.last_fetched_epoch == cache.latest_epoch:
-            return False  # that epoch ends at our LEO, which the read found >= the fetch offset
-        epoch, end_offset = cache.end_offset_for(
-            request.last_fetched_epoch, partition.log_end_offset
-        )
-        if epoch < 0:
-            return False
-        return epoch < request.last_fetched_epoch or end_offset < request.fetch_offset
-
     def fetch_messages(
         self,
         requests: list[FetchPartitionRequest],
@@ -456,17 +454,23 @@ class ReplicaManager(ReplicaRoleChanges):
         max_bytes: int,
         follower_update: FollowerStateUpdate | None = None,
         zero_copy: bool = False,
+        watch_only: Sequence[Partition] = (),
+        read_on_wake: Callable[[], list[FetchPartitionRequest]] | None = None,
     ) -> (
         dict[TopicPartition, FetchPartitionResult]
         | Awaitable[dict[TopicPartition, FetchPartitionResult]]
     ):
         """Read from the leaders' logs; long-poll (delayed fetch) until min_bytes or max_wait.
-        With `zero_copy`, records come as ranges of segment files (`FileRecords`)."""
+        With `zero_copy`, records come as ranges of segment files (`FileRecords`).
+
+        `watch_only`: partitions of a fetch session not read now (nothing in them changed
+        since the session's last answer) but watched by the delayed fetch; if any wakes it,
+        they are read with the others (`read_on_wake` gives their requests)."""
         results, total = self._read_all(
             requests, replica_id, max_bytes, time.monotonic(), follower_update, zero_copy
         )
         errors = any(r.error is not None for r in results.values())
-        if max_wait_ms <= 0 or total >= min_bytes or errors or not requests:
+        if max_wait_ms <= 0 or total >= min_bytes or errors or not (requests or watch_only):
             return results
         return self._delayed_fetch(
             requests,
@@ -477,6 +481,8 @@ class ReplicaManager(ReplicaRoleChanges):
             follower_update,
             zero_copy,
             results,
+            watch_only,
+            read_on_wake,
         )
 
     async def _delayed_fetch(
@@ -489,6 +495,8 @@ class ReplicaManager(ReplicaRoleChanges):
         follower_update: FollowerStateUpdate | None = None,
         zero_copy: bool = False,
         first_results: dict[TopicPartition, FetchPartitionResult] | None = None,
+        watch_only: Sequence[Partition] = (),
+        read_on_wake: Callable[[], list[FetchPartitionRequest]] | None = None,
     ) -> dict[TopicPartition, FetchPartitionResult]:
         """Wait for data. A wait that ends by its timeout with no partition having been woken
         (nothing appended, no HW moved) answers with the first read's results rather than read
@@ -503,6 +511,7 @@ class ReplicaManager(ReplicaRoleChanges):
                 for r in requests
                 if (p := self.partitions.get((r.topic, r.partition))) is not None
             ]
+            watched.extend(watch_only)
             for partition in watched:
                 partition.register_data_waiter(waiter)
             try:
@@ -517,6 +526,10 @@ class ReplicaManager(ReplicaRoleChanges):
             if not woken and first_results is not None:
                 return first_results
             first_results = None
+            if watch_only:  # woken: every partition is read from now on
+                watch_only = ()
+                if read_on_wake is not None:
+                    requests = [*requests, *read_on_wake()]
             results, total = self._read_all(
                 requests, replica_id, max_bytes, time.monotonic(), follower_update, zero_copy
             )

@@ -45,6 +45,7 @@ import enum
 import random
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -85,6 +86,10 @@ class CachedPartition:
     fetch: PartitionFetch
     high_watermark: int = -1
     log_start_offset: int = -1
+    quiet: tuple[Any, Any] | None = None
+    """For a follower's session: (the leader's Partition, its `quiet_follower_token`) as of
+    the last answer, if that answer found nothing to read and nothing the fetch could move;
+    while both hold, a fetch with the same parameters skips the read (`handlers_fetch`)."""
 
     def must_respond(
         self, records_size: int, high_watermark: int, log_start_offset: int, error: bool
@@ -123,6 +128,9 @@ class FetchSession:
     """(privileged, size, id) as of the last touch."""
     evictable_by_all: bool = False
     evictable_by_privileged: bool = False
+    quiet_basis: Any = None
+    """What the partitions' `quiet` marks were made under (the follower's broker epoch, as it
+    sent it and as this broker knows it): a request with another basis reads everything."""
 
 
 class ContextKind(enum.Enum):
@@ -201,6 +209,8 @@ class FetchSessionCache:
         self.eviction_ms = eviction_ms
         self.sessions: dict[int, FetchSession] = {}
         self.evictions = 0
+        self.quiet_skips = 0
+        """Session partitions a follower's fetch did not read (`fetch_quiet`), ever."""
         self._rng = rng or random.Random()
 
     def __len__(self) -> int:
@@ -332,6 +342,7 @@ class FetchManager:
                 cached[key] = CachedPartition(fetch)
             else:
                 partition.fetch = fetch
+                partition.quiet = None
         for key in to_forget:
             cached.pop(key, None)
         if not cached:  # nothing left: close the session, answer without one

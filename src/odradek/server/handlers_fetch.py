@@ -49,7 +49,6 @@ from odradek.protocol.fetch_response import (
     encode_fetch_response,
 )
 from odradek.security.controller_requests import (
-    UNKNOWN_BROKER_EPOCH,
     may_update_follower_state,
     validate_follower_fetch,
 )
@@ -60,6 +59,7 @@ from odradek.server.authorization import (
     TOPIC,
     TOPIC_AUTHORIZATION_FAILED,
 )
+from odradek.server.fetch_quiet import follower_basis, mark_quiet, replica_epoch, still_quiet
 from odradek.server.fetch_session import ContextKind, FetchContext, PartitionFetch, PartitionKey
 from odradek.server.quota.throttling import (
     fetch_max_bytes,
@@ -86,34 +86,26 @@ def _epoch_or_none(value: Any) -> int | None:
 
 
 def _follower_verdicts(
-    broker: BrokerServices, context: RequestContext, request: Any, keys: list[tuple[str, int]]
+    broker: BrokerServices, authorized: bool, request: Any, keys: list[tuple[str, int]]
 ) -> tuple[dict[tuple[str, int], ErrorCode], set[tuple[str, int]]]:
     """A follower fetch (replica id >= 0): which partitions to refuse (and with what), and which
-    may update the follower's state. Needs CLUSTER_ACTION; then `validate_follower_fetch` per
-    partition this broker leads (KIP-903: a replica of the partition, with its current broker
-    epoch from Fetch v15's ReplicaState)."""
-    if not broker.authorizer.cluster(context, CLUSTER_ACTION):
+    may update the follower's state. Needs CLUSTER_ACTION (`authorized`); then
+    `validate_follower_fetch` per partition this broker leads (KIP-903: a replica of the
+    partition, with its current broker epoch from Fetch v15's ReplicaState)."""
+    if not authorized:
         return dict.fromkeys(keys, TOPIC_AUTHORIZATION_FAILED), set()
-    state = getattr(request, "replica_state", None)
     replica_id = _replica_id(request)
-    replica_epoch = int(state.replica_epoch) if state is not None else UNKNOWN_BROKER_EPOCH
+    epoch = replica_epoch(request)
     refused: dict[tuple[str, int], ErrorCode] = {}
     updatable: set[tuple[str, int]] = set()
     not_counted: str | None = None  # why partitions were served without counting, if any
-    known_epoch = broker.live_broker_epochs.get(replica_id)
-    if replica_epoch != UNKNOWN_BROKER_EPOCH and (
-        known_epoch is None or replica_epoch > known_epoch
-    ):
-        # A registration we have not seen (a restart, or a session that expired and came back):
-        # if the /brokers/ids watch missed it, the follower could never rejoin the ISR.
-        broker.refresh_live_broker_epochs()
     for key in keys:
         partition = broker.replica_manager.get_partition(*key)
         if partition is None or not partition.is_leader:
             continue  # the read answers NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION
         verdict = validate_follower_fetch(
             replica_id,
-            replica_epoch,
+            epoch,
             partition.assignment,
             broker.live_broker_epochs,
             has_current_leader_epoch=True,
@@ -126,7 +118,7 @@ def _follower_verdicts(
         else:
             not_counted = verdict.reason
     if not_counted is not None:
-        _log_not_counted(replica_id, replica_epoch, not_counted, broker.live_broker_epochs)
+        _log_not_counted(replica_id, epoch, not_counted, broker.live_broker_epochs)
     return refused, updatable
 
 
@@ -218,33 +210,41 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     )
     if fetch_context.kind is ContextKind.ERROR:
         return _session_error(header, fetch_context.error)
+    authorized = replica_id >= 0 and broker.authorizer.cluster(context, CLUSTER_ACTION)
+    basis = follower_basis(broker, request, replica_id) if authorized else None
+    # A follower's incremental fetch skips the partitions whose answer cannot have changed
+    # since the session's last (`fetch_quiet`); a delayed fetch only watches them.
+    session = fetch_context.session if fetch_context.kind is ContextKind.INCREMENTAL else None
+    cached_partitions = session.partitions if session is not None else {}
+    use_quiet = basis is not None and session is not None and session.quiet_basis == basis
+    hosted = replica_manager.partitions
+    now = time.monotonic()
+    quiet: dict[PartitionKey, Partition] = {}
     # What to read: the request's partitions (full) or the whole session's (incremental).
     names: dict[Any, str | None] = {}
     requests: list[FetchPartitionRequest] = []
     keys: list[tuple[str, int]] = []
-    for (topic_key, index), fetch in fetch_context.partitions.items():
+    for key, fetch in fetch_context.partitions.items():
+        topic_key, index = key
         if topic_key not in names:
             names[topic_key] = broker.metadata_cache.topic_name(topic_key) if by_id else topic_key
         name = names[topic_key]
         if name is None:
             continue
+        if use_quiet:
+            cached = cached_partitions[key]
+            if cached.quiet is not None:
+                still = still_quiet(cached, hosted.get((name, index)), replica_id, now)
+                if still is not None:
+                    quiet[key] = still
+                    continue
         keys.append((name, index))
-        requests.append(
-            FetchPartitionRequest(
-                name,
-                index,
-                fetch.fetch_offset,
-                fetch.max_bytes,
-                fetch.current_leader_epoch,
-                fetch.log_start_offset,
-                fetch.last_fetched_epoch,
-                read_committed=read_committed,
-            )
-        )
+        requests.append(_partition_request(name, index, fetch, read_committed=read_committed))
     refused: dict[tuple[str, int], ErrorCode] = {}
     follower_update = None
+    updatable: set[tuple[str, int]] = set()
     if replica_id >= 0:
-        refused, updatable = _follower_verdicts(broker, context, request, keys)
+        refused, updatable = _follower_verdicts(broker, authorized, request, keys)
 
         def follower_update(
             key: tuple[str, int], offset: int, start: int, end: int, diverging: bool
@@ -265,7 +265,19 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     if replica_id < 0 and quotas.fetch.enabled:
         max_bytes = fetch_max_bytes(quotas, context, max_bytes)
         min_bytes = min(min_bytes, max_bytes)
-    if requests:
+
+    if quiet:
+        broker.fetch_manager.cache.quiet_skips += len(quiet)
+
+    def read_on_wake() -> list[FetchPartitionRequest]:
+        # New data in a quiet partition: read them all, served as any other partition.
+        return [
+            _partition_request(name, key[1], cached_partitions[key].fetch)
+            for key in quiet
+            if (name := names.get(key[0])) is not None
+        ]
+
+    if requests or quiet:
         result = replica_manager.fetch_messages(
             requests,
             replica_id,
@@ -276,6 +288,8 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
             # Records stay in their segment files (FileRecords) until the connection sends
             # them: by sendfile(2), or on TLS read once and handed to the transport as they are.
             zero_copy=True,
+            watch_only=list(quiet.values()),
+            read_on_wake=read_on_wake,
         )
     else:
         result = {}
@@ -301,6 +315,8 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
             topic_key, index = key
             name = names.get(topic_key)
             item = results.get((name, index)) if name is not None else None
+            if item is None and key in quiet:
+                continue  # not read: nothing new, left out of the answer
             if item is None or item.error is not None or item.read is None:
                 if name is None:
                     code = ErrorCode.unknown_topic_id
@@ -324,6 +340,8 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
         session_id, included = fetch_context.respond(summary)
         if fetch_context.error != ErrorCode.none:
             return _session_error(header, fetch_context.error)
+        if session is not None and basis is not None:
+            mark_quiet(session, basis, found, names, hosted, updatable, replica_id)
         entries: dict[PartitionKey, PartitionAnswer] = {}
         for key in included:
             outcome = found[key]
@@ -360,6 +378,21 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
         return answer(await result)
 
     return wait_and_build()
+
+
+def _partition_request(
+    name: str, index: int, fetch: PartitionFetch, read_committed: bool = False
+) -> FetchPartitionRequest:
+    return FetchPartitionRequest(
+        name,
+        index,
+        fetch.fetch_offset,
+        fetch.max_bytes,
+        fetch.current_leader_epoch,
+        fetch.log_start_offset,
+        fetch.last_fetched_epoch,
+        read_committed=read_committed,
+    )
 
 
 def _throttled(header: Any, fetch_context: FetchContext, throttle_ms: int) -> EncodedResponse:

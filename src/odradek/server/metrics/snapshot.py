@@ -125,6 +125,7 @@ def collect(
     families.extend(_broker_topic_metrics(broker))
     families.extend(_request_metrics(request_metrics, timers))
     families.extend(_replica_manager(broker, logs, replicas, counts))
+    families.extend(_fetch_sessions(broker))
     families.extend(_controller(broker, timers))
     timers.append(
         (
@@ -239,6 +240,42 @@ def _replica_manager(
         yield from _replica_manager_counts(broker, replica_manager)
     if logs:
         yield from _replica_logs(replica_manager, replicas)
+
+
+def _fetch_sessions(broker: Any) -> Iterator[Metric]:
+    """Kafka's FetchSessionCache gauges and evictions, and Odradek's count of session
+    partitions whose read a follower's fetch skipped (`server/fetch_quiet`)."""
+    manager = getattr(broker, "fetch_manager", None)
+    if manager is None:
+        return
+    cache = manager.cache
+
+    def family(mbean: str, attribute: str, doc: str, value: float) -> Metric:
+        make = _gauge if attribute == "Value" else _untyped
+        metric = make(jmx_metric_name("kafka.server", "FetchSessionCache", mbean, attribute), doc)
+        metric.add_metric([], value)
+        return metric
+
+    sessions = list(cache.sessions.values())
+    yield family("NumIncrementalFetchSessions", "Value", "fetch sessions cached", len(sessions))
+    yield family(
+        "NumIncrementalFetchPartitionsCached",
+        "Value",
+        "partitions in the cached fetch sessions",
+        sum(len(s.partitions) for s in sessions),
+    )
+    yield family(
+        "IncrementalFetchSessionEvictionsPerSec",
+        "Count",
+        "fetch sessions evicted to make room for another",
+        cache.evictions,
+    )
+    yield family(
+        "QuietPartitionsSkippedPerSec",
+        "Count",
+        "session partitions a follower's fetch did not read: nothing changed since its last answer",
+        cache.quiet_skips,
+    )
 
 
 def _replica_manager_counts(broker: Any, replica_manager: Any) -> Iterator[Metric]:
