@@ -120,6 +120,19 @@ def test_a_refresh_records_the_fetch_so_the_follower_stays_in_sync() -> None:
     run(body)
 
 
+def test_a_refresh_changes_what_a_fetch_at_the_same_offset_would() -> None:
+    refreshed, _ = caught_up()
+    fetched, _ = caught_up()
+    token = refreshed.quiet_follower_token(FOLLOWER, 5)
+    assert token is not None
+    for now, log_start in ((4.0, -1), (6.5, 0), (9.0, 0)):
+        assert refreshed.refresh_quiet_follower(FOLLOWER, 5, log_start, token, now)
+        fetched.update_follower_fetch_state(FOLLOWER, 5, now, log_start)
+        assert refreshed.followers == fetched.followers
+        assert refreshed.isr_state == fetched.isr_state
+        assert refreshed.high_watermark == fetched.high_watermark
+
+
 # -- marks on the session ------------------------------------------------------------------------
 
 

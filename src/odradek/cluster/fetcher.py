@@ -138,6 +138,8 @@ class ReplicaFetcher:
         self._connection: BrokerConnection | None = None
         self.session = FetchSessionHandler()
         """Our incremental fetch session with this leader (KIP-227)."""
+        self._session_topic_ids: dict[str, uuid.UUID] = {}
+        """The topic id each topic name of the session was last sent with."""
         self.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"replica-fetcher-{manager.broker_id}-{leader_id}-{index}"
         )
@@ -345,41 +347,54 @@ class ReplicaFetcher:
 
     async def _fetch(self, connection: BrokerConnection, states: list[FetchState]) -> None:
         config = self.manager.config
-        wanted: dict[tuple[uuid.UUID, int], PartitionParams] = {}
-        topic_names: dict[uuid.UUID, str] = {}
+        wanted: dict[TopicPartition, PartitionParams] = {}
         sent: dict[TopicPartition, FetchState] = {}
         topic_ids: dict[str, uuid.UUID | None] = {}
         partition_max_bytes = config["replica.fetch.max.bytes"]
         throttle = self.manager.throttle
         if throttle is not None and throttle.enabled:
             states = hold_throttled(throttle, states, time.monotonic() + THROTTLE_POLL_S)
+        make_params = PartitionParams._make  # a named tuple's __new__ is a Python lambda
         for state in states:
-            topic = state.partition.topic
+            partition = state.partition
+            topic = partition.topic
             if topic not in topic_ids:
                 topic_ids[topic] = self.manager.topic_id_for(topic)
-            topic_id = topic_ids[topic]
-            if topic_id is None:
-                log.info("%s: topic id not known yet; not fetching", state.partition)
+            if topic_ids[topic] is None:
+                log.info("%s: topic id not known yet; not fetching", partition)
                 self._delay(state)
                 continue
-            sent[state.key] = state
-            topic_names[topic_id] = state.partition.topic
-            log_ = state.partition.log
+            key = (topic, partition.partition)
+            sent[key] = state
+            log_ = partition.log
             latest = log_.leader_epoch_cache.latest_epoch
-            wanted[(topic_id, state.partition.partition)] = PartitionParams(
-                log_.log_end_offset,
-                log_.log_start_offset,
-                partition_max_bytes,
-                state.leader_epoch,
-                latest if latest is not None else -1,
+            wanted[key] = make_params(
+                (
+                    log_.log_end_offset,
+                    log_.log_start_offset,
+                    partition_max_bytes,
+                    state.leader_epoch,
+                    latest if latest is not None else -1,
+                )
             )
         if not sent:
             return
+        # The session names partitions by topic name, the request by topic id: a name's hash is
+        # kept, a UUID's is computed in Python at every look-up (several per partition per
+        # fetch). A topic whose id changed since the session named it (deleted and created
+        # again) starts the session over.
         session = self.session
+        known_ids = self._session_topic_ids
+        for topic, topic_id in topic_ids.items():
+            if topic_id is not None:
+                if known_ids.get(topic, topic_id) != topic_id:
+                    session.reset()
+                known_ids[topic] = topic_id
+        topic_names = {topic_id: topic for topic, topic_id in topic_ids.items() if topic_id}
         data = session.build(wanted)
         by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
-        for (topic_id, index), params in data.to_send.items():
-            by_topic.setdefault(topic_id, []).append(
+        for (topic, index), params in data.to_send.items():
+            by_topic.setdefault(known_ids[topic], []).append(
                 {
                     "partition": index,
                     "current_leader_epoch": params.current_leader_epoch,
@@ -390,8 +405,10 @@ class ReplicaFetcher:
                 }
             )
         forgotten: dict[Any, list[int]] = {}
-        for topic_id, index in data.to_forget:
-            forgotten.setdefault(topic_id, []).append(index)
+        for topic, index in data.to_forget:
+            forgotten_id = known_ids.get(topic)
+            if forgotten_id is not None:
+                forgotten.setdefault(forgotten_id, []).append(index)
         request = build(
             request_class(ApiKey.FETCH, FETCH_VERSION),
             {

@@ -71,6 +71,7 @@ class PartitionIsr:
     topic: str
     partition: int
     local_broker_id: int
+    leader_id: int
     log: Any
     _isr_writer: IsrWriter
     _on_isr_change: Callable[[str, int], None]
@@ -190,9 +191,35 @@ class PartitionIsr:
         they were at its last answer: record the fetch as `update_follower_fetch_state` would
         (the follower is caught up now) and return True; False, with nothing changed, if the
         token differs (the partition must be read)."""
-        if self.quiet_follower_token(follower_id, fetch_offset) != token:
+        log_ = self.log
+        if (
+            (
+                log_,
+                self.leader_epoch,
+                self.isr_state,
+                self.assignment,
+                log_.log_end_offset,
+                self.high_watermark,
+                log_.log_start_offset,
+            )
+            != token
+            or self.leader_id != self.local_broker_id
+            or self.fenced
+            or log_.closed
+        ):
             return False
-        self.update_follower_fetch_state(follower_id, fetch_offset, now, log_start_offset)
+        follower = self.followers.get(follower_id)
+        if follower is None or follower.log_end_offset != fetch_offset:
+            return False
+        # What update_follower_fetch_state does for a follower in the ISR, with nothing pending,
+        # fetching at the LEO again (a token is made only then, and the ISR state is the same):
+        # inlined, since this runs for thousands of partitions per fetch.
+        if now > follower.last_caught_up_time:
+            follower.last_caught_up_time = now
+        follower.last_fetch_leader_log_end_offset = fetch_offset
+        follower.last_fetch_time = now
+        if log_start_offset >= 0:
+            follower.log_start_offset = log_start_offset
         return True
 
     def _maybe_expand_isr(self, follower_id: int, follower: FollowerState) -> None:
