@@ -69,6 +69,8 @@ from tests.integration._replication import (
     AckedProducer,
     fetch_records,
     latest_offset,
+    records_of,
+    replicas_identical,
     unique_topic,
 )
 
@@ -390,6 +392,23 @@ def test_cli_delete_removes_the_topic_everywhere_and_the_name_can_be_reused(
     assert new_info is not None and old_info is not None
     assert new_info.topic_id != old_info.topic_id
     assert zk_topic_config(cluster3, topic) == {}
+    # And it replicates: the followers' fetchers sent the old topic's id under this name, and
+    # start their fetch sessions over with the new one.
+    wait_for_agreement(cluster3, [topic], _led(topic, partitions), what="the new topic")
+    AckedProducer(cluster3.bootstrap_servers, acks="all").send(
+        topic, [b"reborn-%d" % i for i in range(30)], keyed=True
+    )
+
+    def replicated() -> bool:
+        values: list[bytes] = []
+        for partition in range(partitions):
+            common = replicas_identical(cluster3, [1, 2, 3], topic, partition)
+            if common is None:
+                return False
+            values.extend(r.value or b"" for r in records_of(common))
+        return sorted(values) == sorted(b"reborn-%d" % i for i in range(30))
+
+    wait_until(replicated, AGREEMENT_TIMEOUT_S, "the new topic's records on every replica")
 
 
 def _delete_while_down(cluster: LocalCluster, timing: str) -> tuple[str, int, int]:
