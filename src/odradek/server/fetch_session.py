@@ -8,6 +8,8 @@ fetch parameters changed (or that join the session) and a list of partitions to 
 reads every partition of the session from the fetch offsets it cached, and answers only the
 partitions with something to say — records, a changed high watermark or log start offset, an error.
 For a follower with 10,000 idle partitions, an incremental request and its answer are a few bytes.
+(A follower's session also skips reading the partitions that cannot have anything new since their
+last answer: `fetch_quiet`, through `CachedPartition.quiet`.)
 
 Request metadata (session id, epoch):
 

@@ -10,7 +10,8 @@ its fetch moves its LEO (and so the ISR and HW) only after the read at its offse
 fetching in its name. From v7 the request may belong to an incremental fetch session (KIP-227,
 `odradek.server.fetch_session`): a full request answers every partition it names and may open a
 session; an incremental one reads every partition of its session and answers only those with
-records, a changed high watermark or log start offset, or an error.
+records, a changed high watermark or log start offset, or an error. A follower's incremental
+fetch skips the partitions whose answer cannot have changed since the last (`fetch_quiet`).
 
 Whatever a request asks for, a response holds at most `fetch.max.bytes` (KIP-541, 55 MB by
 default) of records for a consumer and `replica.fetch.response.max.bytes` (10 MB) for a follower,
