@@ -454,6 +454,20 @@ class Partition(PartitionIsr):
             aborted,
         )
 
+    def diverges(self, fetch: Any) -> bool:
+        """Does a follower's last fetched epoch end before its fetch offset in our log? (`fetch`
+        has `last_fetched_epoch` and `fetch_offset`.) An epoch we do not know is not taken as
+        divergence: the follower truncates by OffsetForLeaderEpoch before fetching."""
+        if fetch.last_fetched_epoch < 0:
+            return False
+        cache = self.log.leader_epoch_cache
+        if fetch.last_fetched_epoch == cache.latest_epoch:
+            return False  # that epoch ends at our LEO, which the read found >= the fetch offset
+        epoch, end_offset = cache.end_offset_for(fetch.last_fetched_epoch, self.log_end_offset)
+        if epoch < 0:
+            return False
+        return epoch < fetch.last_fetched_epoch or end_offset < fetch.fetch_offset
+
     def _aborted_between(self, start: int, upper: int) -> list[tuple[int, int]]:
         """(producer id, first offset) of the aborted transactions a read of [start, upper)
         overlaps, for a read_committed answer."""

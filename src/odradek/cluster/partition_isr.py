@@ -169,14 +169,18 @@ class PartitionIsr:
             or fetch_offset != log_end_offset
         ):
             return None
+        return self._quiet_state()
+
+    def _quiet_state(self) -> QuietToken:
+        log_ = self.log
         return (
-            self.log,
+            log_,
             self.leader_epoch,
             self.isr_state,
             self.assignment,
-            log_end_offset,
+            log_.log_end_offset,
             self.high_watermark,
-            int(self.log.log_start_offset),
+            log_.log_start_offset,
         )
 
     def refresh_quiet_follower(
@@ -191,21 +195,11 @@ class PartitionIsr:
         they were at its last answer: record the fetch as `update_follower_fetch_state` would
         (the follower is caught up now) and return True; False, with nothing changed, if the
         token differs (the partition must be read)."""
-        log_ = self.log
         if (
-            (
-                log_,
-                self.leader_epoch,
-                self.isr_state,
-                self.assignment,
-                log_.log_end_offset,
-                self.high_watermark,
-                log_.log_start_offset,
-            )
-            != token
+            self._quiet_state() != token
             or self.leader_id != self.local_broker_id
             or self.fenced
-            or log_.closed
+            or self.log.closed
         ):
             return False
         follower = self.followers.get(follower_id)

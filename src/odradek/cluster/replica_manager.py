@@ -99,21 +99,6 @@ class _IsrChanges:
     last_propagation: float = 0.0
 
 
-def is_diverging(partition: Partition, fetch: Any) -> bool:
-    """Does a follower's last fetched epoch end before its fetch offset in our log? (`fetch`
-    has `last_fetched_epoch` and `fetch_offset`.) An epoch we do not know is not taken as
-    divergence: the follower truncates by OffsetForLeaderEpoch before fetching."""
-    if fetch.last_fetched_epoch < 0:
-        return False
-    cache = partition.log.leader_epoch_cache
-    if fetch.last_fetched_epoch == cache.latest_epoch:
-        return False  # that epoch ends at our LEO, which the read found >= the fetch offset
-    epoch, end_offset = cache.end_offset_for(fetch.last_fetched_epoch, partition.log_end_offset)
-    if epoch < 0:
-        return False
-    return epoch < fetch.last_fetched_epoch or end_offset < fetch.fetch_offset
-
-
 class ReplicaManager(ReplicaRoleChanges):
     """All partitions hosted here. Event-loop thread only."""
 
@@ -423,7 +408,7 @@ class ReplicaManager(ReplicaRoleChanges):
                         request.fetch_offset,
                         read.log_start_offset,
                         read.log_end_offset,
-                        is_diverging(partition, request),
+                        partition.diverges(request),
                     )
                 ):
                     partition.update_follower_fetch_state(

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.cluster.replica_manager import is_diverging
 from odradek.security.controller_requests import UNKNOWN_BROKER_EPOCH
 from odradek.server.fetch_session import CachedPartition, FetchSession, PartitionKey
 
@@ -100,7 +99,7 @@ def mark_quiet(
             continue
         partition = hosted.get((name, key[1]))
         fetch = cached.fetch
-        if partition is None or is_diverging(partition, fetch):
+        if partition is None or partition.diverges(fetch):
             continue
         token = partition.quiet_follower_token(replica_id, fetch.fetch_offset)
         # As told: the answer's LEO, HW and log start offset are the partition's now (a
