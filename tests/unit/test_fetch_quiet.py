@@ -13,7 +13,7 @@ import pytest
 
 from odradek.cluster.isr import PendingShrinkIsr
 from odradek.cluster.partition import Partition, PartitionStateInfo, ReadResult
-from odradek.server.fetch_quiet import mark_quiet, still_quiet
+from odradek.server.fetch_quiet import keys_to_answer, mark_quiet, still_quiet
 from odradek.server.fetch_session import (
     CachedPartition,
     ContextKind,
@@ -212,3 +212,44 @@ def test_new_fetch_parameters_clear_the_mark() -> None:
 
 def test_cached_partition_starts_unmarked() -> None:
     assert CachedPartition(PartitionFetch(0, 1)).quiet is None
+
+
+# -- what an incremental fetch walks -------------------------------------------------------------
+
+
+def test_the_answer_walks_the_read_partitions_and_those_read_on_wake_in_session_order() -> None:
+    partition, _ = caught_up()
+    session_order = {("t", i): None for i in range(6)}
+    names = {"t": "t"}
+    quiet = {("t", 1): partition, ("t", 3): partition, ("t", 4): partition}
+    read_keys = [("t", 0), ("t", 2), ("t", 5)]
+    results = {("t", i): object() for i in (0, 2, 5)}
+    # Nothing woke the fetch: the quiet partitions are not walked.
+    assert keys_to_answer(read_keys, quiet, session_order, names, results, 3) is read_keys
+    # New data in ("t", 3) woke it, and every quiet partition was read: all are answered, in
+    # the session's order.
+    woken = {**results, **{key: object() for key in quiet}}
+    assert keys_to_answer(read_keys, quiet, session_order, names, woken, 3) == list(session_order)
+    assert keys_to_answer([], quiet, session_order, names, dict.fromkeys(quiet), 0) == [
+        ("t", 1),
+        ("t", 3),
+        ("t", 4),
+    ]
+
+
+def test_an_incremental_answer_leaves_out_and_keeps_what_was_not_read() -> None:
+    """`respond` walks only the partitions read: one left out (quiet) is not answered and what
+    the session remembers of it does not change."""
+    manager = FetchManager(FetchSessionCache(10, rng=random.Random(3)), lambda: 0)
+    keys = [("t", i) for i in range(3)]
+    context = manager.new_context(12, 0, 0, True, {k: PartitionFetch(5, 1024) for k in keys}, [])
+    session_id, _ = context.respond(dict.fromkeys(keys, (0, 5, 0, False)))
+    session = manager.cache.get(session_id)
+    assert session is not None
+    context = manager.new_context(12, session_id, 1, True, {}, [])
+    assert list(context.partitions) == keys
+    # ("t", 1) not read; ("t", 0) has records, ("t", 2) a new high watermark.
+    answer = context.respond({("t", 0): (10, 5, 0, False), ("t", 2): (0, 6, 0, False)})
+    assert answer == (session_id, [("t", 0), ("t", 2)])
+    assert session.partitions[("t", 1)].high_watermark == 5
+    assert list(session.partitions) == [("t", 1), ("t", 2), ("t", 0)]  # records: to the end

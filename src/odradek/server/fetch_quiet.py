@@ -110,3 +110,24 @@ def mark_quiet(
             outcome.log_start_offset,
         ):
             cached.quiet = (partition, token)
+
+
+def keys_to_answer(
+    read: list[PartitionKey],
+    quiet: Mapping[PartitionKey, Partition],
+    walk: Mapping[PartitionKey, Any],
+    names: Mapping[Any, str | None],
+    results: Mapping[tuple[str, int], Any],
+    requested: int,
+) -> list[PartitionKey]:
+    """The partitions whose results the answer is built from, in the session's order (`walk`):
+    those read (`read`, already in that order), and the quiet ones if new data woke a delayed
+    fetch and they were read with the rest (`results` then holds more than the `requested`
+    reads). Only then are the quiet partitions walked."""
+    if not quiet or len(results) <= requested:
+        return read
+    woken = {key for key in quiet if (names[key[0]], key[1]) in results}
+    if not woken:
+        return read
+    wanted = woken.union(read)
+    return [key for key in walk if key in wanted]

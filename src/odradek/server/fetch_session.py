@@ -147,9 +147,9 @@ class FetchContext:
     """One request's view of its session: what to read and what to answer."""
 
     kind: ContextKind
-    partitions: dict[PartitionKey, PartitionFetch]
-    """The partitions to read, in response order: the request's for a full fetch, the whole
-    session's for an incremental one."""
+    requested: dict[PartitionKey, PartitionFetch]
+    """The request's partitions (for an incremental fetch, only those that joined the session
+    or changed their parameters)."""
     error: ErrorCode = ErrorCode.none
     session: FetchSession | None = None
     expected_epoch: int = 0
@@ -159,20 +159,30 @@ class FetchContext:
         Callable[[FetchContext, dict[PartitionKey, tuple[int, int, int, bool]]], int] | None
     ) = None
 
+    @property
+    def partitions(self) -> dict[PartitionKey, PartitionFetch]:
+        """The partitions to read, in response order: the request's for a full fetch, the whole
+        session's for an incremental one (a copy: the handler walks `session.partitions`)."""
+        if self.kind is ContextKind.INCREMENTAL:
+            cached = assert_session(self.session).partitions
+            return {key: partition.fetch for key, partition in cached.items()}
+        return self.requested
+
     def respond(
         self, results: dict[PartitionKey, tuple[int, int, int, bool]]
     ) -> tuple[int, list[PartitionKey]]:
         """(session id for the response, partitions to include, in order).
 
         `results` maps every read partition to (records size, high watermark, log start offset,
-        error?)."""
+        error?), in the order of `partitions`. An incremental fetch may leave out partitions it
+        did not read (`fetch_quiet`): they are not answered, and only the read ones are walked."""
         if self.kind is ContextKind.ERROR:
             return INVALID_SESSION_ID, []
         if self.kind is ContextKind.SESSIONLESS:
-            return INVALID_SESSION_ID, list(self.partitions)
+            return INVALID_SESSION_ID, list(self.requested)
         if self.kind is ContextKind.FULL:
             session_id = self._create(self, results) if self._create is not None else 0
-            return session_id, list(self.partitions)
+            return session_id, list(self.requested)
         session = assert_session(self.session)
         if session.epoch != self.expected_epoch:
             self.error = ErrorCode.invalid_fetch_session_epoch
@@ -180,10 +190,9 @@ class FetchContext:
         included: list[PartitionKey] = []
         moved: list[PartitionKey] = []
         cached = session.partitions
-        for key in self.partitions:
+        for key, result in results.items():
             partition = cached.get(key)
-            result = results.get(key)
-            if partition is None or result is None:
+            if partition is None:
                 continue
             size, high_watermark, log_start_offset, error = result
             if partition.must_respond(size, high_watermark, log_start_offset, error):
@@ -318,7 +327,7 @@ class FetchManager:
                 context: FetchContext, results: dict[PartitionKey, tuple[int, int, int, bool]]
             ) -> int:
                 cached = {}
-                for key, fetch in context.partitions.items():
+                for key, fetch in context.requested.items():
                     _size, high_watermark, log_start_offset, error = results.get(
                         key, (0, -1, -1, True)
                     )
@@ -354,7 +363,7 @@ class FetchManager:
         session.epoch = next_epoch(session.epoch)
         return FetchContext(
             ContextKind.INCREMENTAL,
-            {key: partition.fetch for key, partition in cached.items()},
+            fetch_data,
             session=session,
             expected_epoch=session.epoch,
         )

@@ -60,7 +60,13 @@ from odradek.server.authorization import (
     TOPIC,
     TOPIC_AUTHORIZATION_FAILED,
 )
-from odradek.server.fetch_quiet import follower_basis, mark_quiet, replica_epoch, still_quiet
+from odradek.server.fetch_quiet import (
+    follower_basis,
+    keys_to_answer,
+    mark_quiet,
+    replica_epoch,
+    still_quiet,
+)
 from odradek.server.fetch_session import ContextKind, FetchContext, PartitionFetch, PartitionKey
 from odradek.server.quota.throttling import (
     fetch_max_bytes,
@@ -221,24 +227,32 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     hosted = replica_manager.partitions
     now = time.monotonic()
     quiet: dict[PartitionKey, Partition] = {}
-    # What to read: the request's partitions (full) or the whole session's (incremental).
+    # What to read: the request's partitions (full) or the whole session's (incremental), less
+    # the quiet ones; `order` is the partitions read (or answered with an error), in response
+    # order, the only ones walked from here on.
     names: dict[Any, str | None] = {}
     requests: list[FetchPartitionRequest] = []
     keys: list[tuple[str, int]] = []
-    for key, fetch in fetch_context.partitions.items():
+    order: list[PartitionKey] = []
+    walk: Any = cached_partitions if session is not None else fetch_context.requested
+    for key, item in walk.items():
         topic_key, index = key
         if topic_key not in names:
             names[topic_key] = broker.metadata_cache.topic_name(topic_key) if by_id else topic_key
         name = names[topic_key]
         if name is None:
+            order.append(key)
             continue
-        if use_quiet:
-            cached = cached_partitions[key]
-            if cached.quiet is not None:
-                still = still_quiet(cached, hosted.get((name, index)), replica_id, now)
+        if session is None:
+            fetch = item
+        else:
+            fetch = item.fetch
+            if use_quiet and item.quiet is not None:
+                still = still_quiet(item, hosted.get((name, index)), replica_id, now)
                 if still is not None:
                     quiet[key] = still
                     continue
+        order.append(key)
         keys.append((name, index))
         requests.append(_partition_request(name, index, fetch, read_committed=read_committed))
     refused: dict[tuple[str, int], ErrorCode] = {}
@@ -312,12 +326,12 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
         # idle follower's session names thousands of partitions and answers none of them.
         summary: dict[PartitionKey, tuple[int, int, int, bool]] = {}
         found: dict[PartitionKey, ReadResult | ErrorCode] = {}
-        for key in fetch_context.partitions:
+        # A quiet partition (not read: nothing new) is in the answer only if new data woke a
+        # delayed fetch and it was read after all.
+        for key in keys_to_answer(order, quiet, walk, names, results, len(requests)):
             topic_key, index = key
             name = names.get(topic_key)
             item = results.get((name, index)) if name is not None else None
-            if item is None and key in quiet:
-                continue  # not read: nothing new, left out of the answer
             if item is None or item.error is not None or item.read is None:
                 if name is None:
                     code = ErrorCode.unknown_topic_id
