@@ -7,13 +7,20 @@ The partitions are `test_partition`'s (a fake log, an explicit clock); the sessi
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
 
 from odradek.cluster.isr import PendingShrinkIsr
 from odradek.cluster.partition import Partition, PartitionStateInfo, ReadResult
-from odradek.server.fetch_quiet import keys_to_answer, mark_quiet, still_quiet
+from odradek.server.fetch_quiet import (
+    answered,
+    mark_quiet,
+    recheck,
+    recheck_interval,
+    still_quiet,
+)
 from odradek.server.fetch_session import (
     CachedPartition,
     ContextKind,
@@ -217,24 +224,14 @@ def test_cached_partition_starts_unmarked() -> None:
 # -- what an incremental fetch walks -------------------------------------------------------------
 
 
-def test_the_answer_walks_the_read_partitions_and_those_read_on_wake_in_session_order() -> None:
-    partition, _ = caught_up()
-    session_order = {("t", i): None for i in range(6)}
+def test_the_answer_holds_the_read_partitions_then_those_read_on_wake() -> None:
     names = {"t": "t"}
-    quiet = {("t", 1): partition, ("t", 3): partition, ("t", 4): partition}
     read_keys = [("t", 0), ("t", 2), ("t", 5)]
     results = {("t", i): object() for i in (0, 2, 5)}
-    # Nothing woke the fetch: the quiet partitions are not walked.
-    assert keys_to_answer(read_keys, quiet, session_order, names, results, 3) is read_keys
-    # New data in ("t", 3) woke it, and every quiet partition was read: all are answered, in
-    # the session's order.
-    woken = {**results, **{key: object() for key in quiet}}
-    assert keys_to_answer(read_keys, quiet, session_order, names, woken, 3) == list(session_order)
-    assert keys_to_answer([], quiet, session_order, names, dict.fromkeys(quiet), 0) == [
-        ("t", 1),
-        ("t", 3),
-        ("t", 4),
-    ]
+    assert answered(read_keys, [], results, names) is read_keys  # nothing woke the fetch
+    # A change to ("t", 3) and ("t", 1) woke it; ("t", 1) was not read (no longer hosted).
+    woken = {**results, ("t", 3): object()}
+    assert answered(read_keys, [("t", 3), ("t", 1)], woken, names) == [*read_keys, ("t", 3)]
 
 
 def test_an_incremental_answer_leaves_out_and_keeps_what_was_not_read() -> None:
@@ -253,3 +250,93 @@ def test_an_incremental_answer_leaves_out_and_keeps_what_was_not_read() -> None:
     assert answer == (session_id, [("t", 0), ("t", 2)])
     assert session.partitions[("t", 1)].high_watermark == 5
     assert list(session.partitions) == [("t", 1), ("t", 2), ("t", 0)]  # records: to the end
+
+
+# -- change notification -------------------------------------------------------------------------
+
+
+def marked_session() -> tuple[Partition, object, FetchSession]:
+    partition, log = caught_up()
+    session = session_with(partition, 5)
+    mark(session, partition, read(partition))
+    assert ("t", 0) not in session.awake  # not walked by the next fetch
+    return partition, log, session
+
+
+@pytest.mark.parametrize("change", ["append", "isr", "role", "fence", "delete_records"])
+def test_a_change_to_a_marked_partition_wakes_its_session(change: str) -> None:
+    async def body() -> None:
+        partition, _, session = marked_session()
+        waiter = asyncio.get_running_loop().create_future()
+        session.register_data_waiter(waiter)
+        if change == "append":
+            append(partition, 1)
+        elif change == "isr":
+            partition.isr_state = PendingShrinkIsr(partition.isr, frozenset({3}))
+        elif change == "role":
+            partition.make_follower(PartitionStateInfo(2, 3, 6, (1, 2, 3), 11, (1, 2, 3)))
+        elif change == "fence":
+            partition.fence("test")
+        elif change == "delete_records":
+            partition.delete_records_on_leader(3)
+        cached = session.partitions[("t", 0)]
+        assert cached.quiet is None
+        assert ("t", 0) in session.awake and session.woken == [("t", 0)]
+        assert waiter.done()  # a delayed fetch of the session wakes and reads it
+        # Told once: the mark is gone, and so is the partition's watcher.
+        append(partition, 1) if change == "append" else partition.wake_quiet()
+        assert session.woken == [("t", 0)]
+
+    run(body)
+
+
+def test_a_wake_for_a_mark_made_since_on_another_partition_is_ignored() -> None:
+    """A mark dropped and made again on another partition object (the topic recreated) is not
+    dropped by the old partition's change."""
+    old, _, session = marked_session()
+    new, _ = caught_up()
+    cached = session.partitions[("t", 0)]
+    session.unmark(("t", 0), cached)
+    mark(session, new, read(new))
+    old.wake_quiet()
+    assert cached.quiet is not None and cached.quiet[0] is new
+
+
+def test_the_recheck_records_quiet_fetches_and_drops_what_changed_untold() -> None:
+    partition, log, session = marked_session()
+    follower = partition.followers[FOLLOWER]
+    recheck(session, lambda topic: topic, {("t", 0): partition}, FOLLOWER, now=7.0)
+    assert follower.last_caught_up_time == 7.0  # still quiet: caught up now
+    assert ("t", 0) not in session.awake
+    log.log_start_offset = 2  # type: ignore[attr-defined]  # retention: no notification
+    recheck(session, lambda topic: topic, {("t", 0): partition}, FOLLOWER, now=8.0)
+    assert session.partitions[("t", 0)].quiet is None and ("t", 0) in session.awake
+    assert follower.last_caught_up_time == 7.0
+
+
+def test_the_recheck_comes_well_inside_the_lag_time() -> None:
+    assert recheck_interval(30_000) == 5.0
+    assert recheck_interval(3_000) == 0.75
+
+
+def test_marks_of_another_basis_are_all_dropped() -> None:
+    _, _, session = marked_session()
+    session.unmark_all()
+    assert session.partitions[("t", 0)].quiet is None
+    assert list(session.awake) == [("t", 0)]
+
+
+def test_new_parameters_or_a_forgotten_partition_keep_the_walk_in_step() -> None:
+    partition, _ = caught_up()
+    manager = FetchManager(FetchSessionCache(10, rng=random.Random(3)), lambda: 0)
+    keys = [("t", 0), ("t", 1)]
+    context = manager.new_context(12, 0, 0, True, {k: PartitionFetch(5, 1024) for k in keys}, [])
+    session_id, _ = context.respond(dict.fromkeys(keys, (0, 5, 0, False)))
+    session = manager.cache.get(session_id)
+    assert session is not None and list(session.awake) == keys
+    mark(session, partition, read(partition))
+    assert list(session.awake) == [("t", 1)]
+    manager.new_context(12, session_id, 1, True, {("t", 0): PartitionFetch(6, 1024)}, [])
+    assert list(session.awake) == [("t", 1), ("t", 0)]
+    manager.new_context(12, session_id, 2, True, {}, [("t", 1)])
+    assert list(session.awake) == [("t", 0)]

@@ -58,6 +58,12 @@ class FakeLog:
     def truncate_to(self, offset: int) -> None:
         self.log_end_offset = min(self.log_end_offset, offset)
 
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        return True
+
     def assign_leader_epoch(self, leader_epoch: int, start_offset: int) -> None:
         self.leader_epoch_cache.assign(leader_epoch, start_offset)
 

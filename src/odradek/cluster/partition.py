@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 
 from odradek.cluster.broker_topic_stats import BrokerTopicStats
 from odradek.cluster.isr import CommittedIsr, IsrState
-from odradek.cluster.partition_isr import FollowerState, IsrWriter, PartitionIsr
+from odradek.cluster.partition_isr import FollowerState, IsrWriter, PartitionIsr, QuietWatcher
 from odradek.errors import (
     FencedLeaderEpochError,
     KafkaError,
@@ -121,7 +121,8 @@ class Partition(PartitionIsr):
         self.partition_epoch = -1  # version of the partition state znode
         self.controller_epoch = -1
         self.assignment: tuple[int, ...] = ()
-        self.isr_state: IsrState = CommittedIsr(frozenset())
+        self._quiet_watchers: dict[tuple[int, Any], tuple[QuietWatcher, Any]] = {}
+        self._isr_state: IsrState = CommittedIsr(frozenset())
         self.followers: dict[int, FollowerState] = {}
         self.high_watermark = 0
         self.leader_high_watermark = -1  # as follower: the HW of the leader's last fetch answer
@@ -235,6 +236,7 @@ class Partition(PartitionIsr):
                 "%s: fenced (%s): no writes until the controller tells us our role", self, reason
             )
         self.fenced = True
+        self.wake_quiet()
         self._fail_hw_waiters(NotLeaderOrFollowerError(f"{self}: leadership is being moved"))
 
     # leader: appends
@@ -339,6 +341,7 @@ class Partition(PartitionIsr):
             )
         if self.log.maybe_increment_log_start_offset(target):
             log.info("%s: log start offset moved to %d (DeleteRecords)", self, target)
+            self.wake_quiet()
         self._maybe_complete_low_watermark_waiters()
         return self.log_start_offset
 
@@ -483,6 +486,7 @@ class Partition(PartitionIsr):
         self._data_waiters.discard(future)
 
     def _wake_data_waiters(self) -> None:
+        self.wake_quiet()
         if not self._data_waiters:
             return
         waiters, self._data_waiters = self._data_waiters, set()
@@ -502,5 +506,6 @@ class Partition(PartitionIsr):
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
+        self.wake_quiet()
         if self.high_watermark > self.log_end_offset:
             self.high_watermark = self.log_end_offset

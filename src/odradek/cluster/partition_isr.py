@@ -23,7 +23,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.cluster.broker_topic_stats import BrokerTopicStats
 from odradek.cluster.isr import CommittedIsr, IsrState, PendingExpandIsr, PendingShrinkIsr
@@ -60,6 +60,14 @@ QuietToken = tuple[Any, int, IsrState, tuple[int, ...], int, int, int]
 """(log, leader epoch, ISR state, assignment, LEO, HW, log start offset): see
 `PartitionIsr.quiet_follower_token`."""
 
+
+class QuietWatcher(Protocol):
+    """A follower's fetch session holding a quiet mark on a partition (`server/fetch_quiet`)."""
+
+    def wake(self, key: Any, partition: Any) -> None:
+        """The partition changed: its mark under `key` no longer holds."""
+
+
 IsrWriter = Callable[[IsrUpdate], Awaitable[int | None]]
 """Writes an ISR update; returns the new znode version, or None if the conditional write failed."""
 
@@ -82,7 +90,8 @@ class PartitionIsr:
     partition_epoch: int
     controller_epoch: int
     assignment: tuple[int, ...]
-    isr_state: IsrState
+    _isr_state: IsrState
+    _quiet_watchers: dict[tuple[int, Any], tuple[QuietWatcher, Any]]
     followers: dict[int, FollowerState]
     high_watermark: int
     fenced: bool
@@ -145,6 +154,28 @@ class PartitionIsr:
         self._maybe_expand_isr(follower_id, follower)
         self._maybe_increment_high_watermark()
         self._maybe_complete_low_watermark_waiters()
+
+    @property
+    def isr_state(self) -> IsrState:
+        return self._isr_state
+
+    @isr_state.setter
+    def isr_state(self, state: IsrState) -> None:
+        self._isr_state = state
+        self.wake_quiet()
+
+    def watch_quiet(self, watcher: QuietWatcher, key: Any) -> None:
+        """`watcher` marked this partition quiet under `key`: tell it (once) when anything a
+        follower's fetch depends on may have changed (`wake_quiet`)."""
+        self._quiet_watchers[(id(watcher), key)] = (watcher, key)
+
+    def wake_quiet(self) -> None:
+        """Something a quiet mark depends on changed (an append, the HW, the ISR, the role, the
+        log start offset, fencing): every session marking this partition quiet reads it again."""
+        if self._quiet_watchers:
+            watchers, self._quiet_watchers = self._quiet_watchers, {}
+            for watcher, key in watchers.values():
+                watcher.wake(key, self)
 
     def quiet_follower_token(self, follower_id: int, fetch_offset: int) -> QuietToken | None:
         """For an incremental fetch session: the state a follower's fetch at `fetch_offset`

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from odradek.cluster.append_queue import AppendQueue
 from odradek.cluster.broker_topic_stats import BrokerTopicStats
@@ -49,6 +49,15 @@ from odradek.log.partition_metadata import read_partition_topic_id as read_parti
 from odradek.log.validator import NeedsWorkerThread
 
 log = logging.getLogger(__name__)
+
+
+class DataWaitable(Protocol):
+    """What a delayed fetch waits on: a partition, or a follower's fetch session."""
+
+    def register_data_waiter(self, future: asyncio.Future[None]) -> None: ...
+
+    def unregister_data_waiter(self, future: asyncio.Future[None]) -> None: ...
+
 
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 ISR_CHANGE_PROPAGATION_INTERVAL = 0.25  # seconds between checks for ISR changes to publish
@@ -439,7 +448,7 @@ class ReplicaManager(ReplicaRoleChanges):
         max_bytes: int,
         follower_update: FollowerStateUpdate | None = None,
         zero_copy: bool = False,
-        watch_only: Sequence[Partition] = (),
+        watch_only: Sequence[DataWaitable] = (),
         read_on_wake: Callable[[], list[FetchPartitionRequest]] | None = None,
     ) -> (
         dict[TopicPartition, FetchPartitionResult]
@@ -448,9 +457,9 @@ class ReplicaManager(ReplicaRoleChanges):
         """Read from the leaders' logs; long-poll (delayed fetch) until min_bytes or max_wait.
         With `zero_copy`, records come as ranges of segment files (`FileRecords`).
 
-        `watch_only`: partitions of a fetch session not read now (nothing in them changed
-        since the session's last answer) but watched by the delayed fetch; if any wakes it,
-        they are read with the others (`read_on_wake` gives their requests)."""
+        `watch_only`: what else wakes the delayed fetch (a follower's fetch session, for the
+        partitions it did not read now: nothing in them changed since its last answer); if it
+        does, `read_on_wake` gives what to read with the others."""
         results, total = self._read_all(
             requests, replica_id, max_bytes, time.monotonic(), follower_update, zero_copy
         )
@@ -480,7 +489,7 @@ class ReplicaManager(ReplicaRoleChanges):
         follower_update: FollowerStateUpdate | None = None,
         zero_copy: bool = False,
         first_results: dict[TopicPartition, FetchPartitionResult] | None = None,
-        watch_only: Sequence[Partition] = (),
+        watch_only: Sequence[DataWaitable] = (),
         read_on_wake: Callable[[], list[FetchPartitionRequest]] | None = None,
     ) -> dict[TopicPartition, FetchPartitionResult]:
         """Wait for data. A wait that ends by its timeout with no partition having been woken
@@ -491,7 +500,7 @@ class ReplicaManager(ReplicaRoleChanges):
         deadline = loop.time() + max_wait
         while True:
             waiter: asyncio.Future[None] = loop.create_future()
-            watched = [
+            watched: list[DataWaitable] = [
                 p
                 for r in requests
                 if (p := self.partitions.get((r.topic, r.partition))) is not None

@@ -7,21 +7,29 @@ out of the response. Here, after answering, the leader marks each partition whos
 the same parameters would be answered the same way: no records at the leader's LEO, the
 follower's fetch counted (a replica of the partition, with its current broker epoch), in the ISR
 with nothing pending, no diverging epoch. The mark holds the partition's
-`quiet_follower_token` (log, leader epoch, ISR state, assignment, LEO, HW, log start offset).
+`quiet_follower_token` (log, leader epoch, ISR state, assignment, LEO, HW, log start offset), and
+the partition holds the session as a watcher.
 
-On the next fetch a marked partition whose parameters did not change (they would clear the mark)
-and whose token is the same is not read, not validated and not answered: only the follower's
-caught-up time moves, as the read would have moved it (`Partition.refresh_quiet_follower`). A
-delayed fetch still watches it, and reads it with the others if new data wakes the fetch. Marks
-hold under the follower's broker epoch they were made with (as the request states it and as this
-broker knows it): any other reads every partition and marks them again.
+A marked partition leaves the session's `awake` partitions, the only ones a fetch walks: it is
+not read, validated or answered, and costs nothing per fetch. It comes back when:
+* the partition changes (an append, the HW, the ISR, its role, fencing, DeleteRecords): it tells
+  its watchers (`Partition.wake_quiet`); a delayed fetch of the session waiting then wakes and
+  reads it with the others;
+* its fetch parameters change (`FetchManager.new_context`), or the follower's broker epoch does
+  (marks hold under the epoch they were made with, as the request states it and as this broker
+  knows it: any other reads every partition and marks them again);
+* the periodic check finds its token changed (`recheck`, every `recheck_interval`: what changes
+  without telling, such as retention moving the log start offset). That check also moves the
+  follower's caught-up time for each partition still quiet, as the read would have
+  (`Partition.refresh_quiet_follower`), well inside replica.lag.time.max.ms, so an idle follower
+  stays in the ISR.
 
 Event-loop thread only, like the partitions and the sessions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -87,11 +95,13 @@ def mark_quiet(
     (`found`); `counted` are those whose fetch may move the follower's state."""
     session.quiet_basis = basis
     cached_partitions = session.partitions
+    awake = session.awake
     for key, outcome in found.items():
         cached = cached_partitions.get(key)
         if cached is None:
             continue
-        cached.quiet = None
+        if cached.quiet is not None:
+            session.unmark(key, cached)
         if isinstance(outcome, ErrorCode) or len(outcome.records) > 0:
             continue
         name = names.get(key[0])
@@ -110,24 +120,49 @@ def mark_quiet(
             outcome.log_start_offset,
         ):
             cached.quiet = (partition, token)
+            awake.pop(key, None)
+            partition.watch_quiet(session, key)
 
 
-def keys_to_answer(
+def recheck_interval(replica_lag_time_max_ms: int) -> float:
+    """How often a session's marks are checked against their partitions, which also moves the
+    followers' caught-up times: well inside replica.lag.time.max.ms, at most every 5 s."""
+    return min(RECHECK_MAX_S, replica_lag_time_max_ms / 1000 / 4)
+
+
+RECHECK_MAX_S = 5.0
+
+
+def recheck(
+    session: FetchSession,
+    name_of: Callable[[Any], str | None],
+    hosted: Mapping[tuple[str, int], Partition],
+    replica_id: int,
+    now: float,
+) -> None:
+    """Check every quiet mark of `session` against its partition: one that still holds records
+    the follower's fetch (it is caught up now); one that does not is dropped, so the partition
+    is read. Changes tell the session at once (`Partition.wake_quiet`); this is the backstop for
+    what changes without telling (retention moving a log start offset) and what keeps an idle
+    follower in the ISR."""
+    for key, cached in session.partitions.items():
+        if cached.quiet is None:
+            continue
+        name = name_of(key[0])
+        partition = hosted.get((name, key[1])) if name is not None else None
+        if still_quiet(cached, partition, replica_id, now) is None:
+            session.unmark(key, cached)
+
+
+def answered(
     read: list[PartitionKey],
-    quiet: Mapping[PartitionKey, Partition],
-    walk: Mapping[PartitionKey, Any],
-    names: Mapping[Any, str | None],
+    woken: list[PartitionKey],
     results: Mapping[tuple[str, int], Any],
-    requested: int,
+    names: Mapping[Any, str | None],
 ) -> list[PartitionKey]:
-    """The partitions whose results the answer is built from, in the session's order (`walk`):
-    those read (`read`, already in that order), and the quiet ones if new data woke a delayed
-    fetch and they were read with the rest (`results` then holds more than the `requested`
-    reads). Only then are the quiet partitions walked."""
-    if not quiet or len(results) <= requested:
-        return read
-    woken = {key for key in quiet if (names[key[0]], key[1]) in results}
+    """The partitions whose results the answer is built from: those read (`read`, in the
+    session's walking order), then the quiet ones new data woke during a delayed fetch that were
+    read with them."""
     if not woken:
         return read
-    wanted = woken.union(read)
-    return [key for key in walk if key in wanted]
+    return [*read, *(key for key in woken if (names.get(key[0]), key[1]) in results)]

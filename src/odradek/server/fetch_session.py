@@ -133,6 +133,47 @@ class FetchSession:
     quiet_basis: Any = None
     """What the partitions' `quiet` marks were made under (the follower's broker epoch, as it
     sent it and as this broker knows it): a request with another basis reads everything."""
+    awake: dict[PartitionKey, None] = field(default_factory=dict)
+    """The partitions not marked quiet, in the order a follower's fetch walks them (a marked
+    partition leaves; it comes back, at the end, when its partition changes or its fetch
+    parameters do)."""
+    woken: list[PartitionKey] = field(default_factory=list)
+    """Marks dropped by a change since the last fetch began (`read_on_wake` reads them)."""
+    quiet_recheck_at: float = 0.0
+    """When a fetch next checks every mark against its partition (`fetch_quiet.recheck`)."""
+    _waiters: set[Any] = field(default_factory=set)
+
+    def wake(self, key: PartitionKey, partition: Any) -> None:
+        """`partition`, marked quiet under `key`, changed: it is read again from the next fetch
+        (or the delayed fetch waiting now, which this wakes)."""
+        cached = self.partitions.get(key)
+        if cached is None or cached.quiet is None or cached.quiet[0] is not partition:
+            return
+        self.unmark(key, cached)
+        self.woken.append(key)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, set()
+            for future in waiters:
+                if not future.done():
+                    future.set_result(None)
+
+    def unmark(self, key: PartitionKey, cached: CachedPartition) -> None:
+        cached.quiet = None
+        self.awake[key] = None
+
+    def unmark_all(self) -> None:
+        """Drop every mark (another basis): every partition is read again."""
+        for cached in self.partitions.values():
+            cached.quiet = None
+        self.awake = dict.fromkeys(self.partitions)
+        self.woken.clear()
+
+    def register_data_waiter(self, future: Any) -> None:
+        """A delayed fetch of this session waits: a change to a marked partition wakes it."""
+        self._waiters.add(future)
+
+    def unregister_data_waiter(self, future: Any) -> None:
+        self._waiters.discard(future)
 
 
 class ContextKind(enum.Enum):
@@ -199,8 +240,11 @@ class FetchContext:
                 included.append(key)
                 if size > 0:
                     moved.append(key)
+        awake = session.awake
         for key in moved:
             cached[key] = cached.pop(key)
+            if key in awake:
+                awake[key] = awake.pop(key)
         return session.id, included
 
 
@@ -264,6 +308,7 @@ class FetchSessionCache:
             now_ms,
             next_epoch(INITIAL_EPOCH),
             partitions,
+            awake=dict.fromkeys(partitions),
         )
         self.sessions[session_id] = session
         self.touch(session, now_ms)
@@ -347,6 +392,7 @@ class FetchManager:
         if session.uses_topic_ids != uses_topic_ids:
             return FetchContext(ContextKind.ERROR, {}, ErrorCode.fetch_session_topic_id_error)
         cached = session.partitions
+        awake = session.awake
         for key, fetch in fetch_data.items():
             partition = cached.get(key)
             if partition is None:
@@ -354,8 +400,10 @@ class FetchManager:
             else:
                 partition.fetch = fetch
                 partition.quiet = None
+            awake[key] = None
         for key in to_forget:
             cached.pop(key, None)
+            awake.pop(key, None)
         if not cached:  # nothing left: close the session, answer without one
             self.cache.remove(session.id)
             return FetchContext(ContextKind.SESSIONLESS, fetch_data)

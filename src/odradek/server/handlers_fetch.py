@@ -61,11 +61,12 @@ from odradek.server.authorization import (
     TOPIC_AUTHORIZATION_FAILED,
 )
 from odradek.server.fetch_quiet import (
+    answered,
     follower_basis,
-    keys_to_answer,
     mark_quiet,
+    recheck,
+    recheck_interval,
     replica_epoch,
-    still_quiet,
 )
 from odradek.server.fetch_session import ContextKind, FetchContext, PartitionFetch, PartitionKey
 from odradek.server.quota.throttling import (
@@ -220,38 +221,49 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
     authorized = replica_id >= 0 and broker.authorizer.cluster(context, CLUSTER_ACTION)
     basis = follower_basis(broker, request, replica_id) if authorized else None
     # A follower's incremental fetch skips the partitions whose answer cannot have changed
-    # since the session's last (`fetch_quiet`); a delayed fetch only watches them.
+    # since the session's last (`fetch_quiet`): it walks only the session's awake partitions.
     session = fetch_context.session if fetch_context.kind is ContextKind.INCREMENTAL else None
     cached_partitions = session.partitions if session is not None else {}
     use_quiet = basis is not None and session is not None and session.quiet_basis == basis
     hosted = replica_manager.partitions
-    now = time.monotonic()
-    quiet: dict[PartitionKey, Partition] = {}
-    # What to read: the request's partitions (full) or the whole session's (incremental), less
-    # the quiet ones; `order` is the partitions read (or answered with an error), in response
-    # order, the only ones walked from here on.
     names: dict[Any, str | None] = {}
+    metadata_cache = broker.metadata_cache
+
+    def name_of(topic_key: Any) -> str | None:
+        if topic_key not in names:
+            names[topic_key] = metadata_cache.topic_name(topic_key) if by_id else topic_key
+        return names[topic_key]
+
+    walk: Any = fetch_context.requested
+    skipped = 0
+    if session is not None:
+        walk = cached_partitions
+        if use_quiet:
+            session.woken.clear()  # already awake
+            now = time.monotonic()
+            if now >= session.quiet_recheck_at:
+                session.quiet_recheck_at = now + recheck_interval(
+                    broker.config["replica.lag.time.max.ms"]
+                )
+                recheck(session, name_of, hosted, replica_id, now)
+            walk = {key: cached_partitions[key] for key in session.awake}
+            skipped = len(cached_partitions) - len(walk)
+        elif session.quiet_basis is not None:  # marks made under another broker epoch
+            session.unmark_all()
+            session.quiet_basis = None
+    # What to read: the request's partitions (full) or the session's awake ones (incremental);
+    # `order` is the partitions read (or answered with an error), in response order, the only
+    # ones walked from here on.
     requests: list[FetchPartitionRequest] = []
     keys: list[tuple[str, int]] = []
     order: list[PartitionKey] = []
-    walk: Any = cached_partitions if session is not None else fetch_context.requested
     for key, item in walk.items():
         topic_key, index = key
-        if topic_key not in names:
-            names[topic_key] = broker.metadata_cache.topic_name(topic_key) if by_id else topic_key
-        name = names[topic_key]
+        name = names[topic_key] if topic_key in names else name_of(topic_key)
         if name is None:
             order.append(key)
             continue
-        if session is None:
-            fetch = item
-        else:
-            fetch = item.fetch
-            if use_quiet and item.quiet is not None:
-                still = still_quiet(item, hosted.get((name, index)), replica_id, now)
-                if still is not None:
-                    quiet[key] = still
-                    continue
+        fetch = item if session is None else item.fetch
         order.append(key)
         keys.append((name, index))
         requests.append(_partition_request(name, index, fetch, read_committed=read_committed))
@@ -281,18 +293,23 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
         max_bytes = fetch_max_bytes(quotas, context, max_bytes)
         min_bytes = min(min_bytes, max_bytes)
 
-    if quiet:
-        broker.fetch_manager.cache.quiet_skips += len(quiet)
+    if skipped:
+        broker.fetch_manager.cache.quiet_skips += skipped
+    woken: list[PartitionKey] = []
 
     def read_on_wake() -> list[FetchPartitionRequest]:
-        # New data in a quiet partition: read them all, served as any other partition.
+        # A change woke marked partitions: they are read now, served as any other partition.
+        if session is None:
+            return []
+        woken.extend(key for key in session.woken if key in cached_partitions)
+        session.woken.clear()
         return [
             _partition_request(name, key[1], cached_partitions[key].fetch)
-            for key in quiet
-            if (name := names.get(key[0])) is not None
+            for key in woken
+            if (name := name_of(key[0])) is not None
         ]
 
-    if requests or quiet:
+    if requests or skipped:
         result = replica_manager.fetch_messages(
             requests,
             replica_id,
@@ -303,7 +320,7 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
             # Records stay in their segment files (FileRecords) until the connection sends
             # them: by sendfile(2), or on TLS read once and handed to the transport as they are.
             zero_copy=True,
-            watch_only=list(quiet.values()),
+            watch_only=[session] if skipped and session is not None else (),
             read_on_wake=read_on_wake,
         )
     else:
@@ -326,9 +343,9 @@ def handle_fetch(broker: BrokerServices, context: RequestContext, request: Any) 
         # idle follower's session names thousands of partitions and answers none of them.
         summary: dict[PartitionKey, tuple[int, int, int, bool]] = {}
         found: dict[PartitionKey, ReadResult | ErrorCode] = {}
-        # A quiet partition (not read: nothing new) is in the answer only if new data woke a
+        # A quiet partition (not read: nothing new) is in the answer only if a change woke a
         # delayed fetch and it was read after all.
-        for key in keys_to_answer(order, quiet, walk, names, results, len(requests)):
+        for key in answered(order, woken, results, names):
             topic_key, index = key
             name = names.get(topic_key)
             item = results.get((name, index)) if name is not None else None
