@@ -340,3 +340,26 @@ def test_new_parameters_or_a_forgotten_partition_keep_the_walk_in_step() -> None
     assert list(session.awake) == [("t", 1), ("t", 0)]
     manager.new_context(12, session_id, 2, True, {}, [("t", 1)])
     assert list(session.awake) == [("t", 0)]
+
+
+def test_a_dropped_mark_or_a_closed_session_is_no_longer_told() -> None:
+    """The partition keeps a session only while the session marks it: a mark dropped by new
+    parameters, a forgotten partition or the session's end lets the partition forget it."""
+    partition, _ = caught_up()
+    manager = FetchManager(FetchSessionCache(10, rng=random.Random(3)), lambda: 0)
+    key = ("t", 0)
+    context = manager.new_context(12, 0, 0, True, {key: PartitionFetch(5, 1024)}, [])
+    session_id, _ = context.respond({key: (0, 5, 0, False)})
+    session = manager.cache.get(session_id)
+    assert session is not None
+    for drop in ("parameters", "forgotten", "closed"):
+        mark(session, partition, read(partition))
+        assert len(partition._quiet_watchers) == 1
+        if drop == "parameters":
+            manager.new_context(12, session_id, 1, True, {key: PartitionFetch(5, 2048)}, [])
+        elif drop == "forgotten":
+            manager.new_context(12, session_id, 2, True, {("t", 1): PartitionFetch(0, 1)}, [key])
+            session.partitions[key] = CachedPartition(PartitionFetch(5, 1024))  # back, for the next
+        else:
+            manager.cache.remove(session_id)
+        assert partition._quiet_watchers == {}, drop

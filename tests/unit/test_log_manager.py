@@ -157,8 +157,10 @@ def test_update_config_and_cleanup(tmp_path: Path) -> None:
         other.append_as_leader(batch(), 0, 0)
     m.update_config("t", LogConfig(segment_bytes=len(batch()) * 2, retention_bytes=0))
     assert m.config_for("t").retention_bytes == 0 and m.config_for("u").retention_bytes == -1
-    assert m.cleanup(now_ms=0) == 4
+    moved: list[tuple[str, int]] = []
+    assert m.cleanup(now_ms=0, on_deleted=lambda topic, index: moved.append((topic, index))) == 4
     assert log.log_start_offset == 16 and other.log_start_offset == 0
+    assert moved == [("t", 0)]  # told of the log whose start moved, not of the other
     assert m.cleanup(now_ms=0, high_watermark_of=lambda topic, partition: 0) == 0
     m.shutdown()
 

@@ -39,7 +39,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from odradek.cluster.broker_topic_stats import BrokerTopicStats
 from odradek.cluster.isr import CommittedIsr, IsrState
@@ -88,6 +88,14 @@ class ReadResult(NamedTuple):
     aborted_transactions: list[tuple[int, int]] | None = None
     """(producer id, first offset) of the aborted transactions a read_committed read overlaps;
     None for other reads."""
+
+
+class DataWaitable(Protocol):
+    """What a delayed fetch waits on: a partition, or a follower's fetch session."""
+
+    def register_data_waiter(self, future: asyncio.Future[None]) -> None: ...
+
+    def unregister_data_waiter(self, future: asyncio.Future[None]) -> None: ...
 
 
 class Partition(PartitionIsr):

@@ -169,6 +169,9 @@ class PartitionIsr:
         follower's fetch depends on may have changed (`wake_quiet`)."""
         self._quiet_watchers[(id(watcher), key)] = (watcher, key)
 
+    def unwatch_quiet(self, watcher: QuietWatcher, key: Any) -> None:
+        self._quiet_watchers.pop((id(watcher), key), None)
+
     def wake_quiet(self) -> None:
         """Something a quiet mark depends on changed (an append, the HW, the ISR, the role, the
         log start offset, fencing): every session marking this partition quiet reads it again."""

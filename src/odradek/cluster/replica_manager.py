@@ -27,12 +27,12 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from odradek.cluster.append_queue import AppendQueue
 from odradek.cluster.broker_topic_stats import BrokerTopicStats
 from odradek.cluster.delete_records import delete_records
-from odradek.cluster.partition import Partition, ReadResult
+from odradek.cluster.partition import DataWaitable, Partition, ReadResult
 from odradek.cluster.partition_isr import IsrWriter
 from odradek.cluster.replica_roles import ReplicaRoleChanges
 from odradek.cluster.replication_quota import ReplicationQuotaManager
@@ -49,14 +49,6 @@ from odradek.log.partition_metadata import read_partition_topic_id as read_parti
 from odradek.log.validator import NeedsWorkerThread
 
 log = logging.getLogger(__name__)
-
-
-class DataWaitable(Protocol):
-    """What a delayed fetch waits on: a partition, or a follower's fetch session."""
-
-    def register_data_waiter(self, future: asyncio.Future[None]) -> None: ...
-
-    def unregister_data_waiter(self, future: asyncio.Future[None]) -> None: ...
 
 
 HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
@@ -362,6 +354,12 @@ class ReplicaManager(ReplicaRoleChanges):
         return results
 
     # DeleteRecords
+
+    def log_start_moved(self, topic: str, index: int) -> None:
+        """Retention moved a log's start offset: followers' sessions marking it quiet read it."""
+        partition = self.partitions.get((topic, index))
+        if partition is not None:
+            partition.wake_quiet()
 
     def on_log_start_offset_moved(self) -> None:
         """Persist the log start offsets now (DeleteRecords moved one, here or on the leader)."""

@@ -489,11 +489,14 @@ class LogManager:
         self,
         now_ms: int | None = None,
         high_watermark_of: Callable[[str, int], int | None] | None = None,
+        on_deleted: Callable[[str, int], None] | None = None,
     ) -> int:
         """Apply retention to every log; returns the number of segments deleted.
 
         `high_watermark_of(topic, partition)` (from the replica manager) keeps segments holding
         offsets at or above a partition's high watermark; None means no such limit.
+        `on_deleted(topic, partition)` is told of each log that lost segments (its log start
+        offset moved).
         """
         now_ms = _wall_clock_ms() if now_ms is None else now_ms
         deleted = 0
@@ -504,7 +507,11 @@ class LogManager:
                 None if high_watermark_of is None else high_watermark_of(topic, partition)
             )
             try:
-                deleted += log.delete_retention_segments(now_ms, high_watermark)
+                count = log.delete_retention_segments(now_ms, high_watermark)
             except KafkaStorageError:
                 logger.exception("retention failed for %s-%d", topic, partition)
+                continue
+            deleted += count
+            if count and on_deleted is not None:
+                on_deleted(topic, partition)
         return deleted

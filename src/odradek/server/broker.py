@@ -525,7 +525,9 @@ class Broker(BrokerZk, BrokerShutdown):
         while True:
             await asyncio.sleep(interval)
             try:
-                self._log_manager.cleanup(int(time.time() * 1000))
+                self._log_manager.cleanup(
+                    int(time.time() * 1000), on_deleted=self.replica_manager.log_start_moved
+                )
             except Exception:
                 log.exception("log retention failed")
 

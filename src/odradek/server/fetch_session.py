@@ -158,13 +158,18 @@ class FetchSession:
                     future.set_result(None)
 
     def unmark(self, key: PartitionKey, cached: CachedPartition) -> None:
-        cached.quiet = None
+        if cached.quiet is not None:
+            cached.quiet[0].unwatch_quiet(self, key)
+            cached.quiet = None
         self.awake[key] = None
 
     def unmark_all(self) -> None:
-        """Drop every mark (another basis): every partition is read again."""
-        for cached in self.partitions.values():
-            cached.quiet = None
+        """Drop every mark (another basis, or the session closes): every partition is read
+        again, and no partition holds the session any longer."""
+        for key, cached in self.partitions.items():
+            if cached.quiet is not None:
+                cached.quiet[0].unwatch_quiet(self, key)
+                cached.quiet = None
         self.awake = dict.fromkeys(self.partitions)
         self.woken.clear()
 
@@ -275,7 +280,10 @@ class FetchSessionCache:
         return self.sessions.get(session_id)
 
     def remove(self, session_id: int) -> FetchSession | None:
-        return self.sessions.pop(session_id, None)
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            session.unmark_all()  # its partitions stop telling it of changes
+        return session
 
     def touch(self, session: FetchSession, now_ms: int) -> None:
         """Mark `session` used now and re-decide whether it may be evicted (Kafka's rules)."""
@@ -399,10 +407,12 @@ class FetchManager:
                 cached[key] = CachedPartition(fetch)
             else:
                 partition.fetch = fetch
-                partition.quiet = None
+                session.unmark(key, partition)
             awake[key] = None
         for key in to_forget:
-            cached.pop(key, None)
+            forgotten = cached.pop(key, None)
+            if forgotten is not None and forgotten.quiet is not None:
+                forgotten.quiet[0].unwatch_quiet(session, key)
             awake.pop(key, None)
         if not cached:  # nothing left: close the session, answer without one
             self.cache.remove(session.id)
