@@ -143,6 +143,16 @@ def test_a_refresh_changes_what_a_fetch_at_the_same_offset_would() -> None:
 # -- marks on the session ------------------------------------------------------------------------
 
 
+def open_session(keys: list[tuple[str, int]]) -> tuple[FetchManager, int, FetchSession]:
+    """A follower's session of `keys`, each fetched at 5 with the high watermark 5."""
+    manager = FetchManager(FetchSessionCache(10, rng=random.Random(3)), lambda: 0)
+    context = manager.new_context(12, 0, 0, True, {k: PartitionFetch(5, 1024) for k in keys}, [])
+    session_id, _ = context.respond(dict.fromkeys(keys, (0, 5, 0, False)))
+    session = manager.cache.get(session_id)
+    assert session is not None
+    return manager, session_id, session
+
+
 def session_with(partition: Partition, offset: int) -> FetchSession:
     manager = FetchManager(FetchSessionCache(10, rng=random.Random(3)), lambda: 0)
     key = ("t", 0)
@@ -204,12 +214,8 @@ def test_what_is_not_marked(why: str) -> None:
 
 def test_new_fetch_parameters_clear_the_mark() -> None:
     partition, _ = caught_up()
-    manager = FetchManager(FetchSessionCache(10, rng=random.Random(3)), lambda: 0)
     key = ("t", 0)
-    context = manager.new_context(12, 0, 0, True, {key: PartitionFetch(5, 1024)}, [])
-    session_id, _ = context.respond({key: (0, 5, 0, False)})
-    session = manager.cache.get(session_id)
-    assert session is not None
+    manager, session_id, session = open_session([key])
     mark(session, partition, read(partition))
     assert session.partitions[key].quiet is not None
     context = manager.new_context(12, session_id, 1, True, {key: PartitionFetch(5, 2048)}, [])
@@ -328,12 +334,9 @@ def test_marks_of_another_basis_are_all_dropped() -> None:
 
 def test_new_parameters_or_a_forgotten_partition_keep_the_walk_in_step() -> None:
     partition, _ = caught_up()
-    manager = FetchManager(FetchSessionCache(10, rng=random.Random(3)), lambda: 0)
     keys = [("t", 0), ("t", 1)]
-    context = manager.new_context(12, 0, 0, True, {k: PartitionFetch(5, 1024) for k in keys}, [])
-    session_id, _ = context.respond(dict.fromkeys(keys, (0, 5, 0, False)))
-    session = manager.cache.get(session_id)
-    assert session is not None and list(session.awake) == keys
+    manager, session_id, session = open_session(keys)
+    assert list(session.awake) == keys
     mark(session, partition, read(partition))
     assert list(session.awake) == [("t", 1)]
     manager.new_context(12, session_id, 1, True, {("t", 0): PartitionFetch(6, 1024)}, [])
@@ -346,12 +349,8 @@ def test_a_dropped_mark_or_a_closed_session_is_no_longer_told() -> None:
     """The partition keeps a session only while the session marks it: a mark dropped by new
     parameters, a forgotten partition or the session's end lets the partition forget it."""
     partition, _ = caught_up()
-    manager = FetchManager(FetchSessionCache(10, rng=random.Random(3)), lambda: 0)
     key = ("t", 0)
-    context = manager.new_context(12, 0, 0, True, {key: PartitionFetch(5, 1024)}, [])
-    session_id, _ = context.respond({key: (0, 5, 0, False)})
-    session = manager.cache.get(session_id)
-    assert session is not None
+    manager, session_id, session = open_session([key])
     for drop in ("parameters", "forgotten", "closed"):
         mark(session, partition, read(partition))
         assert len(partition._quiet_watchers) == 1
