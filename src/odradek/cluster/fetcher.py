@@ -254,9 +254,10 @@ class ReplicaFetcher:
             answers = await self._offsets_for_leader_epoch(connection, states, requested)
             next_round: dict[TopicPartition, int] = {}
             for key, (error, leader_epoch, end_offset) in answers.items():
-                state = self.partitions.get(key)
-                if state is None or not self._current(state):
+                found = self.partitions.get(key)
+                if found is None or not self._current(found):
                     continue
+                state = found
                 if error != ErrorCode.none:
                     self._refused(state, error, "OffsetsForLeaderEpoch")
                     continue
@@ -283,10 +284,10 @@ class ReplicaFetcher:
             self._log_changes()
             requested = next_round
         for key in requested:
-            state = self.partitions.get(key)
-            if state is not None:
+            left = self.partitions.get(key)
+            if left is not None:
                 self._finish_truncation(
-                    state, min(state.partition.high_watermark, state.partition.log_end_offset)
+                    left, min(left.partition.high_watermark, left.partition.log_end_offset)
                 )
 
     def _finish_truncation(self, state: FetchState, offset: int) -> None:
@@ -452,10 +453,10 @@ class ReplicaFetcher:
             for topic in response.responses:
                 name = topic_names.get(topic.topic_id)
                 for item in topic.partitions:
-                    state = sent.get((name, item.partition_index)) if name is not None else None
-                    if state is None or not self._current(state):
+                    answered = sent.get((name, item.partition_index)) if name is not None else None
+                    if answered is None or not self._current(answered):
                         continue
-                    self._process_partition(state, item)
+                    self._process_partition(answered, item)
         finally:
             self._log_changes()
 
