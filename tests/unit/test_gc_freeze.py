@@ -1,8 +1,12 @@
-"""Freezing what a paused body left alive (controller/gc_pause.py, `freeze_after_pauses`)."""
+"""Freezing what a paused body left alive (controller/gc_pause.py, `freeze_after_pauses`).
+
+Most tests lower `FREEZE_MIN_OBJECTS` to 0 to see the mechanics with a few objects; the last ones
+keep the broker's threshold and show that a small pause leaves the collector's work alone."""
 
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +18,7 @@ from odradek.controller.gc_pause import freeze_after_pauses, paused_gc
 @pytest.fixture(autouse=True)
 def restore_the_collector() -> Iterator[None]:
     was = gc.isenabled()
+    gc.collect()
     gc.enable()
     yield
     freeze_after_pauses(False)
@@ -35,6 +40,12 @@ def test_without_it_a_pause_freezes_nothing() -> None:
     assert tracked(survivor)
 
 
+@pytest.fixture
+def any_pause_freezes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gc_pause, "FREEZE_MIN_OBJECTS", 0)
+
+
+@pytest.mark.usefixtures("any_pause_freezes")
 def test_what_a_pause_built_is_out_of_the_collectors_reach_afterwards() -> None:
     freeze_after_pauses()
     with paused_gc():
@@ -46,6 +57,7 @@ def test_what_a_pause_built_is_out_of_the_collectors_reach_afterwards() -> None:
     assert tracked(later)
 
 
+@pytest.mark.usefixtures("any_pause_freezes")
 def test_nested_pauses_freeze_once_the_outermost_ends() -> None:
     freeze_after_pauses()
     with paused_gc():
@@ -55,6 +67,7 @@ def test_nested_pauses_freeze_once_the_outermost_ends() -> None:
     assert not tracked(inner)
 
 
+@pytest.mark.usefixtures("any_pause_freezes")
 def test_after_the_interval_the_frozen_objects_go_back_to_the_collector(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -71,3 +84,40 @@ def test_after_the_interval_the_frozen_objects_go_back_to_the_collector(
     with paused_gc():  # and the next pause freezes again
         pass
     assert not tracked(survivor)
+
+
+class Cycle:
+    """A reference cycle (weakly referenceable): only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_small_pause_freezes_nothing() -> None:
+    freeze_after_pauses()
+    with paused_gc():
+        survivor = [object()]
+    assert gc.get_freeze_count() == 0
+    assert tracked(survivor)
+
+
+def test_garbage_waiting_for_the_collector_is_not_frozen_alive_by_small_pauses() -> None:
+    """A broker under request traffic makes cyclic garbage between collections; a pause for a
+    small UpdateMetadata or controller event must leave it to the collector (freezing it after
+    every such pause grew the fuzzed broker by 171 MB)."""
+    freeze_after_pauses()
+    gc.disable()  # no collection between making the garbage and the pause
+    garbage = weakref.ref(Cycle())
+    with paused_gc():
+        pass
+    gc.enable()
+    gc.collect()
+    assert garbage() is None
+
+
+def test_a_large_pause_freezes_what_it_built() -> None:
+    freeze_after_pauses()
+    with paused_gc():
+        built = [[i] for i in range(gc_pause.FREEZE_MIN_OBJECTS + 1000)]
+    assert gc.get_freeze_count() >= len(built)
+    assert not tracked(built)

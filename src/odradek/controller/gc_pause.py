@@ -31,6 +31,14 @@ reference cycles among the frozen objects that die later; a broker makes few (th
 above freed 0-4 objects each), and at most every `UNFREEZE_INTERVAL_S` the frozen objects are
 handed back to the collector (`gc.unfreeze`) for its next full collection to sweep once.
 
+Only a pause whose body left many new objects (`FREEZE_MIN_OBJECTS` or more tracked objects) is
+followed by a freeze. A freeze also takes whatever cyclic garbage the collector has not swept yet
+(the tracebacks of refused requests, say) out of its reach for up to `UNFREEZE_INTERVAL_S`: after
+every small pause -- an UpdateMetadata for one topic, a controller event that writes one ISR --
+that was a steady leak under request traffic (the protocol fuzzer's broker grew by 171 MB in
+200,000 frames, most of it garbage frozen alive), for a gain of nothing, since what a small body
+builds costs a full collection next to nothing to walk.
+
 Concurrency: event-loop thread only (the counter is not locked).
 """
 
@@ -48,7 +56,12 @@ MAX_PAUSE_S = 10.0
 
 UNFREEZE_INTERVAL_S = 600.0
 
+FREEZE_MIN_OBJECTS = 50_000
+"""The fewest new tracked objects a pause's body must leave for a freeze to follow it (a full
+collection walks 50,000 objects in a few milliseconds; a 10,000-partition event leaves millions)."""
+
 _depth = 0
+_count_at_start = 0
 _was_enabled = False
 _limit: asyncio.TimerHandle | None = None
 _freeze = False
@@ -63,13 +76,14 @@ def freeze_after_pauses(enabled: bool = True) -> None:
     _last_unfreeze = time.monotonic()
 
 
-def _freeze_survivors() -> None:
+def _freeze_survivors(grown: int) -> None:
+    """At the end of the outermost pause, whose body left `grown` new tracked objects."""
     global _last_unfreeze
     now = time.monotonic()
     if now - _last_unfreeze >= UNFREEZE_INTERVAL_S:
         gc.unfreeze()  # the next full collection sweeps everything once
         _last_unfreeze = now
-    else:
+    elif grown >= FREEZE_MIN_OBJECTS:
         gc.freeze()
 
 
@@ -83,8 +97,11 @@ def _pause_limit_reached() -> None:
 @contextmanager
 def paused_gc() -> Iterator[None]:
     """Run the body with the cyclic garbage collector disabled (nesting allowed)."""
-    global _depth, _was_enabled, _limit
+    global _depth, _was_enabled, _limit, _count_at_start
     if _depth == 0:
+        # With the collector off, the youngest generation's count is the tracked objects made
+        # minus those freed since its last collection.
+        _count_at_start = gc.get_count()[0]
         _was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -101,7 +118,7 @@ def paused_gc() -> Iterator[None]:
                 _limit.cancel()
                 _limit = None
             if _freeze:
-                _freeze_survivors()
+                _freeze_survivors(gc.get_count()[0] - _count_at_start)
             if _was_enabled:
                 gc.enable()
 
