@@ -102,6 +102,8 @@ class Monitor(threading.Thread):
                         continue  # the coordinator is moving: no answer is fine, a lower one not
                     self.reads += 1
                     for tp in found:
+                        if tp.error is not None:
+                            continue  # an error for the partition is no answer either
                         key = (group, tp.partition)
                         if tp.offset < self.highest.get(key, -1001):
                             self.backwards.append(f"{key}: {tp.offset} after {self.highest[key]}")
