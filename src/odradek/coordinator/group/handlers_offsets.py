@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.coordinator.group.offsets import NO_LEADER_EPOCH, OffsetAndMetadata, TopicPartition
 from odradek.protocol.build import build_response
+from odradek.protocol.codec import ApiKey
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.handlers import GroupServices
@@ -157,13 +158,24 @@ def handle_offset_fetch(services: GroupServices, context: RequestContext, reques
     async def fetch() -> Any:
         groups = []
         for group_id, requested, error, reading in reads:
+            offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+            if error is ErrorCode.none and reading is not None:
+                offsets = await reading
+                # The read ends in a later turn of the loop (after the group's commits in flight):
+                # if the group's partition moved away or started loading meanwhile, what was read
+                # is no answer (a group unloaded reads as no offsets at all), as Kafka, which
+                # reads under the group's lock, never answers.
+                error = (
+                    coordinator.validate_group_status(group_id, ApiKey.OFFSET_FETCH)
+                    or ErrorCode.none
+                )
             if error is not ErrorCode.none or reading is None:
                 # v2+ answer a group error alone; v0-v1 have no group error field, so each
                 # requested partition carries it (Kafka's getErrorResponse).
                 old = header.api_version < 2
                 topics = _partition_offsets(requested or [], {}, error) if old else []
             else:
-                topics = _partition_offsets(requested, await reading, ErrorCode.none)
+                topics = _partition_offsets(requested, offsets, ErrorCode.none)
             groups.append({"group_id": group_id, "error_code": error, "topics": topics})
         if header.api_version >= 8:
             return build_response(header, {"throttle_time": 0, "groups": groups})
