@@ -161,10 +161,10 @@ def handle_offset_fetch(services: GroupServices, context: RequestContext, reques
             offsets: dict[TopicPartition, OffsetAndMetadata] = {}
             if error is ErrorCode.none and reading is not None:
                 offsets = await reading
-                # The read ends in a later turn of the loop (after the group's commits in flight):
-                # if the group's partition moved away or started loading meanwhile, what was read
-                # is no answer (a group unloaded reads as no offsets at all), as Kafka, which
-                # reads under the group's lock, never answers.
+                # The read ends in a later turn of the loop (after the group's commits in flight).
+                # If the group's partition moved away or started loading meanwhile, the read saw
+                # no offsets at all: answer the group's error instead, as Kafka (which reads under
+                # the group's lock) would.
                 error = (
                     coordinator.validate_group_status(group_id, ApiKey.OFFSET_FETCH)
                     or ErrorCode.none
