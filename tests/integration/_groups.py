@@ -83,6 +83,37 @@ def group_on(bootstrap: str, broker_id: int, prefix: str) -> str:
     raise AssertionError(f"no group name found for coordinator {broker_id}")
 
 
+def kafka_python_consumer(topic: str, **config: Any) -> Any:
+    """A kafka-python `KafkaConsumer` (`config` as its keywords) subscribed to `topic`, whose
+    metadata holds the topic's partitions before its first poll joins the group.
+
+    kafka-python 3.0.12 is fragile when its first JoinGroup comes before it has seen the topic's
+    partitions (a group coordinator with `group.initial.rebalance.delay.ms=0` answers at once):
+    * the leader assigns nothing, the metadata arrives, and the member rejoins; if
+      `poll(timeout_ms)` returns while that rejoin's SyncGroup is in flight, the next poll sees
+      no rejoin needed and never applies the answer: the member holds no partitions, sends no
+      heartbeat, and is removed after its session timeout (a 45 s stall in
+      test_offsets_failover; the client's debug log showed the SyncGroup answered with every
+      partition, never applied);
+    * or the leader assigns every partition from the cluster's metadata while its own snapshot
+      of it is still empty, and rejoins as soon as the snapshot fills: a commit in between
+      fails with REBALANCE_IN_PROGRESS.
+    Both come from the consumer's snapshot of the topic's partitions, which it refreshes on every
+    metadata update once subscribed: so subscribe first, then wait until a metadata update that
+    holds the partitions has come (`partitions_for_topic` asks for one while the topic is
+    unknown), and only then poll."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(**config)
+    try:
+        consumer.subscribe([topic])
+        wait_until(lambda: consumer.partitions_for_topic(topic), message=f"{topic}'s metadata")
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
+
+
 def produce(bootstrap: str, topic: str, per_partition: dict[int, int], tag: str) -> None:
     """Write `count` records to each partition (acks=all), values "<tag>-<partition>-<i>"."""
     producer = Producer(

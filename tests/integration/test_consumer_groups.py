@@ -39,6 +39,7 @@ from tests.integration._groups import (
     committed,
     find_coordinator,
     group_consumer,
+    kafka_python_consumer,
     offsets_leader,
     poll_all,
     poll_until,
@@ -120,14 +121,12 @@ def test_confluent_group_splits_commits_rebalances_and_resumes(cluster3: LocalCl
 
 
 def test_kafka_python_group_commits_and_resumes(cluster3: LocalCluster) -> None:
-    from kafka import KafkaConsumer
-
     bootstrap = cluster3.bootstrap_servers
     topic, group = unique_topic("groups-kp"), unique_group("kafka-python")
     create_topic(bootstrap, topic, partitions=2)
 
     def consume(count: int) -> list[Position]:
-        consumer = KafkaConsumer(
+        consumer = kafka_python_consumer(
             topic,
             bootstrap_servers=bootstrap,
             group_id=group,

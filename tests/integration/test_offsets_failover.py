@@ -38,6 +38,7 @@ from tests.integration._groups import (
     find_coordinator,
     group_consumer,
     group_on,
+    kafka_python_consumer,
     offsets_leader,
     poll_all,
     produce,
@@ -115,9 +116,7 @@ class Monitor(threading.Thread):
 
 
 def kafka_python_round(bootstrap: str, group: str, topic: str, count: int) -> list[Position]:
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(
+    consumer = kafka_python_consumer(
         topic,
         bootstrap_servers=bootstrap,
         group_id=group,

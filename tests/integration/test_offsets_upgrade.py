@@ -18,13 +18,17 @@ from kazoo.client import KazooClient
 
 from odradek.coordinator.group.zk_offsets import ConsumerOffsetZNode
 from tests.integration._clients import create_topic, unique_topic, wait_until_serving
-from tests.integration._groups import CLIENT_TIMEOUT_S, Position, committed, produce
+from tests.integration._groups import (
+    CLIENT_TIMEOUT_S,
+    Position,
+    committed,
+    kafka_python_consumer,
+    produce,
+)
 
 
 def kafka_python_consume(bootstrap: str, group: str, topic: str, count: int) -> list[Position]:
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(
+    consumer = kafka_python_consumer(
         topic,
         bootstrap_servers=bootstrap,
         group_id=group,
