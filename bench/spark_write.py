@@ -38,7 +38,7 @@ import time
 import uuid
 from typing import Any
 
-from spark_read import create_topic, target
+from spark_read import create_topic, generated_rows, target
 
 PATHS = {"fast": "auto", "producer": "producer", "ceiling": ""}
 
@@ -136,8 +136,6 @@ def main() -> None:
     if unknown or not paths:
         parser.error(f"--paths: expected fast, producer and/or ceiling, got {args.paths!r}")
 
-    from pyspark.sql import functions as F
-
     from odradek.spark.session import local_session
 
     load_before = os.getloadavg()
@@ -149,13 +147,7 @@ def main() -> None:
         try:
 
             def rows(count: int) -> Any:
-                # A 20-digit counter padded to the record size: distinct values, no Python per row.
-                pad = "x" * max(0, args.record_bytes - 20)
-                counter = F.lpad(F.col("id").cast("string"), 20, "0")
-                columns = [F.concat(counter, F.lit(pad)).cast("binary").alias("value")]
-                if args.keyed:
-                    columns.append(F.concat(F.lit("key-"), F.col("id").cast("string")).alias("key"))
-                return spark.range(0, count, 1, args.tasks).select(*columns)
+                return generated_rows(spark, count, args.record_bytes, args.tasks, args.keyed)
 
             spark.dataSource.register(discard_source())
 
