@@ -178,12 +178,13 @@ def timed_stream(spark: Any, bootstrap: str, topic: str, checkpoint: Path, rows:
 
 
 def timed_write(
-    spark: Any, bootstrap: str, records: int, record_bytes: int, partitions: int
+    spark: Any, bootstrap: str, records: int, record_bytes: int, partitions: int, replication: int
 ) -> float:
     """Seconds of writing `records` generated rows into a new topic of `partitions` partitions
-    through the odradek sink (its default path, acks=all)."""
+    (replication factor `replication`, as the read's topic) through the odradek sink (its default
+    path, acks=all)."""
     topic = f"bench-read-write-{uuid.uuid4().hex[:8]}"
-    create_topic(bootstrap, topic, partitions, 1)
+    create_topic(bootstrap, topic, partitions, replication)
 
     def write(count: int) -> float:
         started = time.perf_counter()
@@ -304,6 +305,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.write_records < 0:
+        parser.error("--write-records must be 0 (no write) or more")
 
     from odradek.spark.connector import connector_jars, connector_version
     from odradek.spark.session import local_session
@@ -394,7 +397,12 @@ def main() -> None:
                 )
             write_s = (
                 timed_write(
-                    spark, bootstrap, args.write_records, args.record_bytes, args.partitions
+                    spark,
+                    bootstrap,
+                    args.write_records,
+                    args.record_bytes,
+                    args.partitions,
+                    args.replication_factor,
                 )
                 if args.write_records > 0
                 else None
