@@ -56,8 +56,10 @@ def session(master: str) -> Any:
         from pyspark.sql import SparkSession
 
         from odradek.spark import register
+        from odradek.spark.session import use_file_system_checkpoints
 
         spark = SparkSession.builder.appName("pageviews").getOrCreate()
+        use_file_system_checkpoints(spark)  # unless --conf named a checkpoint file manager
         register(spark)
         return spark
     from odradek.spark.session import local_session
