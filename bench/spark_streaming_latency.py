@@ -21,6 +21,10 @@ source.
 
     .venv/bin/python bench/spark_streaming_latency.py --rate 1000 --duration 30
     .venv/bin/python bench/spark_streaming_latency.py --rate 1000 --trigger-ms 100 --source both
+
+`--conf KEY=VALUE` (repeatable) sets a Spark property on the session, e.g. Spark's default
+checkpoint file manager in place of the one `local_session` picks, for a side-by-side run:
+`--conf spark.sql.streaming.checkpointFileManagerClass=org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager`.
 """
 
 from __future__ import annotations
@@ -238,7 +242,20 @@ def main() -> None:
         default="odradek",
         help="odradek, the stream-ceiling source (Spark's own floor), or both in one run",
     )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark property for the session (repeatable)",
+    )
     args = parser.parse_args()
+    conf = {}
+    for setting in args.conf:
+        key, equals, value = setting.partition("=")
+        if not equals or not key.strip():
+            parser.error(f"--conf takes KEY=VALUE, got {setting!r}")
+        conf[key.strip()] = value
 
     from odradek.spark.session import local_session
 
@@ -247,7 +264,7 @@ def main() -> None:
     spark = None
     try:
         if args.source in ("ceiling", "both"):
-            spark = local_session("odradek-bench-latency", master=args.master)
+            spark = local_session("odradek-bench-latency", master=args.master, **conf)
             spark.dataSource.register(ceiling_stream_source())
             started = time.time()
             reader = (
@@ -270,7 +287,7 @@ def main() -> None:
                 topic = f"bench-latency-{uuid.uuid4().hex[:8]}"
                 create_topic(bootstrap, topic, args.partitions, args.replication_factor)
                 if spark is None:
-                    spark = local_session("odradek-bench-latency", master=args.master)
+                    spark = local_session("odradek-bench-latency", master=args.master, **conf)
                 producer = RateProducer(bootstrap, topic, args.rate, args.record_bytes)
                 producer.start()
                 try:
@@ -299,6 +316,7 @@ def main() -> None:
         "record_bytes": args.record_bytes,
         "partitions": args.partitions,
         "seconds": args.duration,
+        "conf": conf,
         **results,
     }
     if "odradek" in results and "ceiling" in results:
