@@ -96,22 +96,16 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-
-def _in_pyspark_worker() -> bool:
-    """Whether this process is one of PySpark's Python workers (its main module is PySpark's:
-    `pyspark.daemon` and the workers it forks, or a worker started on its own)."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return spec is not None and str(spec.name).startswith("pyspark.")
-
+from odradek.spark.worker import in_pyspark_worker
 
 # A worker imports this package when it unpickles the data source: there, as in the `odradek`
 # command (`odradek.cli.entry.without_test_strategies`), kio's optional import of hypothesis
 # (0.35 s of CPU) is skipped, as if hypothesis were not installed. A driver, a user's process,
 # keeps hypothesis importable.
-if _in_pyspark_worker():
+if in_pyspark_worker():
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
 
-from odradek.spark.source import OdradekDataSource  # noqa: E402
+from odradek.spark.source import OdradekDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

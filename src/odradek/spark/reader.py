@@ -68,6 +68,7 @@ from odradek.spark.offsets import (
     plan_ranges,
 )
 from odradek.spark.options import SourceOptions
+from odradek.spark.worker import freeze_heap_once
 
 __all__ = [
     "CHUNK_RECORDS",
@@ -150,6 +151,7 @@ class RangeReader:
         finally:
             for client in created:
                 client.close()
+            freeze_heap_once()  # the worker's modules are all loaded by now (spark.worker)
 
     def _watermarks(self, consumer: Consumer, tp: RdTopicPartition) -> tuple[int, int] | None:
         """(log start offset, high watermark) from the leader; None if the partition is unknown."""

@@ -79,6 +79,7 @@ from odradek.spark.exactly_once import (
 from odradek.spark.fetch import fast_path_allowed
 from odradek.spark.options import SinkOptions
 from odradek.spark.produce import FastPathStop, FastProducer, SealedBatch, TopicLayout
+from odradek.spark.worker import freeze_heap_once
 
 __all__ = ["OdradekBatchWriter", "OdradekStreamWriter", "WriteReport", "check_sink_schema"]
 
@@ -397,6 +398,13 @@ def _rows(batches: list[SealedBatch]) -> Iterator[pa.RecordBatch]:
 def write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteReport:
     """One task's rows: on the fast path when it applies, else produced as they come, or with
     `exactlyOnce` in one transaction."""
+    try:
+        return _write_task(options, batches)
+    finally:
+        freeze_heap_once()  # the worker's modules are all loaded by now (spark.worker)
+
+
+def _write_task(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteReport:
     if not options.exactly_once:
         task = _TaskProducer(options)
         return task.write_fast(batches) if fast_write_allowed(options) else task.write(batches)
