@@ -208,6 +208,7 @@ def ceiling_source() -> type:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from odradek.spark.arrow import arrow_schema, source_schema
+    from odradek.spark.worker import freeze_heap_once
 
     class CeilingReader(DataSourceReader):
         def __init__(self, options: dict[str, str]) -> None:
@@ -246,6 +247,9 @@ def ceiling_source() -> type:
             while left > 0:
                 yield batch if left >= n else batch.slice(0, left)
                 left -= n
+            # As odradek's tasks do (odradek.spark.worker): both then skip PySpark's full
+            # collection of the worker's long-lived objects after each task.
+            freeze_heap_once()
 
     class CeilingSource(DataSource):
         @classmethod

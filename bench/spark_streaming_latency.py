@@ -17,7 +17,8 @@ a Python streaming source that reads nothing from anywhere -- its offset N is th
 at start + N/rate, and it emits Arrow batches of the source's schema with those timestamps. Its
 latency is what Spark's micro-batches cost by themselves (planning, tasks, Python workers,
 offset and commit logs, `foreachBatch`) at the same trigger and rate: the floor of any Python
-source.
+source. Its tasks freeze the worker's heap for the collector as odradek's do
+(`odradek.spark.worker`), so the two differ only in what they read.
 
     .venv/bin/python bench/spark_streaming_latency.py --rate 1000 --duration 30
     .venv/bin/python bench/spark_streaming_latency.py --rate 1000 --trigger-ms 100 --source both
@@ -104,6 +105,7 @@ def ceiling_stream_source() -> type:
     )
 
     from odradek.spark.arrow import arrow_schema, source_schema
+    from odradek.spark.worker import freeze_heap_once
 
     class Range(InputPartition):
         def __init__(self, first: int, end: int) -> None:
@@ -153,6 +155,9 @@ def ceiling_stream_source() -> type:
                 ],
                 schema=schema,
             )
+            # As odradek's tasks do (odradek.spark.worker): both then skip PySpark's full
+            # collection of the worker's long-lived objects after each task.
+            freeze_heap_once()
 
         def commit(self, end: dict) -> None:
             pass
