@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from odradek.spark.session import CHECKPOINT_MANAGER_KEY
+from odradek.spark.session import CHECKPOINT_MANAGER_KEY, local_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,3 +28,14 @@ def test_streaming_checkpoints_go_through_the_file_system_manager(
         spark._jsparkSession.sessionState().newHadoopConf(),
     )
     assert manager.getClass().getName() == chosen
+
+
+def test_a_manager_the_caller_names_is_kept(spark: SparkSession) -> None:
+    # local_session's second call returns the running session with `conf` applied.
+    mine = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
+    chosen = spark.conf.get(CHECKPOINT_MANAGER_KEY)
+    try:
+        again = local_session("odradek-spark-tests", **{CHECKPOINT_MANAGER_KEY: mine})
+        assert again.conf.get(CHECKPOINT_MANAGER_KEY) == mine
+    finally:
+        spark.conf.set(CHECKPOINT_MANAGER_KEY, chosen)

@@ -93,8 +93,7 @@ def local_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    if CHECKPOINT_MANAGER_KEY not in settings:
-        use_file_system_checkpoints(spark)
+    use_file_system_checkpoints(spark)  # keeps a manager `conf` named
     register(spark)
     return spark
 
